@@ -1,0 +1,118 @@
+"""The ``dasflow`` command (DESIGN.md §9).
+
+Each sub-command is parsed here and handed to a handler ``run(args) -> int`` in the module that owns it, imported
+lazily so that ``dasflow budget`` never pays for Prefect's import. A command whose handler is not built yet says
+so and exits 1; none pretends to work.
+
+Exit codes: 0 success, 2 bad input or config, 3 refused by the privacy ledger, 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from dasflow.errors import DasflowError, InputError, LedgerRefusal
+
+EXIT_OK = 0
+EXIT_OTHER = 1
+EXIT_BAD_INPUT = 2
+EXIT_LEDGER = 3
+
+#: sub-command -> (handler module, the issue that builds it)
+HANDLERS: dict[str, tuple[str, str]] = {
+    "demo": ("dasflow.commands.release", "the production DAG"),
+    "run": ("dasflow.commands.release", "the production DAG"),
+    "resume": ("dasflow.commands.release", "the production DAG"),
+    "status": ("dasflow.commands.release", "the production DAG"),
+    "ledger": ("dasflow.commands.release", "the production DAG"),
+    "budget": ("dasflow.commands.budget", "the budget planner"),
+    "validate": ("dasflow.commands.release", "validation"),
+    "synth": ("dasflow.synth.cli", "the synthetic census"),
+    "phsafe": ("dasflow.products.phsafe.cli", "PHSafe"),
+    "safetab-p": ("dasflow.products.safetab_p.cli", "SafeTab-P"),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dasflow", description="dasflow: the census disclosure avoidance system as a resumable, auditable DAG")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("demo", help="synthetic census + a full release of every product on local disk")
+    d.add_argument("--store", default="dasflow-demo", help="local store directory (default: ./dasflow-demo)")
+    d.add_argument("--persons", type=int, default=20_000, help="synthetic persons (default 20000)")
+    d.add_argument("--seed", type=int, default=None, help="seeded TEST release (same seed, same bytes)")
+
+    r = sub.add_parser("run", help="run a release (an existing release resumes)")
+    r.add_argument("config")
+
+    for name, text in (("resume", "resume a stopped release"), ("status", "stages done / pending, ledger")):
+        s = sub.add_parser(name, help=text)
+        s.add_argument("release_id")
+        s.add_argument("--store", default=None)
+
+    lg = sub.add_parser("ledger", help="the privacy ledger of a release")
+    lg.add_argument("release_id")
+    lg.add_argument("--store", default=None)
+    lg.add_argument("--format", choices=["table", "csv", "json"], default="table")
+
+    b = sub.add_parser("budget", help="the budget plan of a config, without reading any data")
+    b.add_argument("config")
+    b.add_argument("--format", choices=["auto", "release", "phsafe", "safetab-p"], default="auto")
+    b.add_argument("--json", action="store_true", help="machine-readable output")
+
+    v = sub.add_parser("validate", help="input + config validation only")
+    v.add_argument("config")
+
+    sy = sub.add_parser("synth", help="generate a synthetic CEF-like census")
+    sy.add_argument("--persons", type=int, required=True)
+    sy.add_argument("--states", default=None, help="comma-separated state FIPS codes (default: all)")
+    sy.add_argument("--seed", type=int, required=True)
+    sy.add_argument("--out", required=True)
+    sy.add_argument("--format", choices=["census", "parquet"], default="parquet")
+
+    ph = sub.add_parser("phsafe", help="PHSafe with the Census production file formats")
+    ph.add_argument("mode", choices=["validate", "private", "non-private"])
+    ph.add_argument("config")
+    ph.add_argument("data_path")
+    ph.add_argument("output_path", nargs="?", default=None)
+    ph.add_argument("--validate", action="store_true", help="validate inputs before running")
+    ph.add_argument("--validate-private-output", action="store_true", help="validate outputs after running")
+
+    st = sub.add_parser("safetab-p", help="SafeTab-P with the Census production file formats")
+    st.add_argument("mode", choices=["validate", "execute"])
+    st.add_argument("parameters_dir")
+    st.add_argument("data_dir")
+    st.add_argument("output_dir", nargs="?", default=None)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``dasflow`` console script."""
+    args = _parser().parse_args(argv)
+    module_name, what = HANDLERS[args.command]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            print(f"dasflow {args.command}: not implemented yet ({what} is not built in this version)",
+                  file=sys.stderr)
+            return EXIT_OTHER
+        raise
+    try:
+        return int(module.run(args))
+    except InputError as exc:
+        print(f"dasflow {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except LedgerRefusal as exc:
+        print(f"dasflow {args.command}: refused by the privacy ledger: {exc}", file=sys.stderr)
+        return EXIT_LEDGER
+    except DasflowError as exc:
+        print(f"dasflow {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_OTHER
+
+
+if __name__ == "__main__":
+    sys.exit(main())
