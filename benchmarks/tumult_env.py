@@ -1,0 +1,148 @@
+"""A separate virtualenv with Tumult Analytics 0.21, the peer that dasflow benchmarks compare against.
+
+Tumult Analytics pins pandas < 2, numpy < 2 and PySpark < 3.6 on Python 3.11, so it cannot live in the dasflow
+environment. This module creates (idempotently) ``.bench/tumult-venv`` (gitignored) and runs Python code
+in it.
+
+API (kept deliberately small; SafeTab-P's benchmark reuses it)::
+
+    from benchmarks import tumult_env
+    tumult_env.ensure()                          # create/install once; no-op when already installed
+    timings = tumult_env.run_script(code, {"persons": "/tmp/p.parquet"}, timeout=3600)
+    # `code` is Python source run by the venv interpreter. It receives the dict as JSON in the environment
+    # variable TUMULT_ARGS (read it with tumult_env_args()) and must print ONE JSON object as the LAST line of
+    # stdout; run_script returns that object (plus "wall_s" and "peak_rss_mb" of the child measured here).
+
+Command line: ``python benchmarks/tumult_env.py install`` (same as ensure()), ``... check`` (prints versions).
+Java 17 must be on PATH (PySpark 3.5 runs on it); the helper sets the JVM flags Spark 3.5 needs on Java 17.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".bench" / "tumult-venv"
+PYTHON = VENV / "bin" / "python"
+MARKER = VENV / ".dasflow-installed"
+REQUIREMENTS = ["tmlt.analytics==0.21.0"]
+BASE_PYTHON = "/usr/bin/python3.11"
+
+#: Spark 3.5 on Java 17 needs these module openings; local mode, quiet logs.
+JAVA_OPTS = " ".join(
+    f"--add-opens=java.base/{p}=ALL-UNNAMED"
+    for p in ("java.lang", "java.lang.invoke", "java.lang.reflect", "java.io", "java.net", "java.nio",
+              "java.util", "java.util.concurrent", "java.util.concurrent.atomic", "sun.nio.ch",
+              "sun.nio.cs", "sun.security.action", "sun.util.calendar")
+)
+
+#: Prelude prepended to every script: reads the arguments, builds a local SparkSession with bounded memory.
+PRELUDE = '''
+import json as _json, os as _os
+def tumult_env_args():
+    return _json.loads(_os.environ.get("TUMULT_ARGS", "{}"))
+def tumult_spark(driver_memory="3g", cores=2):
+    from pyspark.sql import SparkSession
+    return (SparkSession.builder.master(f"local[{cores}]")
+            .config("spark.driver.memory", driver_memory)
+            .config("spark.sql.shuffle.partitions", str(4 * cores))
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.extraJavaOptions", _os.environ.get("TUMULT_JAVA_OPTS", ""))
+            .getOrCreate())
+'''
+
+
+def installed() -> bool:
+    """Whether the venv exists and finished installing."""
+    return MARKER.exists() and PYTHON.exists()
+
+
+def ensure(quiet: bool = False) -> Path:
+    """Create the venv and install Tumult Analytics 0.21 with its pinned dependencies (idempotent)."""
+    if installed():
+        return PYTHON
+    VENV.parent.mkdir(parents=True, exist_ok=True)
+    if not PYTHON.exists():
+        subprocess.run([BASE_PYTHON, "-m", "venv", str(VENV)], check=True)
+    out = subprocess.DEVNULL if quiet else None
+    subprocess.run([str(PYTHON), "-m", "pip", "install", "-q", "--upgrade", "pip", "wheel"], check=True,
+                   stdout=out)
+    subprocess.run([str(PYTHON), "-m", "pip", "install", *REQUIREMENTS], check=True, stdout=out)
+    subprocess.run([str(PYTHON), "-c", "import tmlt.analytics, pyspark"], check=True)
+    MARKER.write_text(versions_json())
+    return PYTHON
+
+
+def versions_json() -> str:
+    """The versions of Tumult, PySpark, pandas, numpy in the venv, as JSON text."""
+    code = ("import json, importlib.metadata as m; print(json.dumps({p: m.version(p) for p in "
+            "['tmlt.analytics', 'tmlt.core', 'pyspark', 'pandas', 'numpy']}))")
+    proc = subprocess.run([str(PYTHON), "-c", code], check=True, capture_output=True, text=True)
+    return proc.stdout.strip()
+
+
+def _env(args: dict[str, Any]) -> dict[str, str]:
+    env = dict(os.environ)
+    env["TUMULT_ARGS"] = json.dumps(args)
+    env["TUMULT_JAVA_OPTS"] = JAVA_OPTS
+    env["PYSPARK_PYTHON"] = str(PYTHON)
+    env["PYSPARK_DRIVER_PYTHON"] = str(PYTHON)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    env["PYTHONWARNINGS"] = "ignore"
+    return env
+
+
+def run_script(code: str, args: dict[str, Any] | None = None, timeout: float = 3600.0) -> dict[str, Any]:
+    """Run ``code`` in the Tumult venv; return the JSON object it prints last, plus wall time and peak RSS.
+
+    ``peak_rss_mb`` is the maximum resident set size over the child processes (Python driver and the Spark
+    JVM it launched) as reported by ``getrusage(RUSAGE_CHILDREN)`` — an upper bound of the largest single
+    process, which is what the JVM usually is.
+    """
+    ensure(quiet=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
+        fh.write(PRELUDE + "\n" + code)
+        path = fh.name
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run([str(PYTHON), path], env=_env(args or {}), capture_output=True, text=True,
+                              timeout=timeout)
+    finally:
+        os.unlink(path)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if proc.returncode != 0:
+        raise RuntimeError(f"tumult script failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    if not lines:
+        raise RuntimeError(f"tumult script printed nothing:\n{proc.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    result["wall_s"] = wall
+    result["peak_rss_mb"] = max(after, before) / 1024.0
+    return result
+
+
+def main(argv: list[str]) -> int:
+    cmd = argv[1] if len(argv) > 1 else "install"
+    if cmd == "install":
+        ensure()
+        print(versions_json())
+        return 0
+    if cmd == "check":
+        print(versions_json() if installed() else "not installed")
+        return 0 if installed() else 1
+    print(f"usage: {argv[0]} install|check", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
