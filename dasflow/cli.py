@@ -23,13 +23,14 @@ EXIT_LEDGER = 3
 
 #: sub-command -> (handler module, the issue that builds it)
 HANDLERS: dict[str, tuple[str, str]] = {
-    "demo": ("dasflow.commands.release", "the production DAG"),
-    "run": ("dasflow.commands.release", "the production DAG"),
-    "resume": ("dasflow.commands.release", "the production DAG"),
+    # flows.cli runs Prefect flows; it lives outside the library so that dasflow/ never imports Prefect.
+    "demo": ("flows.cli", "the production DAG"),
+    "run": ("flows.cli", "the production DAG"),
+    "resume": ("flows.cli", "the production DAG"),
+    "validate": ("flows.cli", "validation"),
     "status": ("dasflow.commands.release", "the production DAG"),
     "ledger": ("dasflow.commands.release", "the production DAG"),
     "budget": ("dasflow.commands.budget", "the budget planner"),
-    "validate": ("dasflow.commands.release", "validation"),
     "synth": ("dasflow.synth.cli", "the synthetic census"),
     "phsafe": ("dasflow.products.phsafe.cli", "PHSafe"),
     "safetab-p": ("dasflow.products.safetab_p.cli", "SafeTab-P"),

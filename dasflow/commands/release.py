@@ -1,0 +1,57 @@
+"""``dasflow status`` and ``dasflow ledger``: read-only views of a release (no Prefect needed)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import pandas as pd
+
+from dasflow.pipeline import stages
+from dasflow.pipeline.run import open_run
+
+DEFAULT_STORE = "dasflow-store"
+
+
+def _store(args: argparse.Namespace) -> str:
+    return str(args.store or DEFAULT_STORE)
+
+
+def status_command(args: argparse.Namespace) -> int:
+    st = stages.status(open_run(args.release_id, _store(args)))
+    print(f"release {st['release_id']} in {st['store']}: {'RELEASED' if st['released'] else 'not released'}")
+    for product, done in st["products"].items():
+        marks = "  ".join(f"{stage}:{'done' if ok else 'pending'}" for stage, ok in done.items())
+        print(f"  {product:12s} {marks}")
+    if st["planned"] is not None:
+        print(f"  ledger: planned rho = {st['planned']['rho']} ({st['planned']['entries']} keys); "
+              f"spent rho = {st['spent']['rho']} ({st['spent']['entries']} keys committed)")
+    else:
+        print("  ledger: no plan frozen yet")
+    return 0
+
+
+def ledger_command(args: argparse.Namespace) -> int:
+    ctx = open_run(args.release_id, _store(args))
+    rows: list[dict[str, Any]] = ctx.ledger.audit()
+    if args.format == "json":
+        print(json.dumps({"plan_total": ctx.ledger.plan_record()["total"],
+                          "spent": ctx.ledger.spent().as_record(), "entries": rows}, indent=1, sort_keys=True))
+    elif args.format == "csv":
+        print(stages.ledger_csv(ctx), end="")
+    else:
+        frame = pd.DataFrame(rows)[["product", "key", "privacy_defn", "mechanism", "budget", "noise", "state"]]
+        print(frame.to_string(index=False))
+        total = ctx.ledger.plan_record()["total"]
+        print(f"planned rho = {total['rho']}, epsilon(delta=1e-10) = {total['epsilon_at_delta']}; "
+              f"spent rho = {ctx.ledger.spent().as_record()['rho']}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.command == "status":
+        return status_command(args)
+    if args.command == "ledger":
+        return ledger_command(args)
+    raise SystemExit(f"dasflow.commands.release cannot run {args.command!r}")

@@ -1,0 +1,305 @@
+"""Object stores: a local directory (the embedded default) and S3 through boto3, behind one interface.
+
+Every write is atomic (a reader sees the whole object or nothing) and ``put_if_absent`` is a create-only write
+(``O_EXCL`` semantics on disk via ``link(2)`` of a finished temp file; ``If-None-Match: *`` on S3). The privacy
+ledger's one-entry-per-key guarantee rests on ``put_if_absent`` alone, so it holds across processes and hosts.
+
+``restricted(...)`` returns a view that refuses any key under the given prefixes: post-processing gets a view
+that cannot resolve ``confidential/`` keys at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tempfile
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dasflow.errors import DasflowError, InputError
+
+
+class StoreError(DasflowError):
+    """A store operation failed (missing object, refused key, transport error)."""
+
+
+class ForbiddenKey(StoreError):
+    """The key lies under a prefix this store view may not resolve."""
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex SHA-256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def _check_key(key: str) -> str:
+    if not key or key.startswith("/") or "\\" in key or any(p in ("", ".", "..") for p in key.split("/")):
+        raise StoreError(f"invalid object key {key!r}")
+    return key
+
+
+class ObjectStore(ABC):
+    """Interface of every store. Keys are relative POSIX paths ("runs/r1/config.json")."""
+
+    uri: str
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> str:
+        """Atomically write ``data`` (replacing any object); return its SHA-256."""
+
+    @abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create ``key`` with ``data`` only if it does not exist; True if this call created it."""
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """The object's bytes; ``StoreError`` if it does not exist."""
+
+    @abstractmethod
+    def exists(self, key: str) -> bool:
+        """Whether the object exists."""
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> list[str]:
+        """All keys under ``prefix`` (a folder prefix ending in "/" or a key prefix), sorted."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove an object if present (used for scratch data only, never for ledger entries)."""
+
+    def sha256(self, key: str) -> str:
+        """Hex SHA-256 of the stored object's content."""
+        return sha256_bytes(self.get(key))
+
+    def get_text(self, key: str) -> str:
+        return self.get(key).decode("utf-8")
+
+    def put_text(self, key: str, text: str) -> str:
+        return self.put(key, text.encode("utf-8"))
+
+    def put_parquet(self, key: str, frame: pd.DataFrame) -> tuple[str, int]:
+        """Write a DataFrame as Parquet (deterministic bytes for equal frames); return (sha256, rows)."""
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        buf = io.BytesIO()
+        pq.write_table(table, buf, compression="zstd", write_statistics=True)
+        data = buf.getvalue()
+        return self.put(key, data), table.num_rows
+
+    def get_parquet(self, key: str) -> pd.DataFrame:
+        return pq.read_table(io.BytesIO(self.get(key))).to_pandas()
+
+    def restricted(self, forbidden_prefixes: Iterable[str]) -> ObjectStore:
+        """A view of this store that refuses every key under ``forbidden_prefixes``."""
+        return RestrictedStore(self, tuple(forbidden_prefixes))
+
+
+class LocalStore(ObjectStore):
+    """A local directory. Atomic put = temp file + ``os.replace``; create-only = ``os.link`` of a temp file."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).absolute()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.uri = self.root.as_uri()
+
+    def _path(self, key: str) -> Path:
+        return self.root / _check_key(key)
+
+    def _temp(self, path: Path, data: bytes) -> str:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        return tmp
+
+    def put(self, key: str, data: bytes) -> str:
+        path = self._path(key)
+        tmp = self._temp(path, data)
+        os.replace(tmp, path)
+        return sha256_bytes(data)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        path = self._path(key)
+        tmp = self._temp(path, data)
+        try:
+            os.link(tmp, path)  # fails with EEXIST if the key exists: atomic create-only of complete content
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            raise StoreError(f"no object {key!r} in {self.uri}") from None
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def list(self, prefix: str = "") -> list[str]:
+        base = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
+        if not base.is_dir():
+            return []
+        out = []
+        for dirpath, _dirs, files in os.walk(base):
+            for name in files:
+                if name.startswith(".") and name.endswith(".tmp"):
+                    continue
+                rel = Path(dirpath, name).relative_to(self.root).as_posix()
+                if rel.startswith(prefix):
+                    out.append(rel)
+        return sorted(out)
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+    def local_path(self, key: str) -> Path:
+        """Filesystem path of a key (local stores only)."""
+        return self._path(key)
+
+
+class S3Store(ObjectStore):
+    """An ``s3://bucket/prefix`` store through boto3.
+
+    Endpoint and credentials come from the standard AWS chain (``AWS_ENDPOINT_URL``, profiles, instance roles)
+    unless given explicitly. Create-only writes use ``If-None-Match: *`` (AWS since 2024, moto, SeaweedFS).
+    """
+
+    def __init__(self, uri: str, *, endpoint_url: str | None = None, client: Any = None) -> None:
+        parsed = urlparse(uri)
+        if parsed.scheme != "s3" or not parsed.netloc:
+            raise InputError(f"not an s3:// URI: {uri!r}")
+        self.bucket = parsed.netloc
+        self.prefix = parsed.path.strip("/")
+        self.uri = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+        if client is None:
+            import boto3
+
+            client = boto3.client("s3", endpoint_url=endpoint_url or os.environ.get("AWS_ENDPOINT_URL"))
+        self.client = client
+
+    def _key(self, key: str) -> str:
+        _check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def put(self, key: str, data: bytes) -> str:
+        # A single PUT is atomic on S3: readers see the old object or the new one, never a part.
+        self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+        return sha256_bytes(data)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*")
+            return True
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+                return False
+            raise StoreError(f"create-only put of {key!r} failed: {exc}") from exc
+
+    def get(self, key: str) -> bytes:
+        from botocore.exceptions import ClientError
+
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
+            return bytes(body.read())
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                raise StoreError(f"no object {key!r} in {self.uri}") from None
+            raise StoreError(f"get of {key!r} failed: {exc}") from exc
+
+    def exists(self, key: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+            return True
+        except ClientError as exc:
+            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+                return False
+            raise StoreError(f"head of {key!r} failed: {exc}") from exc
+
+    def list(self, prefix: str = "") -> list[str]:
+        if prefix and (prefix.startswith("/") or ".." in prefix.split("/")):
+            raise StoreError(f"invalid list prefix {prefix!r}")
+        full = (f"{self.prefix}/" if self.prefix else "") + prefix
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        out: list[str] = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=full):
+            out.extend(obj["Key"][strip:] for obj in page.get("Contents", []))
+        return sorted(out)
+
+    def delete(self, key: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+
+
+class RestrictedStore(ObjectStore):
+    """A view of another store that cannot read, write or list keys under the forbidden prefixes."""
+
+    def __init__(self, inner: ObjectStore, forbidden: tuple[str, ...]) -> None:
+        self.inner = inner
+        self.forbidden = forbidden
+        self.uri = inner.uri
+
+    def _ok(self, key: str) -> str:
+        for prefix in self.forbidden:
+            if key.startswith(prefix):
+                raise ForbiddenKey(f"key {key!r} is not readable from this stage (under {prefix!r})")
+        return key
+
+    def put(self, key: str, data: bytes) -> str:
+        return self.inner.put(self._ok(key), data)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        return self.inner.put_if_absent(self._ok(key), data)
+
+    def get(self, key: str) -> bytes:
+        return self.inner.get(self._ok(key))
+
+    def exists(self, key: str) -> bool:
+        return self.inner.exists(self._ok(key))
+
+    def list(self, prefix: str = "") -> list[str]:
+        if prefix:
+            self._ok(prefix)
+        return [k for k in self.inner.list(prefix) if not any(k.startswith(p) for p in self.forbidden)]
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(self._ok(key))
+
+
+def open_store(uri: str | os.PathLike[str], *, endpoint_url: str | None = None) -> ObjectStore:
+    """A store for ``uri``: ``s3://bucket/prefix``, ``file:///dir`` or a plain directory path."""
+    text = os.fspath(uri)
+    if text.startswith("s3://"):
+        return S3Store(text, endpoint_url=endpoint_url)
+    if text.startswith("file://"):
+        return LocalStore(urlparse(text).path)
+    if "://" in text:
+        raise InputError(f"unsupported store URI {text!r} (use a directory, file:// or s3://)")
+    return LocalStore(text)
+
+
+def new_token() -> str:
+    """A random identifier for one process's attempt (audit trail of who reserved what)."""
+    return uuid.uuid4().hex

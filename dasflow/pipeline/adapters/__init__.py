@@ -1,0 +1,54 @@
+"""Product adapters: how the pipeline reads each product's config and inputs from a release's store.
+
+An adapter is the only product-specific code the pipeline has; adding a product to the DAG means implementing
+the Product interface (``dasflow.products.base``) and an adapter registered in ``REGISTRY``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from dasflow.errors import InputError
+from dasflow.io.store import ObjectStore
+from dasflow.products.base import Product
+
+
+class Adapter(Protocol):
+    """What the pipeline needs to run one product inside a release."""
+
+    name: str
+
+    def product(self) -> Product: ...
+
+    def load_config(self, text: str, universe: str) -> Any: ...
+
+    def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+        """Public inputs (geography, code lists): may be read by every stage, including post-processing."""
+        ...
+
+    def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+        """Confidential inputs: read only by validate, preprocess and measure."""
+        ...
+
+    def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any], config: Any) -> dict[str, Any]:
+        """Fail-closed input validation: raise ``InputError`` naming file, row and column; return a summary."""
+        ...
+
+
+#: product name -> module holding ``ADAPTER``
+REGISTRY: dict[str, str] = {}
+
+
+def register(name: str, module: str) -> None:
+    REGISTRY[name] = module
+
+
+def get_adapter(name: str) -> Adapter:
+    """The adapter of a registered product; ``InputError`` for an unknown product name."""
+    module = REGISTRY.get(name)
+    if module is None:
+        raise InputError(f"unknown product {name!r}; known: {sorted(REGISTRY)}", column="products.name")
+    adapter: Adapter = importlib.import_module(module).ADAPTER
+    return adapter

@@ -1,0 +1,315 @@
+"""The five stages of a release as plain, idempotent functions over a ``RunContext``.
+
+Each stage writes its outputs, then its manifest (input hashes, code version, output hashes) last; a stage
+whose manifest is current is skipped. Measurement goes through the ledger's measure-once protocol, so a rerun
+of a release never spends twice. Post-processing and release see only a store view that cannot resolve
+``confidential/`` keys.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pandas as pd
+
+from dasflow.errors import InputError, LedgerRefusal
+from dasflow.io.store import ObjectStore, new_token
+from dasflow.pipeline.run import (
+    CONFIDENTIAL,
+    RunContext,
+    code_version,
+    manifest_if_current,
+    write_manifest,
+)
+from dasflow.privacy import faults, rng
+from dasflow.privacy.composition import PlanTotal
+from dasflow.privacy.ledger import frac_str
+from dasflow.products.base import MeasurementSpec, NoisyMeasurement
+
+Progress = Callable[[int, int, str], None]
+
+STAGES = ("validate", "preprocess", "measure", "postprocess", "release")
+
+
+def _no_progress(done: int, total: int, what: str) -> None:
+    return None
+
+
+def input_hashes(ctx: RunContext) -> dict[str, str]:
+    """SHA-256 of every confidential input object of the release (what every stage's manifest is keyed by)."""
+    out: dict[str, str] = {}
+    for name, prefix in sorted(ctx.config.inputs.items()):
+        keys = ctx.store.list(prefix) if prefix.startswith(CONFIDENTIAL) else []
+        for key in keys:
+            out[key] = ctx.store.sha256(key)
+        if prefix.startswith(CONFIDENTIAL) and not keys:
+            raise InputError(f"input {name!r}: nothing under {ctx.store.uri}/{prefix}", file=prefix)
+    return out
+
+
+def product_specs(ctx: RunContext, product: str, store: ObjectStore | None = None) -> list[MeasurementSpec]:
+    """The product's data-independent plan (config + public inputs only)."""
+    adapter = ctx.adapter(product)
+    cfg = ctx.product_config(product)
+    public = adapter.public_inputs(store or ctx.post_store(), ctx.config.inputs, cfg)
+    return adapter.product().plan(cfg, public)
+
+
+def plan_stage(ctx: RunContext) -> PlanTotal:
+    """Plan every product and freeze the plan against the cap, before any data is read or noise drawn."""
+    specs: list[MeasurementSpec] = []
+    for p in ctx.config.products:
+        specs.extend(product_specs(ctx, p.name))
+    faults.point("stage:plan:before-freeze")
+    return ctx.ledger.freeze_plan(specs, ctx.cap)
+
+
+def validate_stage(ctx: RunContext, product: str) -> dict[str, Any]:
+    """Fail-closed input validation for one product; the summary goes to ``validation/{product}.json``."""
+    inputs = input_hashes(ctx)
+    current = manifest_if_current(ctx, "validate", product, inputs)
+    if current is not None:
+        return current
+    adapter = ctx.adapter(product)
+    cfg = ctx.product_config(product)
+    public = adapter.public_inputs(ctx.store, ctx.config.inputs, cfg)
+    confidential = adapter.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
+    summary = adapter.validate(confidential, public, cfg)  # raises InputError: nothing downstream runs
+    key = f"{ctx.root}/validation/{product}.json"
+    sha = ctx.store.put(key, (json.dumps({"product": product, "passed": True, **summary}, sort_keys=True,
+                                         indent=1, default=str) + "\n").encode())
+    faults.point(f"stage:validate:{product}:before-manifest")
+    return write_manifest(ctx, "validate", product, inputs, {key: {"sha256": sha}})
+
+
+def preprocess_stage(ctx: RunContext, product: str) -> dict[str, Any]:
+    """Run the product's stable transformations; write each prepared frame as Parquet."""
+    inputs = input_hashes(ctx)
+    current = manifest_if_current(ctx, "preprocess", product, inputs)
+    if current is not None:
+        return current
+    if manifest_if_current(ctx, "validate", product, inputs) is None:
+        raise InputError(f"{product}: inputs have not passed validation for this release; run validate first")
+    adapter = ctx.adapter(product)
+    cfg = ctx.product_config(product)
+    public = adapter.public_inputs(ctx.store, ctx.config.inputs, cfg)
+    confidential = adapter.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
+    prepared = adapter.product().prepare(confidential, public)
+    outputs: dict[str, dict[str, Any]] = {}
+    for name, frame in sorted(prepared.items()):
+        key = f"{ctx.root}/prepared/{product}/{name}.parquet"
+        sha, rows = ctx.store.put_parquet(key, frame)
+        outputs[key] = {"sha256": sha, "rows": rows, "name": name}
+    faults.point(f"stage:preprocess:{product}:before-manifest")
+    return write_manifest(ctx, "preprocess", product, inputs, outputs)
+
+
+def load_prepared(ctx: RunContext, product: str) -> dict[str, pd.DataFrame]:
+    """The prepared frames of a product, from its (current) preprocess manifest."""
+    record = manifest_if_current(ctx, "preprocess", product, input_hashes(ctx))
+    if record is None:
+        raise InputError(f"{product}: no current preprocess output for release {ctx.release_id}")
+    return {out["name"]: ctx.store.get_parquet(key) for key, out in record["outputs"].items()}
+
+
+def base_rng(ctx: RunContext) -> rng.RNG:
+    """Production: the OS CSPRNG. Test releases: the seeded generator (noise per key derived from seed+key)."""
+    if ctx.config.rng.mode == "test":
+        assert ctx.config.rng.seed is not None
+        return rng.seeded(ctx.config.rng.seed)
+    return rng.csprng()
+
+
+def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progress) -> dict[str, Any]:
+    """Measure every planned key of the product exactly once (the ledger's protocol)."""
+    plan = ctx.ledger.plan()
+    specs = [s for s in product_specs(ctx, product) if s.product == product]
+    missing = [s.key for s in specs if s.key not in plan]
+    if missing:
+        raise LedgerRefusal(f"{product}: keys not in the frozen plan: {missing[:5]}; refused before any noise")
+    prepared: dict[str, pd.DataFrame] | None = None
+    adapter = ctx.adapter(product)
+    g = base_rng(ctx)
+    attempt = new_token()
+    drawn = 0
+    done: dict[str, NoisyMeasurement] = {}
+    for i, spec in enumerate(specs):
+        if ctx.ledger.committed(spec.key) is None and prepared is None:
+            prepared = load_prepared(ctx, product)
+
+        def draw(spec: MeasurementSpec = spec) -> NoisyMeasurement:
+            assert prepared is not None
+            return measure_one(adapter.product(), prepared, spec, g.spawn(spec.key), done)
+
+        measurement, fresh = ctx.ledger.measure_once(spec, draw, attempt=attempt)
+        done[spec.key] = measurement
+        drawn += int(fresh)
+        progress(i + 1, len(specs), spec.key)
+    faults.point(f"stage:measure:{product}:done")
+    return {"product": product, "keys": len(specs), "drawn_now": drawn, "rng_mode": g.mode}
+
+
+def measure_one(product: Any, prepared: Mapping[str, pd.DataFrame], spec: MeasurementSpec, g: rng.RNG,
+                earlier: Mapping[str, NoisyMeasurement]) -> NoisyMeasurement:
+    """One key's measurement. Adaptive products (SafeTab-P stage 2) receive the earlier noisy measurements of
+    this release — public post-processed facts — through ``measure_adaptive``; their budgets are fixed in the
+    plan, only the query shape depends on them."""
+    if hasattr(product, "measure_adaptive"):
+        result: NoisyMeasurement = product.measure_adaptive(prepared, spec, g, earlier)
+        return result
+    result = product.measure(prepared, spec, g)
+    return result
+
+
+def load_measurements(ctx: RunContext, product: str) -> dict[str, NoisyMeasurement]:
+    """Every committed measurement of the product; refuses if any planned key is not committed."""
+    out: dict[str, NoisyMeasurement] = {}
+    for spec in product_specs(ctx, product):
+        commit = ctx.ledger.committed(spec.key)
+        if commit is None:
+            raise LedgerRefusal(f"{product}: {spec.key!r} is not measured yet; run the measure stage first")
+        out[spec.key] = ctx.ledger.load(spec, commit)
+    return out
+
+
+def _measurement_hashes(ctx: RunContext, product: str) -> dict[str, str]:
+    hashes = {}
+    for spec in product_specs(ctx, product):
+        commit = ctx.ledger.committed(spec.key)
+        hashes[spec.key] = commit.sha256 if commit else "missing"
+    return hashes
+
+
+def postprocess_stage(ctx: RunContext, product: str) -> dict[str, Any]:
+    """Pure post-processing of the committed measurements and public inputs (no confidential access)."""
+    post = ctx.post_store()
+    inputs = _measurement_hashes(ctx, product)
+    current = manifest_if_current(ctx, "postprocess", product, inputs)
+    if current is not None:
+        return current
+    adapter = ctx.adapter(product)
+    cfg = ctx.product_config(product)
+    public = adapter.public_inputs(post, ctx.config.inputs, cfg)
+    estimates = adapter.product().postprocess(load_measurements(ctx, product), public)
+    outputs: dict[str, dict[str, Any]] = {}
+    for name, frame in sorted(estimates.items()):
+        key = f"{ctx.root}/postprocessed/{product}/{name}.parquet"
+        sha, rows = post.put_parquet(key, frame)
+        outputs[key] = {"sha256": sha, "rows": rows, "name": name}
+    faults.point(f"stage:postprocess:{product}:before-manifest")
+    return write_manifest(ctx, "postprocess", product, inputs, outputs)
+
+
+def release_stage(ctx: RunContext) -> dict[str, Any]:
+    """Write every product's release files, the privacy certificate, and the release manifest (last)."""
+    post = ctx.post_store()
+    files: dict[str, dict[str, Any]] = {}
+    upstream: dict[str, str] = {}
+    for p in ctx.config.products:
+        record = manifest_if_current(ctx, "postprocess", p.name, _measurement_hashes(ctx, p.name))
+        if record is None:
+            raise InputError(f"{p.name}: no current post-processed estimates; run postprocess first")
+        estimates = {out["name"]: post.get_parquet(key) for key, out in record["outputs"].items()}
+        upstream.update({k: v["sha256"] for k, v in record["outputs"].items()})
+        for name, frame in sorted(ctx.adapter(p.name).product().tables(estimates).items()):
+            key = f"{ctx.root}/release/{p.name}/{name}"
+            data = _table_bytes(name, frame)
+            files[key] = {"sha256": post.put(key, data), "rows": len(frame)}
+    cert_key = f"{ctx.root}/release/CERTIFICATE.md"
+    cert = certificate_markdown(ctx)
+    files[cert_key] = {"sha256": post.put(cert_key, cert.encode()), "rows": cert.count("\n")}
+    audit_key = f"{ctx.root}/release/ledger.csv"
+    audit = ledger_csv(ctx)
+    files[audit_key] = {"sha256": post.put(audit_key, audit.encode()), "rows": audit.count("\n") - 1}
+    faults.point("stage:release:before-manifest")
+    manifest = {"release_id": ctx.release_id, "config_sha256": ctx.config_sha256, "code_version": code_version(),
+                "test_release": ctx.config.is_test, "files": dict(sorted(files.items()))}
+    key = f"{ctx.root}/release/MANIFEST.json"
+    post.put(key, (json.dumps(manifest, sort_keys=True, indent=1) + "\n").encode())
+    write_manifest(ctx, "release", "all", upstream, {key: {"sha256": post.sha256(key)}})
+    return manifest
+
+
+def _table_bytes(name: str, frame: pd.DataFrame) -> bytes:
+    """A release file: pipe-delimited .txt or comma .csv as the name says (Census conventions), else Parquet."""
+    if name.endswith(".parquet"):
+        buf = io.BytesIO()
+        frame.to_parquet(buf, index=False)
+        return buf.getvalue()
+    sep = "|" if name.endswith(".txt") else ","
+    return str(frame.to_csv(index=False, sep=sep, lineterminator="\n")).encode()
+
+
+def ledger_csv(ctx: RunContext) -> str:
+    """The ledger audit as CSV (deterministic: no times)."""
+    rows = ctx.ledger.audit()
+    return str(pd.DataFrame(rows).to_csv(index=False, lineterminator="\n"))
+
+
+def certificate_markdown(ctx: RunContext) -> str:
+    """The privacy certificate: universe, every planned key's mechanism, sensitivity, budget and noise, the
+    exact totals and their (ε, δ) conversion, the RNG mode, the code version and the config hash."""
+    plan = ctx.ledger.plan_record()
+    total = plan["total"]
+    spent = ctx.ledger.spent().as_record()
+    lines = []
+    if ctx.config.is_test:
+        lines.append("**TEST RELEASE — seeded randomness; not a production release and never publishable as one.**")
+        lines.append("")
+    lines += [
+        f"# Privacy certificate: release `{ctx.release_id}`",
+        "",
+        f"- universe: {ctx.config.universe}",
+        f"- randomness: {'seeded test generator (seed ' + str(ctx.config.rng.seed) + ')' if ctx.config.is_test else 'OS CSPRNG (production)'}",
+        f"- code version: `{code_version()}`",
+        f"- frozen config SHA-256: `{ctx.config_sha256}`",
+        f"- cap: rho = {plan['cap']['rho']}" + (f", epsilon = {plan['cap']['epsilon']}" if plan['cap'].get('epsilon') else ""),
+        f"- planned total: rho = {total['rho']}" + (f", epsilon = {total['epsilon_pure']}" if total.get("all_pure") else "")
+        + f"; (epsilon, delta = 1e-10): epsilon = {total['epsilon_at_delta']} ({total['conversion']})",
+        f"- spent (committed entries): rho = {spent['rho']} over {spent['entries']} entries",
+        "",
+        "| product | key | level | definition | mechanism | sensitivity | budget | noise | variance | cells |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in plan["entries"]:
+        lines.append(f"| {e['product']} | {e['key']} | {e['level']} | {e['privacy_defn']} | {e['mechanism']} | "
+                     f"{e['sensitivity']} | {e['budget']} | {e['noise']} | {e['variance']} | {e['cells']} |")
+    lines += ["", "Input SHA-256:", ""]
+    lines += [f"- `{k}`: `{v}`" for k, v in input_hashes(ctx).items()]
+    return "\n".join(lines) + "\n"
+
+
+def status(ctx: RunContext) -> dict[str, Any]:
+    """Stages done / pending per product and ledger spent vs planned."""
+    out: dict[str, Any] = {"release_id": ctx.release_id, "store": ctx.store.uri, "products": {}}
+    try:
+        inputs = input_hashes(ctx)
+    except InputError:
+        inputs = {}
+    for p in ctx.config.products:
+        st = {}
+        st["validate"] = manifest_if_current(ctx, "validate", p.name, inputs) is not None
+        st["preprocess"] = manifest_if_current(ctx, "preprocess", p.name, inputs) is not None
+        try:
+            rows = [r for r in ctx.ledger.audit() if r["product"] == p.name]
+            st["measure"] = bool(rows) and all(r["state"] == "committed" for r in rows)
+            st["postprocess"] = manifest_if_current(ctx, "postprocess", p.name,
+                                                    _measurement_hashes(ctx, p.name)) is not None
+        except LedgerRefusal:
+            st["measure"] = st["postprocess"] = False
+        out["products"][p.name] = st
+    out["released"] = ctx.store.exists(f"{ctx.root}/release/MANIFEST.json")
+    try:
+        planned = ctx.ledger.plan_record()["total"]
+        out["planned"] = planned
+        out["spent"] = ctx.ledger.spent().as_record()
+    except Exception:  # no plan yet
+        out["planned"] = out["spent"] = None
+    return out
+
+
+__all__ = ["STAGES", "frac_str", "measure_stage", "plan_stage", "postprocess_stage", "preprocess_stage",
+           "release_stage", "status", "validate_stage"]

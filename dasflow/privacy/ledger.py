@@ -1,0 +1,279 @@
+"""The privacy ledger: a data-independent plan checked against the cap, and measure-once per planned key.
+
+Store layout under ``runs/{release_id}/ledger/``:
+
+``plan.json``                    the frozen plan (every key, mechanism, sensitivity, budget, noise, variance) and
+                                 its exact composed total; create-only. A resume recomputes the plan and refuses
+                                 to go on if it differs.
+``entries/{key}.reserved.json``  create-only: "this key is being measured" (attempt, time).
+``entries/{key}.committed.json`` create-only: the key's noisy measurement file (NMF) and its SHA-256.
+
+Measure-once protocol for one key (DESIGN.md §2):
+
+1. committed → return the stored NMF (its hash verified); nothing is drawn.
+2. reserve (create-only; losing the race to a concurrent process is fine, see 4).
+3. NMF present (a previous attempt died after writing it) → verify it belongs to this key, commit it.
+4. no NMF → nothing was ever observable: draw, then write the NMF **create-only**. If another process wrote one
+   first, our draw is discarded unseen and theirs is used. Only one NMF per key can ever exist, so only one
+   noisy answer per key can ever be released: a key is spent at most once, whatever crashes or races.
+5. commit (create-only; an existing identical commit is accepted).
+
+Privacy argument: the released data are a post-processing of the set of NMFs; the ledger guarantees at most one
+NMF per planned key, each produced by the planned mechanism with the planned noise, so the release's privacy
+loss is the composition of the plan's entries, which ``freeze_plan`` checked against the cap before any noise.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dasflow.errors import LedgerRefusal
+from dasflow.io.store import ObjectStore, StoreError, sha256_bytes
+from dasflow.privacy import faults
+from dasflow.privacy.composition import PlanTotal, compose_plan
+from dasflow.products.base import MeasurementSpec, NoisyMeasurement
+
+
+def frac_str(x: Fraction | None) -> str:
+    """Exact text of a budget: "p/q", an integer, or "Infinity" for an infinite budget."""
+    if x is None:
+        return "Infinity"
+    return str(x)
+
+
+def spec_record(spec: MeasurementSpec) -> dict[str, Any]:
+    """The JSON record of one planned measurement (exact values as strings)."""
+    return {
+        "product": spec.product,
+        "key": spec.key,
+        "level": spec.level,
+        "privacy_defn": spec.privacy_defn,
+        "mechanism": spec.mechanism,
+        "budget": frac_str(spec.budget),
+        "sensitivity": str(spec.sensitivity),
+        "noise": str(spec.noise),
+        "variance": str(spec.variance) if isinstance(spec.variance, Fraction) else repr(float(spec.variance)),
+        "cells": spec.cells,
+    }
+
+
+def _dumps(obj: Any) -> bytes:
+    return (json.dumps(obj, sort_keys=True, indent=1) + "\n").encode("utf-8")
+
+
+@dataclass(frozen=True)
+class Cap:
+    """The release's privacy cap: total zCDP ρ (pure-DP ε composes as ε²/2), and optionally a pure-DP ε cap
+    that applies when every planned entry is pure DP. ``None`` = no cap of that kind (test releases only)."""
+
+    rho: Fraction | None
+    epsilon: Fraction | None = None
+
+
+@dataclass(frozen=True)
+class Commit:
+    """A committed measurement: where its NMF is and the NMF's SHA-256."""
+
+    key: str
+    nmf_key: str
+    sha256: str
+    rows: int
+
+
+class Ledger:
+    """The ledger of one release in a store (see the module docstring)."""
+
+    def __init__(self, store: ObjectStore, release_id: str) -> None:
+        self.store = store
+        self.release_id = release_id
+        self.root = f"runs/{release_id}/ledger"
+        self._plan: dict[str, dict[str, Any]] | None = None
+
+    # ----------------------------------------------------------------------------------------------- plan
+    def freeze_plan(self, specs: Sequence[MeasurementSpec], cap: Cap) -> PlanTotal:
+        """Check the plan against the cap and freeze it (create-only); on resume, verify it is unchanged.
+
+        Raises ``LedgerRefusal`` for an over-cap plan, duplicate keys, or a plan that differs from the frozen one.
+        """
+        keys = [s.key for s in specs]
+        dupes = sorted({k for k in keys if keys.count(k) > 1})
+        if dupes:
+            raise LedgerRefusal(f"the plan lists keys more than once: {dupes[:5]}")
+        total = compose_plan(specs)
+        if cap.rho is not None and (total.rho is None or total.rho > cap.rho):
+            raise LedgerRefusal(
+                f"plan total rho = {frac_str(total.rho)} exceeds the release cap rho = {cap.rho}; nothing measured"
+            )
+        if cap.epsilon is not None and total.all_pure and (total.epsilon is None or total.epsilon > cap.epsilon):
+            raise LedgerRefusal(
+                f"plan total epsilon = {frac_str(total.epsilon)} exceeds the release cap epsilon = {cap.epsilon}"
+            )
+        record = {
+            "release_id": self.release_id,
+            "cap": {"rho": frac_str(cap.rho), "epsilon": frac_str(cap.epsilon) if cap.epsilon else None},
+            "entries": [spec_record(s) for s in specs],
+            "total": total.as_record(),
+        }
+        data = _dumps(record)
+        key = f"{self.root}/plan.json"
+        if not self.store.put_if_absent(key, data):
+            existing = json.loads(self.store.get(key))
+            if existing != json.loads(data):
+                raise LedgerRefusal(
+                    f"release {self.release_id}: the plan differs from the frozen plan in {self.store.uri}/{key} "
+                    "(changed config or code); a release's plan can never change once frozen"
+                )
+        self._plan = {e["key"]: e for e in record["entries"]}
+        return total
+
+    def plan(self) -> dict[str, dict[str, Any]]:
+        """The frozen plan's entries by key."""
+        if self._plan is None:
+            try:
+                record = json.loads(self.store.get(f"{self.root}/plan.json"))
+            except StoreError:
+                raise LedgerRefusal(f"release {self.release_id} has no frozen plan: nothing may be measured")
+            self._plan = {e["key"]: e for e in record["entries"]}
+        return self._plan
+
+    def plan_record(self) -> dict[str, Any]:
+        return dict(json.loads(self.store.get(f"{self.root}/plan.json")))
+
+    # --------------------------------------------------------------------------------------- measure once
+    def _entry(self, key: str, state: str) -> str:
+        return f"{self.root}/entries/{key}.{state}.json"
+
+    def nmf_key(self, key: str) -> str:
+        return f"runs/{self.release_id}/measurements/{key}.parquet"
+
+    def committed(self, key: str) -> Commit | None:
+        try:
+            rec = json.loads(self.store.get(self._entry(key, "committed")))
+        except StoreError:
+            return None
+        return Commit(key=key, nmf_key=rec["nmf"], sha256=rec["sha256"], rows=int(rec["rows"]))
+
+    def measure_once(
+        self, spec: MeasurementSpec, draw: Callable[[], NoisyMeasurement], *, attempt: str
+    ) -> tuple[NoisyMeasurement, bool]:
+        """Run the protocol for one key; return (measurement, drawn_now).
+
+        ``draw`` is called at most once, and only if no NMF for the key exists. Refuses unplanned keys and specs
+        that differ from the frozen plan.
+        """
+        planned = self.plan().get(spec.key)
+        if planned is None:
+            raise LedgerRefusal(f"unplanned measurement {spec.key!r}: refused before any noise")
+        if planned != spec_record(spec):
+            raise LedgerRefusal(f"measurement {spec.key!r} differs from its frozen plan entry: refused")
+        commit = self.committed(spec.key)
+        if commit is not None:
+            return self.load(spec, commit), False
+        faults.point(f"measure:before-reserve:{spec.key}")
+        self.store.put_if_absent(
+            self._entry(spec.key, "reserved"),
+            _dumps({"key": spec.key, "attempt": attempt, "host": socket.gethostname(), "pid": os.getpid(),
+                    "time": time.time()}),
+        )
+        faults.point(f"measure:after-reserve:{spec.key}")
+        nmf_key = self.nmf_key(spec.key)
+        drawn = False
+        if not self.store.exists(nmf_key):
+            measurement = draw()
+            data = encode_nmf(measurement)
+            drawn = self.store.put_if_absent(nmf_key, data)  # a concurrent winner's NMF is used instead
+            faults.point(f"measure:after-nmf:{spec.key}")
+        data = self.store.get(nmf_key)
+        measurement = decode_nmf(data, spec)
+        rows = len(measurement.table)
+        commit_rec = _dumps({"key": spec.key, "nmf": nmf_key, "sha256": sha256_bytes(data), "rows": rows,
+                             "budget": planned["budget"], "mechanism": planned["mechanism"],
+                             "rng_mode": measurement.rng_mode})
+        if not self.store.put_if_absent(self._entry(spec.key, "committed"), commit_rec):
+            existing = self.committed(spec.key)
+            if existing is None or existing.sha256 != sha256_bytes(data):
+                raise LedgerRefusal(f"conflicting commit for {spec.key!r}: refused")
+        faults.point(f"measure:after-commit:{spec.key}")
+        return measurement, drawn
+
+    def load(self, spec: MeasurementSpec, commit: Commit) -> NoisyMeasurement:
+        data = self.store.get(commit.nmf_key)
+        if sha256_bytes(data) != commit.sha256:
+            raise LedgerRefusal(f"NMF of {spec.key!r} does not match its committed hash: tampered or corrupt")
+        return decode_nmf(data, spec)
+
+    # ---------------------------------------------------------------------------------------------- audit
+    def audit(self) -> list[dict[str, Any]]:
+        """One row per planned key: the plan entry plus its state (planned / reserved / committed)."""
+        rows = []
+        for key, entry in self.plan().items():
+            state = "planned"
+            commit = self.committed(key)
+            if commit is not None:
+                state = "committed"
+            elif self.store.exists(self._entry(key, "reserved")):
+                state = "reserved"
+            row = dict(entry)
+            row["state"] = state
+            row["nmf_sha256"] = commit.sha256 if commit else ""
+            rows.append(row)
+        return rows
+
+    def spent(self) -> PlanTotal:
+        """Exact composition of the committed entries (what has actually been spent)."""
+        committed = {r["key"] for r in self.audit() if r["state"] == "committed"}
+        return compose_plan([spec_from_record(e) for k, e in self.plan().items() if k in committed])
+
+
+def spec_from_record(rec: Mapping[str, Any]) -> MeasurementSpec:
+    """Rebuild a MeasurementSpec from its plan record (for accounting of committed entries)."""
+    variance: Fraction | float
+    try:
+        variance = Fraction(rec["variance"])
+    except ValueError:
+        variance = float(rec["variance"])
+    return MeasurementSpec(
+        product=rec["product"], key=rec["key"], level=rec["level"], privacy_defn=rec["privacy_defn"],
+        mechanism=rec["mechanism"], budget=None if rec["budget"] == "Infinity" else Fraction(rec["budget"]),
+        sensitivity=Fraction(rec["sensitivity"]), noise=Fraction(rec["noise"]), cells=int(rec["cells"]),
+        variance=variance,
+    )
+
+
+def encode_nmf(m: NoisyMeasurement) -> bytes:
+    """Parquet bytes of a noisy measurement, with its key, spec and RNG mode in the schema metadata."""
+    table = pa.Table.from_pandas(m.table, preserve_index=False)
+    meta = {b"dasflow.key": m.spec.key.encode(), b"dasflow.rng_mode": m.rng_mode.encode(),
+            b"dasflow.spec": json.dumps(spec_record(m.spec), sort_keys=True).encode()}
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()
+
+
+def decode_nmf(data: bytes, spec: MeasurementSpec) -> NoisyMeasurement:
+    """Read an NMF back, checking it belongs to ``spec``."""
+    table = pq.read_table(io.BytesIO(data))
+    meta = table.schema.metadata or {}
+    if meta.get(b"dasflow.key", b"").decode() != spec.key:
+        raise LedgerRefusal(f"NMF for {spec.key!r} carries key {meta.get(b'dasflow.key')!r}")
+    frame: pd.DataFrame = table.replace_schema_metadata(None).to_pandas()
+    return NoisyMeasurement(spec=spec, table=frame, rng_mode=meta.get(b"dasflow.rng_mode", b"").decode())
+
+
+def audit_csv(rows: Iterable[Mapping[str, Any]]) -> str:
+    """The audit rows as CSV text."""
+    frame = pd.DataFrame(list(rows))
+    return str(frame.to_csv(index=False))

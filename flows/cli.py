@@ -1,0 +1,83 @@
+"""Handlers of ``dasflow run | resume | validate | demo`` (they run Prefect flows, so they live in ``flows``)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from dasflow.config import load_release_config
+from dasflow.pipeline import stages
+from dasflow.pipeline.run import RunContext, open_run
+from dasflow.privacy.ledger import Ledger
+from dasflow.privacy.composition import compose_plan
+from dasflow.errors import LedgerRefusal
+from dasflow.io.store import open_store
+
+
+def _report(ctx: RunContext, seconds: float) -> None:
+    root = ctx.store.uri.rstrip("/") + "/" + ctx.root
+    spent = ctx.ledger.spent().as_record()
+    print(f"release {ctx.release_id} done in {seconds:.1f} s ({'TEST release' if ctx.config.is_test else 'production'})")
+    print(f"  tables:      {root}/release/")
+    print(f"  certificate: {root}/release/CERTIFICATE.md")
+    print(f"  ledger:      {root}/ledger/  (audit: {root}/release/ledger.csv)")
+    print(f"  spent:       rho = {spent['rho']} over {spent['entries']} measurements; "
+          f"epsilon(delta=1e-10) = {spent['epsilon_at_delta']}")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from flows.release import run_release
+
+    cfg = load_release_config(args.config)
+    t0 = time.perf_counter()
+    run_release(cfg)
+    _report(open_run(cfg.release_id, cfg.store), time.perf_counter() - t0)
+    return 0
+
+
+def resume_command(args: argparse.Namespace) -> int:
+    from flows.release import run_release
+
+    ctx = open_run(args.release_id, args.store or "dasflow-store")
+    t0 = time.perf_counter()
+    run_release(ctx.config)
+    _report(open_run(ctx.release_id, ctx.config.store), time.perf_counter() - t0)
+    return 0
+
+
+def validate_command(args: argparse.Namespace) -> int:
+    """Config + input validation only: plan against the cap (nothing frozen), then every product's inputs."""
+    cfg = load_release_config(args.config)
+    store = open_store(cfg.store)
+    ctx = RunContext(store=store, config=cfg, config_sha256=cfg.sha256(), ledger=Ledger(store, cfg.release_id))
+    specs = [s for p in cfg.products for s in stages.product_specs(ctx, p.name)]
+    total = compose_plan(specs)
+    cap = ctx.cap
+    if cap.rho is not None and (total.rho is None or total.rho > cap.rho):
+        raise LedgerRefusal(f"plan total rho = {total.rho} exceeds the cap rho = {cap.rho}")
+    print(f"config {args.config}: {len(specs)} planned measurements, total rho = {total.rho} (cap {cap.rho})")
+    for p in cfg.products:
+        adapter = ctx.adapter(p.name)
+        pcfg = ctx.product_config(p.name)
+        summary = adapter.validate(adapter.confidential_inputs(store, cfg.inputs, pcfg),
+                                   adapter.public_inputs(store, cfg.inputs, pcfg), pcfg)
+        print(f"  {p.name}: inputs valid {summary}")
+    return 0
+
+
+def demo_command(args: argparse.Namespace) -> int:
+    from dasflow.demo import prepare_demo
+    from flows.release import run_release
+
+    t0 = time.perf_counter()
+    cfg = prepare_demo(Path(args.store), persons=args.persons, seed=args.seed)
+    run_release(cfg)
+    ctx = open_run(cfg.release_id, cfg.store)
+    _report(ctx, time.perf_counter() - t0)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    handlers = {"run": run_command, "resume": resume_command, "validate": validate_command, "demo": demo_command}
+    return handlers[args.command](args)

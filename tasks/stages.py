@@ -1,0 +1,89 @@
+"""Prefect tasks: thin wrappers over ``dasflow.pipeline.stages`` that take and return small manifests.
+
+Big data never travels through Prefect results: every task opens the release from its store by id, writes its
+outputs there itself, and returns a JSON-sized summary. Retries are for transient store faults only; bad input
+(``InputError``) and ledger refusals (``LedgerRefusal``) fail at once.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from prefect import task
+from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+from prefect.cache_policies import NO_CACHE
+
+from dasflow.errors import InputError, LedgerRefusal
+from dasflow.pipeline import stages
+from dasflow.pipeline.run import open_run
+
+
+def _transient(task_: Any, task_run: Any, state: Any) -> bool:
+    """Retry unless the failure is bad input or a ledger refusal (those never heal by retrying)."""
+    try:
+        state.result()
+    except (InputError, LedgerRefusal):
+        return False
+    except Exception:
+        return True
+    return False
+
+
+def _artifact_key(*parts: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")[:100]
+
+
+def _summary(record: dict[str, Any]) -> dict[str, Any]:
+    return {"stage": record.get("stage"), "product": record.get("product"),
+            "outputs": {k: {"sha256": v.get("sha256"), "rows": v.get("rows")}
+                        for k, v in record.get("outputs", {}).items()}}
+
+
+TASK_OPTS: dict[str, Any] = {"retries": 2, "retry_delay_seconds": 1, "retry_condition_fn": _transient,
+                             "cache_policy": NO_CACHE}
+
+
+@task(name="plan-and-freeze", **TASK_OPTS)
+def plan_task(release_id: str, store_uri: str) -> dict[str, Any]:
+    """Plan every product and check the plan against the cap, before any noise."""
+    return stages.plan_stage(open_run(release_id, store_uri)).as_record()
+
+
+@task(name="validate", **TASK_OPTS)
+def validate_task(release_id: str, store_uri: str, product: str) -> dict[str, Any]:
+    return _summary(stages.validate_stage(open_run(release_id, store_uri), product))
+
+
+@task(name="preprocess", **TASK_OPTS)
+def preprocess_task(release_id: str, store_uri: str, product: str) -> dict[str, Any]:
+    return _summary(stages.preprocess_stage(open_run(release_id, store_uri), product))
+
+
+@task(name="measure", **TASK_OPTS)
+def measure_task(release_id: str, store_uri: str, product: str) -> dict[str, Any]:
+    """Measure-once for every planned key of the product, with a progress bar in the Prefect UI."""
+    ctx = open_run(release_id, store_uri)
+    artifact_id = create_progress_artifact(progress=0.0, key=_artifact_key("measure", release_id, product),
+                                           description=f"{product}: planned keys measured")
+
+    def progress(done: int, total: int, key: str) -> None:
+        if artifact_id is not None and (done == total or done % max(1, total // 50) == 0):
+            update_progress_artifact(artifact_id=artifact_id, progress=100.0 * done / total)
+
+    return stages.measure_stage(ctx, product, progress)
+
+
+@task(name="postprocess", **TASK_OPTS)
+def postprocess_task(release_id: str, store_uri: str, product: str) -> dict[str, Any]:
+    return _summary(stages.postprocess_stage(open_run(release_id, store_uri), product))
+
+
+@task(name="release", **TASK_OPTS)
+def release_task(release_id: str, store_uri: str) -> dict[str, Any]:
+    """Release files, certificate and manifest; the ledger audit as a Prefect table artifact."""
+    ctx = open_run(release_id, store_uri)
+    manifest = stages.release_stage(ctx)
+    create_table_artifact(key=_artifact_key("ledger", release_id), table=ctx.ledger.audit(),
+                          description=f"privacy ledger of release {release_id}")
+    return {"files": len(manifest["files"]), "manifest": f"{ctx.root}/release/MANIFEST.json"}

@@ -1,0 +1,129 @@
+"""One object-store test suite run against every backend: local directory, moto's S3 server, SeaweedFS."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pandas as pd
+import pytest
+
+from dasflow.io.store import ForbiddenKey, LocalStore, ObjectStore, S3Store, StoreError, open_store, sha256_bytes
+from tests.servers import moto_server, s3_client, seaweedfs_server, make_bucket
+
+pytestmark = pytest.mark.xdist_group("s3servers")
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    with moto_server() as ep:
+        yield ep
+
+
+@pytest.fixture(scope="module")
+def weed_endpoint() -> Iterator[str]:
+    with seaweedfs_server() as ep:
+        yield ep
+
+
+@pytest.fixture(params=["local", "moto", "seaweedfs"])
+def store(request: pytest.FixtureRequest, tmp_path) -> ObjectStore:  # type: ignore[no-untyped-def]
+    if request.param == "local":
+        return LocalStore(tmp_path / "store")
+    endpoint = request.getfixturevalue("moto_endpoint" if request.param == "moto" else "weed_endpoint")
+    bucket = f"dasflow-{uuid.uuid4().hex[:10]}"
+    make_bucket(endpoint, bucket)
+    return S3Store(f"s3://{bucket}/prefix/a", client=s3_client(endpoint))
+
+
+def test_put_get_exists_hash(store: ObjectStore) -> None:
+    assert not store.exists("runs/r1/config.json")
+    sha = store.put("runs/r1/config.json", b'{"a": 1}\n')
+    assert sha == sha256_bytes(b'{"a": 1}\n')
+    assert store.exists("runs/r1/config.json")
+    assert store.get("runs/r1/config.json") == b'{"a": 1}\n'
+    assert store.sha256("runs/r1/config.json") == sha
+    store.put("runs/r1/config.json", b"replaced")
+    assert store.get("runs/r1/config.json") == b"replaced"
+
+
+def test_get_missing_is_a_store_error(store: ObjectStore) -> None:
+    with pytest.raises(StoreError, match="no object"):
+        store.get("runs/none/x.json")
+
+
+def test_create_only_put_refuses_second_write(store: ObjectStore) -> None:
+    assert store.put_if_absent("runs/r1/ledger/k.reserved.json", b"first")
+    assert not store.put_if_absent("runs/r1/ledger/k.reserved.json", b"second")
+    assert store.get("runs/r1/ledger/k.reserved.json") == b"first"
+
+
+def test_create_only_put_under_concurrency_has_one_winner(store: ObjectStore) -> None:
+    """Eight threads race to create one key: exactly one wins and its content is what is stored."""
+    results: list[tuple[int, bool]] = []
+    barrier = threading.Barrier(8)
+
+    def racer(i: int) -> None:
+        barrier.wait()
+        results.append((i, store.put_if_absent("runs/r1/ledger/race.json", f"writer {i}".encode())))
+
+    threads = [threading.Thread(target=racer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [i for i, won in results if won]
+    assert len(winners) == 1
+    assert store.get("runs/r1/ledger/race.json") == f"writer {winners[0]}".encode()
+
+
+def test_list_is_sorted_and_prefix_scoped(store: ObjectStore) -> None:
+    for key in ["runs/r1/b.txt", "runs/r1/a/x.txt", "runs/r2/a.txt", "confidential/p.csv"]:
+        store.put(key, b"x")
+    assert store.list("runs/r1/") == ["runs/r1/a/x.txt", "runs/r1/b.txt"]
+    assert store.list("runs/") == ["runs/r1/a/x.txt", "runs/r1/b.txt", "runs/r2/a.txt"]
+    assert "confidential/p.csv" in store.list()
+
+
+def test_parquet_round_trip_is_deterministic(store: ObjectStore) -> None:
+    frame = pd.DataFrame({"geo": ["01", "02"], "count": [3, -1]})
+    sha1, rows = store.put_parquet("runs/r1/p/a.parquet", frame)
+    sha2, _ = store.put_parquet("runs/r1/p/b.parquet", frame.copy())
+    assert rows == 2 and sha1 == sha2
+    pd.testing.assert_frame_equal(store.get_parquet("runs/r1/p/a.parquet"), frame)
+
+
+def test_restricted_view_cannot_resolve_confidential_keys(store: ObjectStore) -> None:
+    store.put("confidential/persons.csv", b"secret")
+    store.put("runs/r1/measurements/k.parquet", b"noisy")
+    view = store.restricted(["confidential/"])
+    with pytest.raises(ForbiddenKey):
+        view.get("confidential/persons.csv")
+    with pytest.raises(ForbiddenKey):
+        view.exists("confidential/persons.csv")
+    with pytest.raises(ForbiddenKey):
+        view.list("confidential/")
+    assert "confidential/persons.csv" not in view.list()
+    assert view.get("runs/r1/measurements/k.parquet") == b"noisy"
+
+
+@pytest.mark.parametrize("bad", ["", "/abs", "a/../b", "a//b", "a\\b"])
+def test_invalid_keys_are_refused(tmp_path, bad: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(StoreError, match="invalid object key"):
+        LocalStore(tmp_path).put(bad, b"x")
+
+
+def test_local_atomic_put_leaves_no_temp_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    store = LocalStore(tmp_path)
+    store.put("a/b.json", b"1")
+    store.put_if_absent("a/c.json", b"2")
+    store.put_if_absent("a/c.json", b"3")
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["b.json", "c.json"]
+
+
+def test_open_store_resolves_uris(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert isinstance(open_store(tmp_path), LocalStore)
+    assert isinstance(open_store(tmp_path.as_uri()), LocalStore)
+    with pytest.raises(Exception, match="unsupported store URI"):
+        open_store("ftp://x/y")
