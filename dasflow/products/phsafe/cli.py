@@ -1,0 +1,60 @@
+"""``dasflow phsafe {validate,private,non-private} CONFIG DATA_PATH [OUTPUT_PATH] [--validate]
+[--validate-private-output]`` — the Census production command line (phsafe-production.md).
+
+* ``validate``: config + input phases 1–3; exit 0 or 2 (InputError naming file, row, column).
+* ``private``: config and phases 1–2 always (they are what makes the integer conversion safe); phase 3 too
+with
+  ``--validate`` — all of it before any noise is drawn. Then plan, prepare, measure with the OS CSPRNG,
+  derive,
+  write ``PH1_num.csv`` … atomically; ``--validate-private-output`` re-reads and checks them (R16).
+* ``non-private``: the ground truth (no noise, NO truncation), same files without NOISE_DISTRIBUTION/VARIANCE.
+
+Decision: ``reader`` ``cef`` and ``csv`` both read the pipe/comma files in DATA_PATH; dasflow has no separate
+CEF reader, and the production config (``"reader": "cef"``) is accepted as-is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from dasflow.errors import DasflowError, InputError
+from dasflow.products.phsafe import outputs
+from dasflow.products.phsafe import planning as plan_mod
+from dasflow.products.phsafe.config import load_config
+from dasflow.products.phsafe.inputs import check_cross_file, read_inputs
+from dasflow.products.phsafe.product import run_non_private, run_private
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``dasflow phsafe`` (see the module docstring); returns the exit code."""
+    config = load_config(args.config)
+    if args.mode != "validate" and not args.output_path:
+        raise InputError(f"OUTPUT_PATH is required in {args.mode} mode")
+    inputs = read_inputs(args.data_path)
+    if args.mode == "validate" or args.validate:
+        check_cross_file(inputs, config.state_filter)
+    if args.mode == "validate":
+        print(f"phsafe: config and inputs valid ({config.universe}, {len(inputs.persons['MAFID'])} persons, "
+              f"{len(inputs.units['MAFID'])} units)")
+        return 0
+    if args.mode == "non-private":
+        frames = run_non_private(inputs.persons, inputs.units, inputs.geo, config)
+        written = outputs.write_tables(frames, args.output_path)
+        print(f"phsafe: wrote {len(written)} ground-truth tables to {args.output_path}")
+        return 0
+    specs = plan_mod.plan(config)
+    frames = run_private(inputs.persons, inputs.units, inputs.geo, config)
+    written = outputs.write_tables(frames, args.output_path)
+    total = plan_mod.total(specs)
+    print(f"phsafe: wrote {len(written)} private tables to {args.output_path}; "
+          f"{len(specs)} measurements, total {config.privacy_defn} budget "
+          f"{'infinite' if total is None else total}")
+    if args.validate_private_output:
+        try:
+            outputs.validate_output(args.output_path, config)
+        except DasflowError as exc:
+            print(f"phsafe: output validation FAILED: {exc}", file=sys.stderr)
+            raise
+        print("phsafe: output validation passed")
+    return 0

@@ -1,0 +1,118 @@
+"""``truncate_and_join`` (phsafe.md Algorithm 3, R7): keep ≤ τ persons per MAFID, drop duplicated units, join.
+
+Privacy argument (Lemma 6). Person truncation keeps, for each MAFID, the first τ person records under a FIXED
+total order on the universe of records; adding or removing one person record can then change the kept set by
+at most 2 records (the record itself and the one it displaces), so the truncation is 2-stable and leaves a
+MAFID
+multiplicity ≤ τ. ``DropNonUnique`` removes every unit record whose MAFID occurs more than once: 1-stable on
+unit records, multiplicity ≤ 1; since one person's change re-derives their unit record (old out, new in) the
+unit side is 2-stable in base persons. The inner join is therefore (τ·2 + 1·2) = (2τ+2)-stable.
+
+The order is content-based, never positional: records are sorted by (MAFID, h(record), record fields),
+where h is
+a fixed, unsalted 64-bit mixing hash (splitmix64 finaliser, fixed key) of the record's fields. The kept set
+therefore depends only on the multiset of records: it is invariant to row order and partitioning, and
+identical
+records are interchangeable, so which copy is kept cannot be observed. Python's per-process salted ``hash()``
+is not used anywhere. Hashing (rather than sorting by, e.g., age) makes the truncated persons a pseudo-random
+subset of a large household, so truncation bias is not systematically concentrated on one age or relationship.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+#: Fixed (public, data-independent) key of the truncation order. Changing it changes which persons of a
+#: household larger than τ are kept, never the privacy guarantee.
+TRUNCATION_KEY = np.uint64(0x5048_5361_6665_3230)  # "PHSafe20"
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _fmix64(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser: a bijection on uint64 with good avalanche."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _M1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _M2
+    return np.asarray(x ^ (x >> np.uint64(31)))
+
+
+def record_hash(fields: Sequence[np.ndarray], key: np.uint64 = TRUNCATION_KEY) -> np.ndarray:
+    """A vectorised, unsalted 64-bit hash of each record (row) of ``fields`` (integer columns)."""
+    if not fields:
+        raise ValueError("record_hash needs at least one field")
+    n = len(fields[0])
+    h = np.full(n, key, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for f in fields:
+            h = _fmix64(h ^ (np.asarray(f).astype(np.int64).view(np.uint64) + _GOLDEN))
+    return h
+
+
+def content_order(mafid: np.ndarray, fields: Sequence[np.ndarray]) -> np.ndarray:
+    """Row indices sorted by (MAFID, hash(record), record fields): a total order on distinct records."""
+    h = record_hash([mafid, *fields])
+    keys = [*reversed([np.asarray(f) for f in fields]), h, mafid]  # np.lexsort: last key is primary
+    return np.asarray(np.lexsort(keys))
+
+
+def rank_within_group(sorted_keys: np.ndarray) -> np.ndarray:
+    """For an array sorted by group key, each element's 0-based position within its run of equal keys."""
+    n = sorted_keys.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    start = np.empty(n, dtype=bool)
+    start[0] = True
+    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=start[1:])
+    idx = np.arange(n, dtype=np.int64)
+    first = np.maximum.accumulate(np.where(start, idx, 0))
+    return idx - first
+
+
+def truncate_persons(mafid: np.ndarray, tau: int, order: np.ndarray) -> np.ndarray:
+    """Indices of the persons kept: the first ``tau`` of each MAFID under ``order`` (a content order)."""
+    if tau <= 0:
+        raise ValueError("tau must be > 0")
+    m = mafid[order]
+    return order[rank_within_group(m) < tau]
+
+
+def drop_non_unique(mafid: np.ndarray) -> np.ndarray:
+    """Indices of the units whose MAFID occurs exactly once (every copy of a duplicated MAFID is dropped)."""
+    uniq, inverse, counts = np.unique(mafid, return_inverse=True, return_counts=True)
+    del uniq
+    return np.flatnonzero(counts[inverse] == 1)
+
+
+def inner_join(p_mafid: np.ndarray, p_rows: np.ndarray, u_mafid: np.ndarray,
+               u_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Inner join of persons ``p_rows`` with units ``u_rows`` (unique MAFIDs) on MAFID -> (person, unit)
+    rows."""
+    um = u_mafid[u_rows]
+    srt = np.argsort(um, kind="stable")
+    um_sorted = um[srt]
+    pm = p_mafid[p_rows]
+    pos = np.searchsorted(um_sorted, pm)
+    pos_c = np.minimum(pos, max(um_sorted.size - 1, 0))
+    hit = (pos < um_sorted.size) & (um_sorted[pos_c] == pm) if um_sorted.size else np.zeros(pm.size, bool)
+    return p_rows[hit], u_rows[srt[pos_c[hit]]]
+
+
+def truncate_and_join(p_mafid: np.ndarray, p_fields: Sequence[np.ndarray], u_mafid: np.ndarray, tau: int,
+                      order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Algorithm 3: returns matching (person row, unit row) index arrays of the (2τ+2)-stable join.
+
+    ``p_fields`` are the person record's fields (besides MAFID) that define its content order; ``order``
+    may be
+    passed precomputed (``content_order`` restricted to these rows, in order) to share one sort across tables.
+    """
+    if order is None:
+        order = content_order(p_mafid, p_fields)
+    kept = truncate_persons(p_mafid, tau, order)
+    units = drop_non_unique(u_mafid)
+    return inner_join(p_mafid, kept, u_mafid, units)
