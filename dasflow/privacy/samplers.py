@@ -1,0 +1,374 @@
+"""Exact, vectorised noise samplers: Bernoulli(exp(-x)), two-sided geometric and discrete Gaussian.
+
+Exactness (the property the privacy proofs need) means every returned sample has *exactly* the stated
+distribution, given uniform randomness from the generator; no floating-point value ever decides a sample
+(floats are used only to size batches and to *guess* a table index that integer comparisons then verify). All
+parameters are rationals (``int``, ``Fraction``, ``Decimal`` or a decimal string); ``float`` is refused,
+because a float cannot be told apart from float drift (``0.1 + 0.2``), which would silently change the privacy
+guarantee.
+
+One rule decides every random choice (proof in :mod:`dasflow.privacy._sampling_exact`): to test ``U < p`` for
+a uniform real ``U`` and ``p = exp(-x)`` with rational ``x``, compare the first 64 bits ``u`` of ``U`` with
+the integer ``T = min(floor(2**64 p), 2**64 - 1)`` computed exactly with big integers: ``u < T`` means yes,
+``u > T`` means no, and ``u == T`` (probability about ``2**-64``) is resolved by drawing further bits of ``U``
+and comparing against ever tighter rigorous integer bounds of ``2**k p``. Hence ``P(yes) = p`` exactly, using
+integer comparisons only. The thresholds for all ``x`` a sampler can meet are precomputed once per parameter
+(``lru_cache``).
+
+Privacy use: ``x + two_sided_geometric(Δ/ε)`` is ε-DP for an L1-sensitivity-Δ integer query
+(Ghosh–Roughgarden–Sundararajan); ``x + discrete_gaussian(Δ²/(2ρ))`` is ρ-zCDP for an L2-sensitivity-Δ
+integer query (Canonne–Kamath–Steinke 2020, Thm. 4). Their noise variances are ``2a/(1-a)²`` with ``a =
+exp(-1/scale)``, and slightly *less* than ``σ²`` respectively.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from functools import lru_cache
+from math import isqrt
+
+import numpy as np
+import numpy.typing as npt
+
+from dasflow.privacy._sampling_exact import (
+    WORD_BITS,
+    LazyUniform,
+    exp_neg_table,
+    threshold,
+)
+from dasflow.privacy.rng import Generator
+
+__all__ = [
+    "RationalLike",
+    "as_rational",
+    "bernoulli_exp_neg",
+    "discrete_gaussian",
+    "two_sided_geometric",
+]
+
+RationalLike = int | Fraction | Decimal | str
+Size = int | tuple[int, ...]
+
+_CHUNK = 1 << 18  # samples produced per vectorised round (bounds peak memory to a few tens of MB)
+_TABLE_LIMIT = 1 << 24  # never build a threshold table longer than this
+_SINGLE_TABLE_MAX_SCALE = Fraction(4096)  # above: two-level geometric (tables ~ sqrt(44 * scale) long)
+_TWO_POW_M64 = 2.0**-64
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Parameter validation
+# ------------------------------------------------------------------------------------------------------------
+def as_rational(value: object, name: str) -> Fraction:
+    """``value`` as an exact non-negative ``Fraction``; ``ValueError`` naming ``name`` and the value
+    otherwise.
+
+    Accepts ``int`` (not ``bool``), ``Fraction``, finite ``Decimal`` and ``str`` holding a decimal
+    (``"0.25"``, ``"1e-3"``) or a ratio (``"1/3"``). Refuses ``float``: pass ``Fraction("0.1")``, not ``0.1``.
+    """
+    r: Fraction
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a rational number, got bool {value!r}")
+    if isinstance(value, float | np.floating):
+        raise ValueError(
+            f"{name} must be exact, got float {value!r}: a float cannot be told apart from float drift; "
+            f"pass a fractions.Fraction (e.g. Fraction('{value!r}')), an int, a Decimal or a decimal string"
+        )
+    if isinstance(value, Fraction):
+        r = value
+    elif isinstance(value, int | np.integer):
+        r = Fraction(int(value))
+    elif isinstance(value, Decimal):
+        if not value.is_finite():
+            raise ValueError(f"{name} must be finite, got {value!r}")
+        r = Fraction(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            if "/" in text:
+                r = Fraction(text)
+            else:
+                d = Decimal(text)
+                if not d.is_finite():
+                    raise ValueError(f"{name} must be finite, got {value!r}")
+                r = Fraction(d)
+        except (InvalidOperation, ValueError, ZeroDivisionError) as exc:
+            if "must be finite" in str(exc):
+                raise
+            raise ValueError(f"{name} must be a decimal or ratio string, got {value!r}") from exc
+    else:
+        raise ValueError(
+            f"{name} must be an int, Fraction, Decimal or decimal str, got {type(value).__name__} {value!r}"
+        )
+    if r < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return r
+
+
+def _shape(size: Size) -> tuple[int, ...]:
+    dims = (size,) if isinstance(size, int | np.integer) and not isinstance(size, bool) else size
+    if not isinstance(dims, tuple) or any(
+        isinstance(d, bool) or not isinstance(d, int | np.integer) or int(d) < 0 for d in dims
+    ):
+        raise ValueError(f"size must be a non-negative int or a tuple of them, got {size!r}")
+    return tuple(int(d) for d in dims)
+
+
+def _check_generator(g: object) -> Generator:
+    if not isinstance(g, Generator):
+        raise ValueError(
+            f"g must be a dasflow.privacy.rng generator (rng.csprng() or rng.seeded(seed)), got {g!r}"
+        )
+    return g
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Bernoulli(exp(-x))
+# ------------------------------------------------------------------------------------------------------------
+def bernoulli_exp_neg(x: RationalLike, size: Size, g: Generator) -> npt.NDArray[np.bool_]:
+    """i.i.d. Bernoulli(exp(-x)) booleans for rational ``x >= 0``.
+
+    Algorithm: ``T = min(floor(2**64 exp(-x)), 2**64-1)`` (exact big-integer bounds); per sample draw a
+    uniform 64-bit ``u``; ``u < T`` → True, ``u > T`` → False, ``u == T`` → continue the uniform real ``U = (u
+    + V)/2**64`` with fresh bits ``V`` until ``U < exp(-x)`` is decided.
+    Exact because the outcome is the event ``U < exp(-x)`` for a uniform real ``U``, decided by integer
+    comparisons against rigorous bounds only.
+    """
+    xr = as_rational(x, "x")
+    gen = _check_generator(g)
+    shape = _shape(size)
+    n = math.prod(shape)
+    t = threshold(xr)
+    u = gen.uint64(n)
+    out = u < np.uint64(t)
+    for i in np.flatnonzero(u == np.uint64(t)):
+        out[i] = LazyUniform(gen, int(u[i]), WORD_BITS).less_than_exp_neg(xr)
+    return out.reshape(shape)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# One-sided geometric magnitudes: P(M >= m) = exp(-m/b)
+# ------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _InversionTable:
+    """Thresholds ``T[m] = T(m/b)`` for m = 0..mmax (``T[mmax] == 0``) of the magnitude law P(M >= m) =
+    exp(-m/b)."""
+
+    scale: Fraction
+    scale_f: float
+    t: npt.NDArray[np.uint64]  # T[0..mmax], non-increasing, last entry 0
+    asc: npt.NDArray[np.uint64]  # T[1..mmax] reversed (ascending) for searchsorted
+    mmax: int
+
+
+@lru_cache(maxsize=128)
+def _inversion_table(b: Fraction) -> _InversionTable:
+    t = exp_neg_table(Fraction(0), 1 / b, Fraction(0), stop_after=1, limit=_TABLE_LIMIT)
+    return _InversionTable(b, float(b), t, np.ascontiguousarray(t[1:][::-1]), len(t) - 1)
+
+
+@lru_cache(maxsize=128)
+def _truncated_table(b: Fraction, t: int) -> npt.NDArray[np.uint64]:
+    """Thresholds ``T(r/b)`` for r = 0..t-1 (acceptance of a uniform r in the two-level geometric)."""
+    full = exp_neg_table(Fraction(0), 1 / b, Fraction(0), stop_after=t, limit=_TABLE_LIMIT + t)
+    if len(full) >= t:
+        return full[:t]
+    return np.concatenate([full, np.zeros(t - len(full), dtype=np.uint64)])
+
+
+def _magnitudes_single(tab: _InversionTable, n: int, g: Generator) -> npt.NDArray[np.int64]:
+    """n i.i.d. M = max{m >= 0 : U < exp(-m/b)} by inversion of a uniform real U (so P(M >= m) = exp(-m/b)).
+
+    With ``u`` the first 64 bits of ``U``: a float *guess* ``m`` (≈ -b ln(u 2**-64)) is accepted only if the
+    integer tests ``(m == 0 or u < T[m])`` and ``u > T[m+1]`` prove ``exp(-(m+1)/b) <= U < exp(-m/b)``.
+    Unproved guesses are replaced by the exact count ``#{m >= 1 : u < T[m]}`` (binary search); if then ``u ==
+    T[m+1]`` the lazy uniform real decides ``U < exp(-j/b)`` for j = m+1, m+2, ... exactly.
+    """
+    u = g.uint64(n)
+    thr = tab.t
+    uf = u.astype(np.float64) * _TWO_POW_M64 + 2.0**-65
+    guess = np.floor(-tab.scale_f * np.log(uf))
+    np.clip(guess, 0, tab.mmax - 1, out=guess)
+    m = guess.astype(np.int64)
+    ok = ((m == 0) | (u < thr[m])) & (u > thr[m + 1])
+    bad = np.flatnonzero(~ok)
+    if bad.size:
+        ub = u[bad]
+        exact = tab.mmax - np.searchsorted(tab.asc, ub, side="right").astype(np.int64)
+        m[bad] = exact
+        for j in np.flatnonzero(ub == thr[exact + 1]):
+            lazy = LazyUniform(g, int(ub[j]), WORD_BITS)
+            k = int(exact[j]) + 1
+            while lazy.less_than_exp_neg(k / tab.scale):
+                k += 1
+            m[bad[j]] = k - 1
+    return m
+
+
+def _magnitudes(b: Fraction, n: int, g: Generator) -> npt.NDArray[np.int64]:
+    """n i.i.d. one-sided geometric magnitudes with P(M >= m) = exp(-m/b), b > 0.
+
+    For ``b <= 4096``: :func:`_magnitudes_single` (one table of about 44.4 b entries). Above, the memoryless
+    split ``M = t V + R`` with integer ``t ≈ sqrt(44 b)``: ``V`` is geometric with P(V >= v) = exp(-v t / b)
+    (the same sampler at scale ``b/t``) and ``R`` independent on {0..t-1} with P(R = r) ∝ exp(-r/b), drawn as
+    a uniform integer accepted with probability exp(-r/b). Since P(V=v)P(R=r) ∝ exp(-(tv+r)/b), M is exactly
+    geometric.
+    """
+    if b <= _SINGLE_TABLE_MAX_SCALE:
+        return _magnitudes_single(_inversion_table(b), n, g)
+    t = isqrt(int(44 * b)) + 1
+    v = _magnitudes(b / t, n, g)
+    r = np.empty(n, dtype=np.int64)
+    acc_table = _truncated_table(b, t)
+    filled = 0
+    while filled < n:
+        need = n - filled
+        cand = g.integers(t, need + need // 8 + 16)
+        ok = _accept(cand, acc_table, lambda k: Fraction(k) / b, g)
+        got = cand[ok][:need]
+        r[filled : filled + got.size] = got
+        filled += got.size
+    return t * v + r
+
+
+def _accept(
+    k: npt.NDArray[np.int64],
+    table: npt.NDArray[np.uint64],
+    x_of: object,
+    g: Generator,
+) -> npt.NDArray[np.bool_]:
+    """Vectorised Bernoulli(exp(-x_of(k))) per element, with ``table[min(k, len-1)] = T(x_of(k))``.
+
+    Callers guarantee that indices clipped to the last entry have threshold 0 (x increasing past the table).
+    Ties ``u == T`` go to the lazy uniform real with the exact ``x_of(k)``.
+    """
+    idx = np.minimum(k, len(table) - 1)
+    thr = table[idx]
+    u = g.uint64(k.size)
+    acc = u < thr
+    ties = np.flatnonzero(u == thr)
+    if ties.size:
+        assert callable(x_of)
+        for i in ties:
+            acc[i] = LazyUniform(g, int(u[i]), WORD_BITS).less_than_exp_neg(x_of(int(k[i])))
+    return acc
+
+
+def _two_sided(b: Fraction, n: int, g: Generator) -> tuple[npt.NDArray[np.int64], int]:
+    """Up to n two-sided geometric samples from n proposals: magnitude M, sign S; reject (S negative, M = 0).
+
+    P(X = k) ∝ exp(-|k|/b): for k > 0 only (M=k, S=+) contributes, for k < 0 only (M=|k|, S=-), and for k = 0
+    only (M=0, S=+), each with probability (1-a) a^|k| / 2, a = exp(-1/b). Returns the accepted values
+    (i.i.d.).
+    """
+    m = _magnitudes(b, n, g)
+    s = g.bits(n).astype(bool)
+    keep = ~(s & (m == 0))
+    return np.where(s, -m, m)[keep], n
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Public samplers
+# ------------------------------------------------------------------------------------------------------------
+def _fill(shape: tuple[int, ...], draw: object, rate: float) -> npt.NDArray[np.int64]:
+    """Fill an int64 array by repeated vectorised rejection rounds of ``draw(n) -> accepted samples``.
+
+    Accepted samples of independent rounds are i.i.d., so the first ``prod(shape)`` of them are an exact
+    sample. ``rate`` (a float) only sizes the rounds.
+    """
+    assert callable(draw)
+    total = math.prod(shape)
+    out = np.empty(total, dtype=np.int64)
+    filled = 0
+    while filled < total:
+        need = min(total - filled, _CHUNK)
+        got: npt.NDArray[np.int64] = draw(int(need / rate * 1.05) + 16)
+        got = got[: total - filled]
+        out[filled : filled + got.size] = got
+        filled += got.size
+    return out.reshape(shape)
+
+
+def two_sided_geometric(scale: RationalLike, size: Size, g: Generator) -> npt.NDArray[np.int64]:
+    """i.i.d. two-sided geometric (discrete Laplace) noise: P(X = k) = (1-a)/(1+a) a^|k|, a = exp(-1/scale).
+
+    ``scale`` is a rational b >= 0 (b = Δ/ε for an ε-DP count of L1 sensitivity Δ); ``scale == 0`` means no
+    noise (zeros). Variance ``2a/(1-a)²``.
+
+    Algorithm (exact): M = max{m >= 0 : U < exp(-m/b)} for a uniform real U, i.e. P(M >= m) = exp(-m/b),
+    decided by comparing U's 64-bit prefix with the exact integer thresholds ``floor(2**64 exp(-m/b))`` (ties:
+    more bits of U); for b > 4096, M = tV + R as in :func:`_magnitudes`. A fair sign bit S; (S = -, M = 0) is
+    rejected; X = ±M. Exact because each accepted value k has probability ∝ (1-a) a^|k| / 2 (see
+    :func:`_two_sided`).
+    """
+    b = as_rational(scale, "scale")
+    gen = _check_generator(g)
+    shape = _shape(size)
+    if b == 0:
+        return np.zeros(shape, dtype=np.int64)
+    a = math.exp(-1 / float(b))
+    rate = 1 - (1 - a) / 2
+    return _fill(shape, lambda n: _two_sided(b, n, gen)[0], rate)
+
+
+@dataclass(frozen=True)
+class _GaussianPlan:
+    sigma2: Fraction
+    t: int  # proposal scale floor(sigma) + 1
+    mu: Fraction  # sigma2 / t
+    accept: npt.NDArray[np.uint64]  # T((k - mu)^2 / (2 sigma2)) for k = 0..K (last entry 0)
+    rate: float  # approximate overall acceptance (batch sizing only)
+
+
+@lru_cache(maxsize=128)
+def _gaussian_plan(s2: Fraction) -> _GaussianPlan:
+    t = isqrt(s2.numerator * s2.denominator) // s2.denominator + 1  # floor(sqrt(p/q)) = floor(isqrt(pq)/q)
+    mu = s2 / t
+    two_s2 = 2 * s2
+    table = exp_neg_table(
+        mu * mu / two_s2, (1 - 2 * mu) / two_s2, 1 / s2, stop_after=math.ceil(mu) + 1, limit=_TABLE_LIMIT
+    )
+    a = math.exp(-1 / t)
+    sigma = math.sqrt(float(s2))
+    # acceptance ≈ P(keep sign) * E[exp(-(|Y|-mu)^2 / (2 s2))]; a float estimate, used only to size batches
+    ks = np.arange(0, len(table), dtype=np.float64)
+    w = np.where(ks == 0, (1 - a) / (1 + a), 2 * (1 - a) / (1 + a) * a**ks)
+    acc = float(np.sum(w * np.exp(-((ks - float(mu)) ** 2) / (2 * sigma * sigma))))
+    return _GaussianPlan(s2, t, mu, table, max(acc, 0.05))
+
+
+def discrete_gaussian(sigma2: RationalLike, size: Size, g: Generator) -> npt.NDArray[np.int64]:
+    """i.i.d. discrete Gaussian noise N_Z(0, σ²): P(X = k) = exp(-k²/(2σ²)) / Σ_j exp(-j²/(2σ²)).
+
+    ``sigma2`` is a rational σ² >= 0 (σ² = Δ²/(2ρ) for ρ-zCDP at L2 sensitivity Δ); ``sigma2 == 0`` means no
+    noise.
+
+    Algorithm (Canonne–Kamath–Steinke 2020, Alg. 3): t = ⌊σ⌋ + 1 (⌊σ⌋ = isqrt exactly);
+    repeat: Y ← two-sided geometric with scale t (exact, as in :func:`two_sided_geometric`);
+            accept Y with probability exp(-(|Y| - σ²/t)² / (2σ²));
+    return the first accepted Y.
+    The acceptance is Bernoulli(exp(-x)) with rational x = (|Y| - σ²/t)²/(2σ²), decided as in
+    :func:`bernoulli_exp_neg` with the thresholds for every |Y| = 0..K precomputed (for |Y| > K the threshold
+    is 0; ties use the exact x). CKS prove the accepted Y is exactly N_Z(0, σ²); our Bernoulli and geometric
+    draws are exact, so the output is. Expected proposals per sample < 1.5 (about 1.3 for σ >= 1).
+    Integer sizes: thresholds and |Y| fit in uint64/int64 for any σ² < 1e30; x is a Python Fraction.
+    """
+    s2 = as_rational(sigma2, "sigma2")
+    gen = _check_generator(g)
+    shape = _shape(size)
+    if s2 == 0:
+        return np.zeros(shape, dtype=np.int64)
+    plan = _gaussian_plan(s2)
+    tb = Fraction(plan.t)
+    two_s2 = 2 * s2
+
+    def x_of(k: int) -> Fraction:
+        return (k - plan.mu) ** 2 / two_s2
+
+    def draw(n: int) -> npt.NDArray[np.int64]:
+        y, _ = _two_sided(tb, n, gen)
+        return y[_accept(np.abs(y), plan.accept, x_of, gen)]
+
+    return _fill(shape, draw, plan.rate)
