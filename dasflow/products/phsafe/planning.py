@@ -61,13 +61,15 @@ def plan(config: PHSafeConfig) -> list[MeasurementSpec]:
             if not config.tabulated(table, level):
                 continue
             budget = config.budgets[table][level]
+            # the accountant's spelling of an infinite budget (its parse_budget refuses a bare None)
+            b_arg: Fraction | str = "Infinity" if budget is None else budget
             variance: Fraction | float
             if config.privacy_defn == "zcdp":
-                noise = accounting.gaussian_sigma2(budget, c)
+                noise = accounting.gaussian_sigma2(b_arg, c)
                 variance = noise
                 mechanism = "discrete_gaussian"
             else:
-                noise = accounting.geometric_scale(budget, c)
+                noise = accounting.geometric_scale(b_arg, c)
                 variance = geometric_variance(noise)
                 mechanism = "two_sided_geometric"
             specs.append(MeasurementSpec(
