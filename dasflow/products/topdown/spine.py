@@ -1,0 +1,735 @@
+"""The TopDown geographic spine: construction, optimisation (OBGs, Alg 2, Alg 3), privacy invariant.
+
+Reads only public block geography (a GRF-C-like block file) plus the invariant GQ-type presence per block; never
+person data (S20: one row per block, a column whitelist, unique GEOIDs). Deterministic, no randomness.
+
+Privacy argument (Theorem 3, S14): every geounit ``u`` with ``γ_u > 0`` is measured with budget share ``γ_u``;
+a moved record changes the histograms of the geounits on two root-to-block paths only, so the mechanism is
+ρ-zCDP iff the **sum of γ along every root-to-block path** is ≤ Σβ = 1. The bypass (Sec 5 form) moves PLB up a
+path and never changes a path sum; :func:`check_privacy_invariant` verifies in exact integer arithmetic
+(γ numerators over one common denominator) that every path sum equals Σβ and every γ ≥ 0, and the build fails
+otherwise. The spine and γ depend on public geography and the GQ invariants only, both fixed across TDA
+neighbours (§6), so they are data-independent.
+
+Decisions where the paper is silent ([?] items, also in docs/topdown.md):
+- OBG cap ``int(√n + fanout_cutoff)`` (n = blocks in the tract unit, i.e. tract ∩ AIAN side); a membership cell
+  larger than the cap is cut into ``ceil(m/cap)`` balanced chunks in GEOID order.
+- Alg 2 re-evaluates on a tract-level reduced tree (tract c-values do not depend on tract grouping); pairs are
+  visited in (county, u, v) order; the sibling list is rebuilt after each accepted merge.
+- Alg 3 never bypasses the root.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import pickle
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from dasflow.errors import DasflowError, InputError
+from dasflow.products.topdown.osed import OsedPairs, leaf_pairs, leximax_le, osed_root, osed_up
+from dasflow.products.topdown.strategy import check_shares, exact_share
+
+IntArray = npt.NDArray[np.int64]
+ObjArray = npt.NDArray[np.object_]
+
+#: S23: the 12 strong-MCD states (CT, ME, MA, MI, MN, NH, NJ, NY, PA, RI, VT, WI) by FIPS code.
+STRONG_MCD_STATES = frozenset({"09", "23", "25", "26", "27", "33", "34", "36", "42", "44", "50", "55"})
+
+#: [EXT] AIANNHCE ranges of the 7 AIAN area categories on the spine (inclusive); TDSA/SDTSA and 9999 excluded.
+AIAN_RANGES: tuple[tuple[int, int], ...] = (
+    (1, 4799), (4800, 4989), (5000, 5499), (5500, 5899), (5900, 5999), (6000, 7999), (9000, 9499),
+)
+
+#: Columns the spine builder accepts; anything else (e.g. person attributes) is refused (S20).
+GEOGRAPHY_COLUMNS = frozenset({
+    "GEOID", "TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK", "AIANNHCE", "PLACEFP", "COUSUBFP",
+    "GQ_TYPES", "SDUNI", "PRIM",
+})
+
+Category = Literal["AIAN", "GQ", "MCD", "PLACE", "SD", "CBG"]
+
+
+class PrivacyInvariantError(DasflowError):
+    """S14: some root-to-block path sum of γ differs from Σβ, or some γ < 0. The run must stop."""
+
+
+@dataclass(frozen=True)
+class SpineConfig:
+    """Spine settings. ``fanout_cutoff`` is a [?] in the paper and has no baked-in default here."""
+
+    beta: tuple[Fraction, ...]
+    fanout_cutoff: int
+    kind: Literal["pl94", "dhc"] = "pl94"
+    ose_categories: tuple[Category, ...] = ("AIAN", "GQ", "MCD", "PLACE")
+    aian_split: bool = True
+    optimized_block_groups: bool = True
+    tract_groups: bool = False
+    privacy_rule: Literal["zcdp", "puredp"] = "zcdp"
+    aian_ranges: tuple[tuple[int, int], ...] = AIAN_RANGES
+    universe: Literal["US", "PR"] = "US"
+
+    def __post_init__(self) -> None:
+        check_shares(list(self.beta), "spine β")
+        if len(self.beta) != len(self.levels):
+            raise InputError(f"spine: {len(self.beta)} shares β for {len(self.levels)} levels {self.levels}")
+        if self.fanout_cutoff < 0:
+            raise InputError("spine: fanout_cutoff must be ≥ 0")
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        if self.kind == "dhc":
+            return ("US", "state", "county", "prim", "tract_subset_group", "tract_subset", "block_group",
+                    "block")
+        mid = ("tract_group",) if self.tract_groups else ()
+        return ("US", "state", "county", *mid, "tract", "block_group", "block")
+
+
+def preset(name: str, beta: Sequence[Any], fanout_cutoff: int, **kw: Any) -> SpineConfig:
+    """S22 presets: ``pl94_persons`` (6 levels; AIAN, GQ, MCD, place), ``pl94_units`` (same minus GQ),
+    ``dhc`` (8 levels; SD, CBG), ``pr`` (PL persons spine rooted at the PR state; β given for the 6 levels is
+    renormalised over the 5 levels below the US so its global PLB matches the US run — the US share is spread
+    proportionally, a [?] decision)."""
+    b = tuple(exact_share(v, "β") for v in beta)
+    if name == "pl94_persons":
+        return SpineConfig(beta=b, fanout_cutoff=fanout_cutoff, **kw)
+    if name == "pl94_units":
+        return SpineConfig(beta=b, fanout_cutoff=fanout_cutoff, ose_categories=("AIAN", "MCD", "PLACE"), **kw)
+    if name == "dhc":
+        return SpineConfig(beta=b, fanout_cutoff=fanout_cutoff, kind="dhc", ose_categories=("SD", "CBG"), **kw)
+    if name == "pr":
+        if len(b) == 6:
+            rest = b[1:]
+            s = sum(rest, Fraction(0))
+            b = (Fraction(0), *(x / s for x in rest))
+        return _pr_config(b, fanout_cutoff, **kw)
+    raise InputError(f"spine: unknown preset {name!r}")
+
+
+def _pr_config(beta: tuple[Fraction, ...], fanout_cutoff: int, **kw: Any) -> SpineConfig:
+    """PR: the root sits at the state level (the 'US' level has a single child, the PR state, β = 0 there is
+    not allowed, so the root *is* the state: levels state, county, tract, block_group, block)."""
+    b = tuple(x for x in beta if x != 0)
+    cfg = _PRSpineConfig(beta=b, fanout_cutoff=fanout_cutoff, universe="PR", **kw)
+    return cfg
+
+
+@dataclass(frozen=True)
+class _PRSpineConfig(SpineConfig):
+    @property
+    def levels(self) -> tuple[str, ...]:
+        mid = ("tract_group",) if self.tract_groups else ()
+        return ("state", "county", *mid, "tract", "block_group", "block")
+
+
+@dataclass
+class Spine:
+    """An internal spine. Level 0 is the root; the last level is the block (one unit per block).
+
+    ``gamma_num[l][u] / denominator`` is γ of unit u (exact). ``block_unit[l][b]`` is the unit at level l on
+    block b's path (blocks in internal order; ``block_geoid`` maps back to standard geography, S21).
+    """
+
+    levels: tuple[str, ...]
+    parent: list[IntArray]
+    gamma_num: list[IntArray]
+    denominator: int
+    labels: list[ObjArray]
+    block_geoid: ObjArray
+    block_source_row: IntArray
+    beta: tuple[Fraction, ...]
+    privacy_rule: str
+    bypassed: list[int] = field(default_factory=list)
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+    input_hash: str = ""
+
+    @property
+    def n_levels(self) -> int:
+        return len(self.levels)
+
+    def n_units(self, level: int) -> int:
+        return int(self.parent[level].shape[0])
+
+    def fanout(self, level: int) -> IntArray:
+        """Children per unit of ``level`` (level < last)."""
+        return np.bincount(self.parent[level + 1], minlength=self.n_units(level)).astype(np.int64)
+
+    def gamma(self, level: int) -> list[Fraction]:
+        return [Fraction(int(g), self.denominator) for g in self.gamma_num[level]]
+
+    @property
+    def block_unit(self) -> list[IntArray]:
+        nb = self.block_geoid.shape[0]
+        out: list[IntArray] = [np.zeros(0, dtype=np.int64)] * self.n_levels
+        cur = np.arange(nb, dtype=np.int64)
+        out[-1] = cur
+        for l in range(self.n_levels - 1, 0, -1):
+            cur = self.parent[l][cur]
+            out[l - 1] = cur
+        return out
+
+    def block_range(self, level: int) -> tuple[IntArray, IntArray]:
+        """First and one-past-last block (internal order) of every unit: blocks are contiguous (S5)."""
+        bu = self.block_unit[level]
+        n = self.n_units(level)
+        units = np.arange(n)
+        return (np.searchsorted(bu, units, side="left").astype(np.int64),
+                np.searchsorted(bu, units, side="right").astype(np.int64))
+
+    def geounit_table(self) -> pd.DataFrame:
+        """Geounit table: internal id, level, parent id, γ as an exact fraction string, block count."""
+        frames = []
+        bu = self.block_unit
+        for l, name in enumerate(self.levels):
+            par = self.parent[l]
+            plabels = self.labels[l - 1][par] if l > 0 else np.array([""], dtype=object)
+            frames.append(pd.DataFrame({
+                "GEOUNIT": self.labels[l], "LEVEL": name, "PARENT": plabels,
+                "GAMMA": [str(g) for g in self.gamma(l)],
+                "BLOCKS": np.bincount(bu[l], minlength=self.n_units(l)),
+            }))
+        return pd.concat(frames, ignore_index=True)
+
+    def block_paths(self) -> pd.DataFrame:
+        """Block GEOID → internal id at every level (S6 bijection; S21 published geography from GEOID)."""
+        data: dict[str, Any] = {"GEOID": self.block_geoid}
+        for l, name in enumerate(self.levels):
+            data[name] = self.labels[l][self.block_unit[l]]
+        return pd.DataFrame(data)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# input normalisation
+# ----------------------------------------------------------------------------------------------------------
+
+def _col(df: pd.DataFrame, name: str, default: str) -> npt.NDArray[np.str_]:
+    if name not in df.columns:
+        return np.full(len(df), default, dtype=object).astype(str)
+    return df[name].astype(str).to_numpy().astype(str)
+
+
+def normalise_blocks(blocks: pd.DataFrame, source: str = "<blocks>") -> pd.DataFrame:
+    """Validate a block geography table; returns GEOID-sorted columns ST, CTY, TRACT, BLK, BG + OSE inputs."""
+    extra = set(blocks.columns) - GEOGRAPHY_COLUMNS
+    if extra:
+        raise InputError(f"spine input may hold public geography only; unexpected columns {sorted(extra)} "
+                         "(person data must never reach the spine, S20)", file=source, column=sorted(extra)[0])
+    if "GEOID" in blocks.columns:
+        geoid = blocks["GEOID"].astype(str).to_numpy().astype(str)
+    elif {"TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"} <= set(blocks.columns):
+        geoid = (blocks["TABBLKST"].astype(str).str.zfill(2) + blocks["TABBLKCOU"].astype(str).str.zfill(3)
+                 + blocks["TABTRACTCE"].astype(str).str.zfill(6) + blocks["TABBLK"].astype(str).str.zfill(4)
+                 ).to_numpy().astype(str)
+    else:
+        raise InputError("spine input needs GEOID or TABBLKST/TABBLKCOU/TABTRACTCE/TABBLK", file=source)
+    lens = np.char.str_len(geoid)
+    bad = np.flatnonzero((lens != 15) | ~np.char.isdigit(geoid))
+    if bad.size:
+        raise InputError(f"block GEOID {geoid[bad[0]]!r} is not 15 digits", file=source, row=int(bad[0]),
+                         column="GEOID")
+    s = pd.Series(geoid)
+    dup = np.flatnonzero(s.duplicated().to_numpy())
+    if dup.size:
+        raise InputError(f"duplicate block GEOID {geoid[dup[0]]!r}: one row per block (a person or unit "
+                         "table cannot be a spine input)", file=source, row=int(dup[0]), column="GEOID")
+    out = pd.DataFrame({
+        "ROW": np.arange(len(blocks), dtype=np.int64),
+        "GEOID": geoid,
+        "ST": np.char.ljust(geoid, 2).astype("U2"),
+        "CTY": pd.Series(geoid).str[2:5],
+        "TRACT": pd.Series(geoid).str[5:11],
+        "BG": pd.Series(geoid).str[11:12],
+        "BLK": pd.Series(geoid).str[11:15],
+        "AIANNHCE": _col(blocks, "AIANNHCE", "9999"),
+        "PLACEFP": _col(blocks, "PLACEFP", "99999"),
+        "COUSUBFP": _col(blocks, "COUSUBFP", "99999"),
+        "GQ_TYPES": _col(blocks, "GQ_TYPES", "0"),
+        "SDUNI": _col(blocks, "SDUNI", "99999"),
+        "PRIM": _col(blocks, "PRIM", "R"),
+    })
+    aian = pd.to_numeric(out["AIANNHCE"], errors="coerce")
+    badaian = np.flatnonzero(aian.isna().to_numpy())
+    if badaian.size:
+        raise InputError(f"AIANNHCE {out['AIANNHCE'].iloc[badaian[0]]!r} is not numeric", file=source,
+                         row=int(badaian[0]), column="AIANNHCE")
+    return out.sort_values("GEOID", kind="stable").reset_index(drop=True)
+
+
+def _in_aian(codes: pd.Series, ranges: Sequence[tuple[int, int]]) -> npt.NDArray[np.bool_]:
+    v = pd.to_numeric(codes).to_numpy().astype(np.int64)
+    m = np.zeros(v.shape, dtype=bool)
+    for lo, hi in ranges:
+        m |= (v >= lo) & (v <= hi)
+    return m
+
+
+def ose_codes(df: pd.DataFrame, category: Category, aian_ranges: Sequence[tuple[int, int]]) -> pd.Series:
+    """Per-block OSE code of one category; every block is in exactly one OSE of each category ('outside' is
+    itself an OSE, as in the paper). MCD/place follow [EXT] I1: MCD iff strong-MCD state and outside AIAN."""
+    in_aian = _in_aian(df["AIANNHCE"], aian_ranges)
+    if category == "AIAN":
+        return pd.Series(np.where(in_aian, "A" + df["AIANNHCE"].to_numpy(), "A-out"), index=df.index)
+    if category == "GQ":
+        return "G" + df["GQ_TYPES"]
+    strong = df["ST"].isin(STRONG_MCD_STATES).to_numpy()
+    mcd_case = strong & ~in_aian
+    if category == "MCD":
+        ok = mcd_case & (df["COUSUBFP"] != "99999").to_numpy()
+        return pd.Series(np.where(ok, "M" + (df["ST"] + df["CTY"] + df["COUSUBFP"]).to_numpy(), "M-out"),
+                         index=df.index)
+    if category == "PLACE":
+        ok = ~mcd_case & (df["PLACEFP"] != "99999").to_numpy()
+        return pd.Series(np.where(ok, "P" + (df["ST"] + df["PLACEFP"]).to_numpy(), "P-out"), index=df.index)
+    if category == "SD":
+        ok = (df["SDUNI"] != "99999").to_numpy()
+        return pd.Series(np.where(ok, "S" + (df["ST"] + df["SDUNI"]).to_numpy(), "S-out"), index=df.index)
+    if category == "CBG":
+        return "C" + df["ST"] + df["CTY"] + df["TRACT"] + df["BG"]
+    raise InputError(f"unknown OSE category {category!r}")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# building blocks
+# ----------------------------------------------------------------------------------------------------------
+
+def _codes(values: pd.Series | npt.NDArray[Any]) -> IntArray:
+    codes, _ = pd.factorize(pd.Series(values), sort=True)
+    return codes.astype(np.int64)
+
+
+def _chunk(group: IntArray, cap_of_group: IntArray) -> IntArray:
+    """Within each group (blocks in GEOID order) the balanced chunk number, chunks of ≤ cap blocks."""
+    order = np.argsort(group, kind="stable")
+    g = group[order]
+    m = np.bincount(g).astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(m)[:-1]])
+    rank = np.arange(g.size, dtype=np.int64) - starts[g]
+    cap = cap_of_group[g]
+    k = -(-m[g] // cap)
+    out = np.empty_like(group)
+    out[order] = rank * k // m[g]
+    return out
+
+
+def _cap(n: IntArray, cutoff: int) -> IntArray:
+    """``int(√n + fanout_cutoff)`` per group (≥ 1)."""
+    return np.maximum(1, np.floor(np.sqrt(n.astype(np.float64)) + cutoff).astype(np.int64))
+
+
+def _group_within(parent_uid: IntArray, cell: IntArray, cutoff: int) -> IntArray:
+    """Group children (items) of each parent by membership cell, chunks of ≤ int(√n + cutoff) items where
+    n = items of the parent. Returns a per-item sub-key (cell, chunk) code."""
+    n_par = np.bincount(parent_uid).astype(np.int64)
+    key = _codes(parent_uid.astype(np.int64) * (int(cell.max(initial=0)) + 1) + cell)
+    chunk = _chunk(key, _cap(n_par, cutoff)[parent_uid[np.unique(key, return_index=True)[1]]])
+    return cell * (int(chunk.max(initial=0)) + 1) + chunk
+
+
+def _unit_ids(comps: Sequence[IntArray]) -> list[IntArray]:
+    """Unit id per block at every level: level 0 = root (0); level l = (unit at l-1, comps[l-1])."""
+    nb = comps[0].shape[0] if comps else 0
+    ids = [np.zeros(nb, dtype=np.int64)]
+    for c in comps:
+        prev = ids[-1]
+        key = prev * (int(c.max(initial=0)) + 1) + c
+        ids.append(_codes(key))
+    return ids
+
+
+def _assemble(df: pd.DataFrame, levels: tuple[str, ...], comps: list[IntArray], comp_labels: list[ObjArray],
+              beta: tuple[Fraction, ...], rule: str) -> Spine:
+    """Sort blocks by their path, derive parents, labels and initial γ = β[l]."""
+    ids = _unit_ids(comps)
+    order = np.lexsort(tuple(reversed(ids)))
+    ids = [i[order] for i in ids]
+    comp_labels = [c[order] for c in comp_labels]
+    parents: list[IntArray] = [np.array([-1], dtype=np.int64)]
+    labels: list[ObjArray] = [np.array([levels[0]], dtype=object)]
+    for l in range(1, len(levels)):
+        first = np.unique(ids[l], return_index=True)[1]
+        parents.append(ids[l - 1][first].astype(np.int64))
+        lab = labels[l - 1][parents[l]].astype(str)
+        labels.append(np.char.add(np.char.add(lab, "|"), comp_labels[l - 1][first].astype(str)).astype(object))
+    den = math.lcm(*[f.denominator for f in beta])
+    gamma = [np.full(parents[l].shape[0], int(beta[l] * den), dtype=np.int64) for l in range(len(levels))]
+    return Spine(levels=levels, parent=parents, gamma_num=gamma, denominator=den, labels=labels,
+                 block_geoid=df["GEOID"].to_numpy()[order].astype(object),
+                 block_source_row=df["ROW"].to_numpy()[order].astype(np.int64), beta=beta, privacy_rule=rule)
+
+
+def _standard_components(df: pd.DataFrame, cfg: SpineConfig, obg: bool,
+                         tract_group: IntArray | None) -> tuple[list[IntArray], list[ObjArray]]:
+    """Per-level component codes/labels for the (AIAN) spine; OBGs if ``obg`` else standard BGs."""
+    aian = (_in_aian(df["AIANNHCE"], cfg.aian_ranges) & cfg.aian_split).astype(np.int64)
+    st_lab = (df["ST"] + np.where(aian == 1, "A", "N")).to_numpy().astype(object)
+    comps: list[IntArray] = []
+    labs: list[ObjArray] = []
+    root_is_state = cfg.levels[0] == "state"
+    if not root_is_state:
+        comps.append(_codes(st_lab))
+        labs.append(st_lab)
+    elif df["ST"].nunique() > 1:
+        raise InputError("a PR/state-rooted spine needs the blocks of exactly one state")
+    comps.append(_codes(df["CTY"]))
+    labs.append(df["CTY"].to_numpy().astype(object))
+    if cfg.kind == "dhc":
+        return _dhc_components(df, cfg, comps, labs, obg)
+    if cfg.tract_groups:
+        tg = tract_group if tract_group is not None else _codes(df["TRACT"])
+        comps.append(tg)
+        labs.append(np.char.add("TG", tg.astype(str)).astype(object))
+    comps.append(_codes(df["TRACT"]))
+    labs.append(df["TRACT"].to_numpy().astype(object))
+    if obg:
+        tract_uid = _unit_ids(comps)[-1]
+        cell = _codes(_membership(df, cfg))
+        sub = _group_within(tract_uid, cell, cfg.fanout_cutoff)
+        code = _codes(sub)
+        comps.append(code)
+        labs.append(np.char.add("G", code.astype(str)).astype(object))
+    else:
+        comps.append(_codes(df["BG"]))
+        labs.append(df["BG"].to_numpy().astype(object))
+    comps.append(_codes(df["BLK"]))
+    labs.append(df["BLK"].to_numpy().astype(object))
+    return comps, labs
+
+
+def _dhc_components(df: pd.DataFrame, cfg: SpineConfig, comps: list[IntArray], labs: list[ObjArray],
+                    obg: bool) -> tuple[list[IntArray], list[ObjArray]]:
+    """DHC: prim (E&P place ∩ county, else remainder), tract subset groups (tract subsets of a prim in chunks
+    of ≤ √n + cutoff, GEOID order), tract subsets (tract ∩ prim ∩ AIAN side), OBGs by (SD, CBG)."""
+    comps.append(_codes(df["PRIM"]))
+    labs.append(df["PRIM"].to_numpy().astype(object))
+    prim_uid = _unit_ids(comps)[-1]
+    tract_code = _codes(df["TRACT"])
+    # items = tract subsets; chunk them within the prim
+    ts_key = _codes(prim_uid * (int(tract_code.max(initial=0)) + 1) + tract_code)
+    first = np.unique(ts_key, return_index=True)[1]
+    ts_parent = prim_uid[first]
+    n_par = np.bincount(ts_parent).astype(np.int64)
+    ts_chunk = _chunk(ts_parent, _cap(n_par, cfg.fanout_cutoff))
+    tsg = ts_chunk[ts_key]
+    comps.append(tsg.astype(np.int64))
+    labs.append(np.char.add("TSG", tsg.astype(str)).astype(object))
+    comps.append(tract_code)
+    labs.append(df["TRACT"].to_numpy().astype(object))
+    if obg:
+        ts_uid = _unit_ids(comps)[-1]
+        cell = _codes(_membership(df, cfg))
+        code = _codes(_group_within(ts_uid, cell, cfg.fanout_cutoff))
+        comps.append(code)
+        labs.append(np.char.add("G", code.astype(str)).astype(object))
+    else:
+        comps.append(_codes(df["BG"]))
+        labs.append(df["BG"].to_numpy().astype(object))
+    comps.append(_codes(df["BLK"]))
+    labs.append(df["BLK"].to_numpy().astype(object))
+    return comps, labs
+
+
+def _membership(df: pd.DataFrame, cfg: SpineConfig) -> pd.Series:
+    """The OSE membership vector of every block (one code per category), as one string key."""
+    key = pd.Series([""] * len(df), index=df.index)
+    for cat in cfg.ose_categories:
+        key = key + "/" + ose_codes(df, cat, cfg.aian_ranges)
+    return key
+
+
+# ----------------------------------------------------------------------------------------------------------
+# OSED on a spine
+# ----------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OseTable:
+    """All OSEs: their names and, per category, every block's OSE id (internal block order)."""
+
+    names: ObjArray
+    category: ObjArray
+    block_ose: list[IntArray]
+
+
+def ose_table(df_sorted_internal: pd.DataFrame, cfg: SpineConfig) -> OseTable:
+    names: list[Any] = []
+    cats: list[str] = []
+    per_cat: list[IntArray] = []
+    offset = 0
+    for cat in cfg.ose_categories:
+        codes, uniq = pd.factorize(ose_codes(df_sorted_internal, cat, cfg.aian_ranges), sort=True)
+        per_cat.append(codes.astype(np.int64) + offset)
+        names.extend(list(uniq))
+        cats.extend([cat] * len(uniq))
+        offset += len(uniq)
+    return OseTable(names=np.array(names, dtype=object), category=np.array(cats, dtype=object),
+                    block_ose=per_cat)
+
+
+def spine_osed(spine: Spine, oses: OseTable) -> IntArray:
+    """OSED (Algorithm 1) of every OSE on ``spine`` (ids as in ``oses``)."""
+    parents = [spine.parent[l] for l in range(spine.n_levels - 1, 0, -1)]
+    fanouts = [spine.fanout(l - 1) for l in range(spine.n_levels - 1, 0, -1)]
+    res = np.zeros(len(oses.names), dtype=np.int64)
+    for bo in oses.block_ose:
+        top = osed_up(leaf_pairs(bo), parents, fanouts)[-1]
+        res[top.ose] = top.c
+    return res
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Algorithm 2: tract groups (greedy leximax)
+# ----------------------------------------------------------------------------------------------------------
+
+def tract_groups_alg2(spine: Spine, oses: OseTable, fanout_cutoff: int) -> tuple[IntArray, int]:
+    """Algorithm 2 on a spine that has a ``tract_group`` level (initially one tract per group).
+
+    Works on the tract-level reduced tree: the (c, c') of every OSE at each tract unit do not depend on how
+    tracts are grouped, so a candidate merge is evaluated by re-running the recursion from the tract level up.
+    Returns the tract-group id (per tract unit, new numbering within counties) and the number of merges.
+    """
+    lt = spine.levels.index("tract")
+    ltg = lt - 1
+    lc = ltg - 1
+    up_parents = [spine.parent[l] for l in range(spine.n_levels - 1, lt, -1)]
+    up_fanouts = [spine.fanout(l - 1) for l in range(spine.n_levels - 1, lt, -1)]
+    tract_pairs: list[OsedPairs] = [osed_up(leaf_pairs(bo), up_parents, up_fanouts)[-1] for bo in oses.block_ose]
+    leaf = OsedPairs(ose=np.concatenate([p.ose for p in tract_pairs]),
+                     unit=np.concatenate([p.unit for p in tract_pairs]),
+                     c=np.concatenate([p.c for p in tract_pairs]), cc=np.concatenate([p.cc for p in tract_pairs]))
+    n_ose = len(oses.names)
+    tract_county = spine.parent[ltg][spine.parent[lt]]
+    group = np.arange(spine.n_units(lt), dtype=np.int64)  # tract group id per tract (global)
+    upper_parents = [spine.parent[l] for l in range(lc, 0, -1)]
+    upper_fanouts = [spine.fanout(l - 1) for l in range(lc, 0, -1)]
+
+    def evaluate(g: IntArray) -> IntArray:
+        codes, inv = np.unique(g, return_inverse=True)
+        tg_county = np.zeros(codes.size, dtype=np.int64)
+        tg_county[inv] = tract_county
+        fan_tg = np.bincount(inv, minlength=codes.size).astype(np.int64)
+        fan_c = np.bincount(tg_county, minlength=spine.n_units(lc)).astype(np.int64)
+        return osed_root(leaf, [inv.astype(np.int64), tg_county, *upper_parents],
+                         [fan_tg, fan_c, *upper_fanouts], n_ose)
+
+    current = evaluate(group)
+    merges = 0
+    n_tracts_county = np.bincount(tract_county, minlength=spine.n_units(lc))
+    changed = True
+    while changed:
+        changed = False
+        for county in range(spine.n_units(lc)):
+            cap = math.sqrt(int(n_tracts_county[county])) + fanout_cutoff
+            restart = True
+            while restart:
+                restart = False
+                members = np.flatnonzero(tract_county == county)
+                gids = np.unique(group[members])
+                sizes = {int(g): int(np.count_nonzero(group[members] == g)) for g in gids}
+                for i in range(gids.size):
+                    for j in range(i + 1, gids.size):
+                        u, v = int(gids[i]), int(gids[j])
+                        if sizes[u] + sizes[v] > cap:
+                            continue
+                        cand = group.copy()
+                        cand[cand == v] = u
+                        test = evaluate(cand)
+                        if leximax_le(test, current):
+                            group, current = cand, test
+                            merges += 1
+                            changed = True
+                            restart = True
+                            break
+                    if restart:
+                        break
+    return group, merges
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Algorithm 3: bypass to the Pareto frontier
+# ----------------------------------------------------------------------------------------------------------
+
+def move_to_pareto_frontier(spine: Spine, rule: Literal["zcdp", "puredp"]) -> Spine:
+    """Algorithm 3 with the Sec 5 bypass (§4.4): bottom-up from the level above the blocks to level 1 (the
+    root is never bypassed). zCDP bypasses iff c = 1; pure DP iff min γ_child ≥ (c − 1)·γ_parent/2 (exact
+    integer comparison of γ numerators). A bypassed parent P is replaced by c copies P_i (γ(P)+γ(ch_i), one
+    child each) and γ(ch_i) := 0. Path sums of γ are unchanged.
+    """
+    parent = [p.copy() for p in spine.parent]
+    gamma = [g.copy() for g in spine.gamma_num]
+    labels = [lab.copy() for lab in spine.labels]
+    bypassed = [0] * spine.n_levels
+    for l in range(spine.n_levels - 2, 0, -1):
+        ch_par = parent[l + 1]
+        n = parent[l].shape[0]
+        c = np.bincount(ch_par, minlength=n).astype(np.int64)
+        big = np.iinfo(np.int64).max
+        min_child = np.full(n, big, dtype=np.int64)
+        np.minimum.at(min_child, ch_par, gamma[l + 1])
+        mask = 2 * min_child >= (c - 1) * gamma[l] if rule == "puredp" else c == 1
+        mask &= c >= 1
+        bypassed[l] = int(mask.sum())
+        if not mask.any():
+            continue
+        # new level l: non-bypassed parents keep their place; each bypassed parent becomes one copy per child
+        child_bp = mask[ch_par]
+        keep_ids = np.flatnonzero(~mask)
+        copy_children = np.flatnonzero(child_bp)
+        new_src = np.concatenate([keep_ids, ch_par[copy_children]])   # source parent of each new unit
+        order = np.argsort(new_src, kind="stable")                     # keep units grouped in original order
+        new_src = new_src[order]
+        is_copy = np.concatenate([np.zeros(keep_ids.size, bool), np.ones(copy_children.size, bool)])[order]
+        copy_child = np.concatenate([np.full(keep_ids.size, -1), copy_children])[order]
+        new_gamma = gamma[l][new_src].copy()
+        new_gamma[is_copy] += gamma[l + 1][copy_child[is_copy]]
+        new_labels = labels[l][new_src].copy()
+        multi = c[new_src] > 1
+        sel = is_copy & multi
+        if sel.any():
+            new_labels[sel] = np.char.add(np.char.add(new_labels[sel].astype(str), "~"),
+                                          labels[l + 1][copy_child[sel]].astype(str)).astype(object)
+        # remap children: kept parents' children → position of that parent; bypassed children → their copy
+        pos_keep = np.full(n, -1, dtype=np.int64)
+        keep_pos = np.flatnonzero(~is_copy)
+        pos_keep[new_src[keep_pos]] = keep_pos
+        new_ch_par = pos_keep[ch_par]
+        copy_pos = np.flatnonzero(is_copy)
+        new_ch_par[copy_child[copy_pos]] = copy_pos
+        g_child = gamma[l + 1].copy()
+        g_child[copy_children] = 0
+        parent[l] = parent[l][new_src]
+        parent[l + 1] = new_ch_par
+        gamma[l] = new_gamma
+        gamma[l + 1] = g_child
+        labels[l] = new_labels
+    out = Spine(levels=spine.levels, parent=parent, gamma_num=gamma, denominator=spine.denominator,
+                labels=labels, block_geoid=spine.block_geoid, block_source_row=spine.block_source_row,
+                beta=spine.beta, privacy_rule=rule, bypassed=bypassed, diagnostics=dict(spine.diagnostics),
+                input_hash=spine.input_hash)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# invariant, diagnostics, build
+# ----------------------------------------------------------------------------------------------------------
+
+def check_privacy_invariant(spine: Spine) -> dict[str, Any]:
+    """S14: every γ ≥ 0 and every block's root-to-block γ sum equals Σβ (exact integers over the common
+    denominator). Raises :class:`PrivacyInvariantError` otherwise; returns the certificate."""
+    total = sum(spine.beta, Fraction(0))
+    want = total * spine.denominator
+    if want.denominator != 1:
+        raise PrivacyInvariantError("Σβ is not representable over the γ denominator")
+    for l, g in enumerate(spine.gamma_num):
+        if (g < 0).any():
+            raise PrivacyInvariantError(f"negative γ at level {spine.levels[l]}")
+    bu = spine.block_unit
+    path = np.zeros(spine.block_geoid.shape[0], dtype=np.int64)
+    for l in range(spine.n_levels):
+        path += spine.gamma_num[l][bu[l]]
+    bad = np.flatnonzero(path != int(want))
+    if bad.size:
+        j = int(bad[0])
+        raise PrivacyInvariantError(
+            f"privacy invariant violated: block {spine.block_geoid[j]} has path sum "
+            f"{Fraction(int(path[j]), spine.denominator)} ≠ Σβ = {total} ({bad.size} blocks affected)")
+    return {"invariant": "for every block, Σ_ancestors γ = Σβ exactly; every γ ≥ 0",
+            "sum_beta": str(total), "denominator": spine.denominator,
+            "blocks_checked": int(path.shape[0]), "violations": 0,
+            "min_path_sum": str(Fraction(int(path.min(initial=int(want))), spine.denominator)),
+            "max_path_sum": str(Fraction(int(path.max(initial=int(want))), spine.denominator))}
+
+
+def level_diagnostics(spine: Spine) -> list[dict[str, Any]]:
+    """S24 per level: units, fanout distribution, bypassed count, γ histogram."""
+    out = []
+    for l, name in enumerate(spine.levels):
+        rec: dict[str, Any] = {"level": name, "units": spine.n_units(l),
+                               "bypassed": spine.bypassed[l] if spine.bypassed else 0}
+        if l < spine.n_levels - 1:
+            f = spine.fanout(l)
+            vals, cnt = np.unique(f, return_counts=True)
+            rec["fanout_hist"] = {int(v): int(c) for v, c in zip(vals, cnt, strict=True)}
+            rec["max_fanout"] = int(f.max(initial=0))
+        vals, cnt = np.unique(spine.gamma_num[l], return_counts=True)
+        rec["gamma_hist"] = {str(Fraction(int(v), spine.denominator)): int(c)
+                             for v, c in zip(vals, cnt, strict=True)}
+        out.append(rec)
+    return out
+
+
+def _hash_inputs(blocks: pd.DataFrame, cfg: SpineConfig) -> str:
+    h = hashlib.sha256()
+    h.update(repr(sorted(blocks.columns)).encode())
+    h.update(pd.util.hash_pandas_object(blocks[sorted(blocks.columns)], index=False).to_numpy().tobytes())
+    h.update(repr(cfg).encode())
+    h.update(b"dasflow-topdown-spine-v1")
+    return h.hexdigest()
+
+
+def build_spine(blocks: pd.DataFrame, cfg: SpineConfig, *, source: str = "<blocks>",
+                cache_dir: str | os.PathLike[str] | None = None) -> Spine:
+    """Build the optimised spine: AIAN spine → OBGs → (Alg 2) → Alg 3 → S14 check → diagnostics (S24).
+
+    Deterministic; cached under ``cache_dir`` by a SHA-256 of (block geography, config).
+    """
+    key = _hash_inputs(blocks, cfg)
+    cache_path = Path(cache_dir) / f"spine-{key}.pkl" if cache_dir is not None else None
+    if cache_path is not None and cache_path.exists():
+        with cache_path.open("rb") as fh:
+            cached: Spine = pickle.load(fh)
+        check_privacy_invariant(cached)
+        return cached
+    df = normalise_blocks(blocks, source)
+    # the "before" spine: AIAN spine with standard block groups (and one tract per tract group)
+    comps0, labs0 = _standard_components(df, cfg, obg=False, tract_group=None)
+    before = _assemble(df, cfg.levels, comps0, labs0, cfg.beta, cfg.privacy_rule)
+    comps, labs = _standard_components(df, cfg, obg=cfg.optimized_block_groups, tract_group=None)
+    spine = _assemble(df, cfg.levels, comps, labs, cfg.beta, cfg.privacy_rule)
+    df_int = df.set_index("ROW").loc[spine.block_source_row].reset_index()
+    oses = ose_table(df_int, cfg)
+    df_before = df.set_index("ROW").loc[before.block_source_row].reset_index()
+    osed_before = spine_osed(before, ose_table(df_before, cfg))
+    merges = 0
+    if cfg.tract_groups and cfg.kind == "pl94":
+        tg, merges = tract_groups_alg2(spine, oses, cfg.fanout_cutoff)
+        lt = spine.levels.index("tract")
+        tg_block = tg[spine.block_unit[lt]]
+        df_int = df_int.assign(_TG=tg_block)
+        comps, labs = _standard_components(df_int.drop(columns="_TG"), cfg, obg=cfg.optimized_block_groups,
+                                           tract_group=_codes(df_int["_TG"]))
+        spine = _assemble(df_int, cfg.levels, comps, labs, cfg.beta, cfg.privacy_rule)
+        df_int = df_int.set_index("ROW").loc[spine.block_source_row].reset_index()
+        oses = ose_table(df_int, cfg)
+    osed_after = spine_osed(spine, oses)
+    spine = move_to_pareto_frontier(spine, cfg.privacy_rule)
+    cert = check_privacy_invariant(spine)
+    spine.input_hash = key
+    spine.diagnostics = {
+        "certificate": cert,
+        "levels": level_diagnostics(spine),
+        "tract_group_merges": merges,
+        "osed": pd.DataFrame({"OSE": oses.names, "CATEGORY": oses.category,
+                              "OSED_BEFORE": _align(osed_before, ose_table(df_before, cfg).names, oses.names),
+                              "OSED_AFTER": osed_after}),
+    }
+    if cache_path is not None:
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache_path.parent, prefix=".spine-", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(spine, fh)
+        os.replace(tmp, cache_path)
+    return spine
+
+
+def _align(values: IntArray, names_from: ObjArray, names_to: ObjArray) -> IntArray:
+    m = dict(zip(names_from.tolist(), values.tolist(), strict=True))
+    return np.array([m.get(n, 0) for n in names_to.tolist()], dtype=np.int64)
