@@ -1,0 +1,117 @@
+"""``dasflow safetab-p {validate,execute} PARAMETERS_DIR DATA_DIR [OUTPUT_DIR]``.
+
+PARAMETERS_DIR holds ``config.json`` and, optionally, the four iteration files (else they are read from
+DATA_DIR,
+else the packaged real 2020 files are used). DATA_DIR holds ``person-records.txt`` and ``GRF-C.txt``.
+
+``validate``: config, iteration files, GRF-C and every person row are checked; the plan (exact budgets per
+(region type, level, stage)) is printed; nothing is measured. ``execute``: the same validation, then for each
+enabled universe (US, PR — separate runs with separate budgets) stage 1, stage 2, post-processing, and
+``OUTPUT_DIR/t1/t1_<U>.csv``, ``OUTPUT_DIR/t2/t2_<U>.csv`` (pipe-delimited) plus ``manifest.json`` (Γ, ρ_i,
+γ, s,
+θ per level, TotalOnly iterations, rng mode). Files are written under a temporary name and renamed; the
+manifest is written last. Noise comes from the OS CSPRNG (production mode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dasflow.errors import InputError
+from dasflow.privacy import rng as rng_mod
+from dasflow.products.base import MeasurementSpec
+from dasflow.products.safetab_p.config import load_config
+from dasflow.products.safetab_p.product import SafeTabP, load_inputs, load_public, run_universe
+from dasflow.products.safetab_p.regions import Universe
+
+DEFAULT_OUTPUT = "safetab-p-output"
+
+
+def _universes(run_us: bool, run_pr: bool) -> list[Universe]:
+    out: list[Universe] = []
+    if run_us:
+        out.append("US")
+    if run_pr:
+        out.append("PR")
+    return out
+
+
+def _json(v: Any) -> Any:
+    if isinstance(v, Fraction):
+        return str(v)
+    if isinstance(v, dict):
+        return {str(k): _json(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_json(x) for x in v]
+    return v
+
+
+def spec_record(spec: MeasurementSpec) -> dict[str, Any]:
+    """A JSON-safe record of one planned key (exact values as strings)."""
+    return {"key": spec.key, "level": spec.level, "privacy_defn": spec.privacy_defn,
+            "mechanism": spec.mechanism, "budget": None if spec.budget is None else str(spec.budget),
+            "sensitivity": str(spec.sensitivity), "noise": str(spec.noise), "cells": spec.cells,
+            "variance": str(spec.variance), "detail": _json(dict(spec.detail))}
+
+
+def write_table(df: pd.DataFrame, path: Path) -> None:
+    """Pipe-delimited, written to a temporary name then renamed (never a half-written file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    df.to_csv(tmp, sep="|", index=False)
+    os.replace(tmp, path)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``dasflow safetab-p``; InputError → exit 2 (by ``dasflow.cli``)."""
+    params, data = Path(args.parameters_dir), Path(args.data_dir)
+    if not params.is_dir():
+        raise InputError("PARAMETERS_DIR is not a directory", file=str(params))
+    if not data.is_dir():
+        raise InputError("DATA_DIR is not a directory", file=str(data))
+    cfg = load_config(params)
+    universes = _universes(cfg.run_us, cfg.run_pr)
+    product = SafeTabP()
+    publics = {u: load_public(params, data, u, cfg) for u in universes}
+    inputs = load_inputs(data)
+    plans = {u: product.plan(cfg, publics[u]) for u in universes}
+    for u in universes:  # validates every person row before any noise is drawn
+        product.prepare(inputs, publics[u])
+    if args.mode == "validate":
+        for u in universes:
+            total = sum((s.budget or Fraction(0)) for s in plans[u])
+            print(f"{u}: {len(plans[u])} planned keys, total {cfg.privacy_defn} budget {total} "
+                  f"(= {float(total):.6g})")
+            for s in plans[u]:
+                print(f"  {s.key}  budget={s.budget}  noise={s.noise}  stability={s.detail['stability']}")
+        print("safetab-p validate: inputs and config are valid")
+        return 0
+    out = Path(args.output_dir or DEFAULT_OUTPUT)
+    g = rng_mod.csprng()
+    manifest: dict[str, Any] = {"product": "safetab-p", "rng_mode": g.mode, "privacy_defn": cfg.privacy_defn,
+                                "gamma": str(cfg.gamma), "runs": {}}
+    for u in universes:
+        result = run_universe(publics[u], inputs, g)
+        write_table(result.tables["t1"], out / "t1" / f"t1_{u}.csv")
+        write_table(result.tables["t2"], out / "t2" / f"t2_{u}.csv")
+        index = publics[u]["iterations"]
+        manifest["runs"][u] = {
+            "total_budget": None if result.budget is None else str(result.budget),
+            "plan": [spec_record(s) for s in result.specs],
+            "total_only_iterations": {str(lv): [str(c) for c in li.iteration_codes[li.total_only]]
+                                      for lv, li in index.levels.items()},
+            "rows": {k: len(v) for k, v in result.tables.items()},
+        }
+    tmp = out / f".manifest.json.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    os.replace(tmp, out / "manifest.json")
+    print(f"safetab-p execute: wrote {out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,191 @@
+"""Noise for one planned key (Algorithms 2-5), exact integer samplers only.
+
+Stage 1 (``…/stage1``): a noisy total of every non-TotalOnly group of the (region type, level) — its whole
+public
+domain, zeros included (W6). Stage 2 (``…/stage2``) reads the committed stage-1 noisy totals from
+``prepared[<stage-1 key>]`` (the DAG adds them with :func:`with_stage1` after committing stage 1); its
+query SHAPE
+comes from ``stat_level = digitize(noisy_total, (θ1, θ2, θ3))`` (strict <: a total equal to θ_k goes up), its
+budget is fixed by the plan:
+
+- TotalOnly group: one count, budget ρ_i/s;
+- stat 0: the total; stat 1/2/3: every Sex × AGE4/AGE9/AGE23 cell of the public domain (empty cells included),
+  each with (1−γ)ρ_i/s.
+
+The stage-1 totals are never published (ST7); only stage 2 feeds the outputs.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from dasflow.errors import DasflowError
+from dasflow.privacy import samplers
+from dasflow.products.base import (
+    MECHANISM_COLUMN,
+    NOISY_COLUMN,
+    VARIANCE_COLUMN,
+    MeasurementSpec,
+    NoisyMeasurement,
+    Prepared,
+)
+from dasflow.products.safetab_p.plan import AGE_BINS
+from dasflow.products.safetab_p.records import MAX_AGE
+from dasflow.products.safetab_p.tabulate import binned_cells, group_totals
+
+IntArray = npt.NDArray[np.int64]
+TOTAL_ONLY_STAT = -1
+
+
+def sparse_key(universe: str, region_type: str, level: int) -> str:
+    """Prepared key of the sparse (GROUP, CELL, COUNT) counts of one (region type, level)."""
+    return f"counts/{universe}/{region_type}/{level}"
+
+
+def regions_key(universe: str, region_type: str) -> str:
+    """Prepared key of the public region IDs (row i = region index i)."""
+    return f"regions/{universe}/{region_type}"
+
+
+def iterations_key(level: int) -> str:
+    """Prepared key of the public iteration list of a level (ITERATION_CODE, TOTAL_ONLY)."""
+    return f"iterations/{level}"
+
+
+def stage1_key(spec: MeasurementSpec) -> str:
+    """Where stage 2 finds the committed stage-1 NOISY table inside ``prepared``: the stage-1 ledger key."""
+    return spec.key.rsplit("/", 1)[0] + "/stage1"
+
+
+def with_stage1(prepared: Prepared, stage1: NoisyMeasurement) -> Prepared:
+    """A copy of ``prepared`` holding the committed stage-1 measurement, as stage 2's ``measure`` needs it."""
+    out = dict(prepared)
+    out[stage1.spec.key] = stage1.table
+    return out
+
+
+def draw(spec: MeasurementSpec, noise: Fraction, size: int, rng: Any) -> IntArray:
+    """``size`` i.i.d. draws of the key's mechanism with σ² / b = ``noise`` (zeros when noise is off)."""
+    if spec.mechanism == "none" or noise == 0 or size == 0:
+        return np.zeros(size, dtype=np.int64)
+    if spec.mechanism == "discrete_gaussian":
+        out = samplers.discrete_gaussian(noise, size, rng)
+    elif spec.mechanism == "two_sided_geometric":
+        out = samplers.two_sided_geometric(noise, size, rng)
+    else:
+        raise DasflowError(f"unknown mechanism {spec.mechanism!r}")
+    return np.asarray(out, dtype=np.int64)
+
+
+def _labels(prepared: Prepared, spec: MeasurementSpec, groups: IntArray) -> dict[str, Any]:
+    d = spec.detail
+    regions = prepared[regions_key(d["universe"], d["region_type"])]["REGION_ID"].to_numpy(dtype=object)
+    its = prepared[iterations_key(d["iteration_level"])]["ITERATION_CODE"].to_numpy(dtype=object)
+    n_it = len(its)
+    return {
+        "GROUP": groups,
+        "REGION_ID": pd.Categorical.from_codes(groups // n_it, categories=pd.Index(regions, dtype=object)),
+        "REGION_TYPE": _constant(d["region_type"], len(groups)),
+        "ITERATION_CODE": pd.Categorical.from_codes(groups % n_it, categories=pd.Index(its, dtype=object)),
+    }
+
+
+def _constant(value: str, n: int) -> pd.Categorical:
+    return pd.Categorical.from_codes(np.zeros(n, np.int8), categories=pd.Index([value], dtype=object))
+
+
+def _variance_column(v: Fraction | float, n: int) -> npt.NDArray[np.float64]:
+    return np.full(n, float(v), dtype=np.float64)
+
+
+def _domain(prepared: Prepared, spec: MeasurementSpec) -> tuple[IntArray, IntArray, int]:
+    """(two-stage group ids, TotalOnly group ids, n_groups) over the public domain, in group order."""
+    d = spec.detail
+    total_only = prepared[iterations_key(d["iteration_level"])]["TOTAL_ONLY"].to_numpy(dtype=bool)
+    n_regions = len(prepared[regions_key(d["universe"], d["region_type"])])
+    n_it = len(total_only)
+    groups = (np.arange(n_regions, dtype=np.int64)[:, None] * n_it + np.arange(n_it)[None, :]).ravel()
+    to = np.tile(total_only, n_regions)
+    return groups[~to], groups[to], n_regions * n_it
+
+
+def measure_stage1(prepared: Prepared, spec: MeasurementSpec, rng: Any) -> NoisyMeasurement:
+    """Noisy totals of every non-TotalOnly group (Alg. 2 line 15), budget γρ_i/s each."""
+    d = spec.detail
+    two, _, n_groups = _domain(prepared, spec)
+    sparse = prepared[sparse_key(d["universe"], d["region_type"], d["iteration_level"])]
+    totals = group_totals(sparse, n_groups)
+    noisy = totals[two] + draw(spec, spec.noise, len(two), rng)
+    table = pd.DataFrame(_labels(prepared, spec, two))
+    table[NOISY_COLUMN] = noisy
+    table[VARIANCE_COLUMN] = _variance_column(spec.variance, len(two))
+    table[MECHANISM_COLUMN] = _constant(spec.mechanism, len(two))
+    return NoisyMeasurement(spec, table, getattr(rng, "mode", "unknown"))
+
+
+def stat_levels(noisy_totals: IntArray, thresholds: tuple[Fraction, Fraction, Fraction]) -> IntArray:
+    """numpy.digitize semantics (θ_k ≤ total → at least k), exact: integer totals against ⌈θ_k⌉."""
+    edges = np.array([math.ceil(t) for t in thresholds], dtype=np.int64)
+    return np.digitize(noisy_totals, edges).astype(np.int64)
+
+
+def age_ranges(stat: int) -> tuple[IntArray, IntArray]:
+    """AGESTART/AGEEND of the bins of stat level 1..3 (bin edges; the last bin ends at 115)."""
+    edges = np.array((0, *AGE_BINS[stat]), dtype=np.int64)
+    ends = np.append(edges[1:] - 1, MAX_AGE)
+    return edges, ends
+
+
+def measure_stage2(prepared: Prepared, spec: MeasurementSpec, rng: Any) -> NoisyMeasurement:
+    """Step 2 of Alg. 2 for every group, shapes from the committed stage-1 totals in ``prepared``."""
+    d = spec.detail
+    s1_key = stage1_key(spec)
+    if s1_key not in prepared:
+        raise DasflowError(f"{spec.key} needs the committed stage-1 measurement {s1_key} in prepared "
+                           "(use safetab_p.measure.with_stage1)")
+    stage1 = prepared[s1_key]
+    two, to, n_groups = _domain(prepared, spec)
+    if not np.array_equal(stage1["GROUP"].to_numpy(), two):
+        raise DasflowError(f"stage-1 table {s1_key} does not cover the public group domain of {spec.key}")
+    sparse = prepared[sparse_key(d["universe"], d["region_type"], d["iteration_level"])]
+    totals = group_totals(sparse, n_groups)
+    stat = stat_levels(stage1[NOISY_COLUMN].to_numpy(dtype=np.int64), d["thresholds"])
+    parts: list[pd.DataFrame] = []
+
+    def part(groups: IntArray, st: int, sex: IntArray, start: IntArray, end: IntArray, true: IntArray,
+             noise: Fraction, variance: Fraction | float) -> None:
+        frame = pd.DataFrame(_labels(prepared, spec, groups))
+        frame["STAT_LEVEL"] = np.full(len(groups), st, dtype=np.int8)
+        frame["SEX"] = sex.astype(np.int8)
+        frame["AGESTART"] = start.astype(np.int16)
+        frame["AGEEND"] = end.astype(np.int16)
+        frame[NOISY_COLUMN] = true + draw(spec, noise, len(groups), rng)
+        frame[VARIANCE_COLUMN] = _variance_column(variance, len(groups))
+        parts.append(frame)
+
+    zero = np.zeros(0, dtype=np.int64)
+    # TotalOnly groups: one count with the group's whole budget ρ_i/s
+    part(to, TOTAL_ONLY_STAT, np.zeros(len(to), np.int64), np.full(len(to), -1), np.full(len(to), -1),
+         totals[to], d["total_only_noise"], d["total_only_variance"])
+    g0 = two[stat == 0]
+    part(g0, 0, np.zeros(len(g0), np.int64), np.full(len(g0), -1), np.full(len(g0), -1), totals[g0],
+         spec.noise, spec.variance)
+    for k in (1, 2, 3):
+        gk = two[stat == k]
+        bins = np.array(AGE_BINS[k], dtype=np.int64)
+        nb = len(bins) + 1
+        cells = binned_cells(sparse, gk, bins)  # (groups, sex, bin)
+        starts, ends = age_ranges(k)
+        n = len(gk) * 2 * nb
+        part(np.repeat(gk, 2 * nb) if len(gk) else zero, k,
+             np.tile(np.repeat(np.array([1, 2]), nb), len(gk)), np.tile(starts, 2 * len(gk)),
+             np.tile(ends, 2 * len(gk)), cells.reshape(n), spec.noise, spec.variance)
+    table = pd.concat(parts, ignore_index=True)
+    table[MECHANISM_COLUMN] = _constant(spec.mechanism, len(table))
+    return NoisyMeasurement(spec, table, getattr(rng, "mode", "unknown"))

@@ -1,0 +1,124 @@
+"""The data-independent budget plan of one SafeTab-P run (US or PR): two keys per (region type, level).
+
+For a tabulated (region type R, iteration level L) with level budget ρ_i (ε_i under pure DP) and computed
+stability s = Δ(g_L) (:func:`~dasflow.products.safetab_p.iterations.stability_bound`):
+
+- ``…/stage1``: budget γρ_i. One sensitivity-1 count per non-TotalOnly population group, each with ρ_i·γ/s.
+- ``…/stage2``: budget (1−γ)ρ_i. Each non-TotalOnly group: its Step-2 counts (total, Sex × AGE4/9/23 — shape
+  chosen from the stage-1 noisy total) with (1−γ)ρ_i/s each; each TotalOnly group: one count with ρ_i/s.
+
+Privacy argument (Theorems 1 and 3, generalized parallel composition, Lemmas 9/10): every group's calls cost
+ρ_i/s in total (two-stage: γρ_i/s + (1−γ)ρ_i/s by adaptive sequential composition; the Step-2 Sex × Age cells
+are disjoint; TotalOnly: one call), and one person is in at most s groups of the level, so the pair of keys
+costs
+ρ_i. Stage 1 alone costs at most γρ_i (a person is in ≤ s non-TotalOnly groups). Stage 2 is only measurable
+after stage 1 (it needs its noisy totals), so the ledger's running sum is always an upper bound. Levels
+compose
+sequentially: the run costs Σ ρ_i.
+
+Noise per count (Alg. 3-5): discrete Gaussian σ² = 1/(2·budget) (zcdp); two-sided geometric b = 1/budget
+(puredp); computed by ``accounting.gaussian_sigma2`` / ``accounting.geometric_scale`` with sensitivity 1.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
+
+from dasflow.privacy import accounting
+from dasflow.products.base import MeasurementSpec, Mechanism
+from dasflow.products.safetab_p.config import SafeTabPConfig
+from dasflow.products.safetab_p.iterations import IterationIndex, stability_bound
+from dasflow.products.safetab_p.records import Geography
+from dasflow.products.safetab_p.regions import Universe
+
+PRODUCT = "safetab-p"
+AGE_BINS: dict[int, tuple[int, ...]] = {
+    1: (18, 45, 65),
+    2: (5, 18, 25, 35, 45, 55, 65, 75),
+    3: (5, 10, 15, 18, 20, 21, 22, 25, 30, 35, 40, 45, 50, 55, 60, 62, 65, 67, 70, 75, 80, 85),
+}
+MAX_CELLS_PER_GROUP = 2 * (len(AGE_BINS[3]) + 1)
+
+
+def measurement_key(universe: Universe, region_type: str, level: int, stage: int) -> str:
+    """``safetab-p/US/COUNTY/2/stage1`` — the ledger key of one (region type, level, stage)."""
+    return f"{PRODUCT}/{universe}/{region_type}/{level}/stage{stage}"
+
+
+def mechanism_of(cfg: SafeTabPConfig, budget: Fraction | None) -> Mechanism:
+    if budget is None:
+        return "none"
+    return "discrete_gaussian" if cfg.privacy_defn == "zcdp" else "two_sided_geometric"
+
+
+def noise_for(cfg: SafeTabPConfig, per_query_budget: Fraction | None) -> Fraction:
+    """σ² (zcdp) or b (puredp) of one sensitivity-1 count with the given budget; 0 for an infinite budget."""
+    if per_query_budget is None:
+        return Fraction(0)
+    if cfg.privacy_defn == "zcdp":
+        return Fraction(accounting.gaussian_sigma2(per_query_budget, Fraction(1)))
+    return Fraction(accounting.geometric_scale(per_query_budget, Fraction(1)))
+
+
+def variance_of(mechanism: Mechanism, noise: Fraction) -> Fraction | float:
+    """Published per-cell variance: σ² exactly (discrete Gaussian); 2a/(1−a)², a = e^{−1/b} (geometric)."""
+    if mechanism == "none" or noise == 0:
+        return Fraction(0)
+    if mechanism == "discrete_gaussian":
+        return noise
+    a = math.exp(-1.0 / float(noise))
+    return 2.0 * a / (1.0 - a) ** 2
+
+
+def plan(cfg: SafeTabPConfig, iterations: IterationIndex, geography: Geography) -> list[MeasurementSpec]:
+    """Every (region type, level, stage) key of the run with its exact budget; reads no private data."""
+    universe = geography.universe
+    specs: list[MeasurementSpec] = []
+    for rt, lv in cfg.tabulated(universe):
+        level = iterations.levels[lv]
+        s = stability_bound(level, cfg.max_race_codes)
+        rho = cfg.budgets[(rt, lv)]
+        n_regions = len(geography.region_ids[rt])
+        n_to = int(level.total_only.sum())
+        n_two = level.n_iterations - n_to
+        common: dict[str, Any] = {
+            "universe": universe, "region_type": rt, "iteration_level": lv, "stability": s,
+            "gamma": cfg.gamma, "level_budget": rho, "thresholds": cfg.thresholds[(rt, lv)],
+            "n_regions": n_regions, "n_iterations": level.n_iterations, "n_total_only_iterations": n_to,
+            "neighbours": "add/remove one person",
+            "composition": "generalized parallel composition over <= s groups per person (Lemmas 9/10)",
+        }
+        for stage in (1, 2):
+            frac = cfg.gamma if stage == 1 else 1 - cfg.gamma
+            key_budget = None if rho is None else rho * frac
+            per_query = None if rho is None else rho * frac / s
+            mech = mechanism_of(cfg, rho)
+            noise = noise_for(cfg, per_query)
+            detail = dict(common, stage=stage, per_query_budget=per_query)
+            if stage == 1:
+                cells = n_regions * n_two
+            else:
+                to_budget = None if rho is None else rho / s
+                to_noise = noise_for(cfg, to_budget)
+                detail.update(total_only_budget=to_budget, total_only_noise=to_noise,
+                              total_only_variance=variance_of(mech, to_noise),
+                              age_bins={k: list(v) for k, v in AGE_BINS.items()},
+                              cells_note="adaptive; upper bound: every two-stage group at Sex x AGE23")
+                cells = n_regions * (n_to + n_two * MAX_CELLS_PER_GROUP)
+            specs.append(MeasurementSpec(
+                product=PRODUCT, key=measurement_key(universe, rt, lv, stage), level=f"({rt}, {lv})",
+                privacy_defn=cfg.privacy_defn, mechanism=mech, budget=key_budget, sensitivity=Fraction(1),
+                noise=noise, cells=cells, variance=variance_of(mech, noise), detail=detail))
+    return specs
+
+
+def plan_total(specs: list[MeasurementSpec]) -> Fraction | None:
+    """Σ of the keys' budgets (None if any is infinite)."""
+    total = Fraction(0)
+    for s in specs:
+        if s.budget is None:
+            return None
+        total += s.budget
+    return total

@@ -1,0 +1,251 @@
+"""Reading and validating the private person records and the public GRF-C, then encoding them to integer
+arrays.
+
+Everything is vectorised (pyarrow/numpy); the first offending row of each check is reported with file, row
+(1-based, header = row 1) and column. Validation completes before any noise can be drawn:
+:func:`encode_persons`
+is called by ``prepare`` and raises :class:`~dasflow.errors.InputError` on the first violation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from dasflow.errors import InputError
+from dasflow.products.safetab_p.iterations import IterationIndex
+from dasflow.products.safetab_p.regions import PR_STATE_FIPS, Universe, base_type, region_types
+
+PERSON_FILE = "person-records.txt"
+GRFC_FILE = "GRF-C.txt"
+RACE_COLUMNS = tuple(f"QRACE{i}" for i in range(1, 9))
+PERSON_COLUMNS = ("QAGE", "QSEX", "HOUSEHOLDER", "TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK", "CENRACE",
+                  *RACE_COLUMNS, "QSPAN")
+GRFC_COLUMNS = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK", "PLACEFP", "AIANNHCE")
+MAX_AGE = 115
+NULL = "Null"
+
+IntArray = npt.NDArray[np.int64]
+
+
+def read_pipe_file(path: str | Path, columns: Sequence[str]) -> pa.Table:
+    """Read a pipe-delimited file with a header, every column as a string; header checked exactly."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("file not found", file=str(p))
+    table = pacsv.read_csv(
+        p, parse_options=pacsv.ParseOptions(delimiter="|"),
+        convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in columns},
+                                             strings_can_be_null=False))
+    if tuple(table.column_names) != tuple(columns):
+        got = "|".join(table.column_names)
+        raise InputError(f"header must be {'|'.join(columns)}, got {got}", file=str(p), row=1)
+    return table
+
+
+def _first_bad(mask: pa.ChunkedArray | pa.Array | npt.NDArray[np.bool_], col: pa.ChunkedArray, what: str,
+               source: str, column: str, rows: IntArray | None = None) -> None:
+    arr = mask if isinstance(mask, np.ndarray) else mask.to_numpy(zero_copy_only=False)
+    m = np.asarray(arr, dtype=bool)
+    if m.any():
+        i = int(np.flatnonzero(m)[0])
+        row = int(rows[i]) if rows is not None else i
+        raise InputError(f"{what}: {col[i].as_py()!r}", file=source, row=row + 2, column=column)
+
+
+def _digits(table: pa.Table, column: str, width: int, source: str) -> None:
+    col = table.column(column)
+    _first_bad(pc.invert(pc.match_substring_regex(col, rf"^\d{{{width}}}$")), col,
+               f"must be {width} digits", source, column)
+
+
+@dataclass(frozen=True)
+class Geography:
+    """The public GRF-C of one run: per block its region index for each region type, and each region type's
+    IDs.
+
+    ``block_keys`` are the 15-character block IDs (state+county+tract+block); ``region_of[rt][b]`` is the
+    index of
+    block b's region of type rt in ``region_ids[rt]`` (−1: the block is in no region of that type, e.g.
+    PLACEFP
+    99999 or AIANNHCE 9999).
+    """
+
+    universe: Universe
+    block_keys: npt.NDArray[np.object_]
+    region_ids: dict[str, npt.NDArray[np.object_]]
+    region_of: dict[str, IntArray]
+    source: str
+
+
+def load_geography(table: pa.Table, universe: Universe, state_filter: Sequence[str],
+                   source: str) -> Geography:
+    """Validate the GRF-C and build the region domains of one run (from public geography only)."""
+    for col, width in (("TABBLKST", 2), ("TABBLKCOU", 3), ("TABTRACTCE", 6), ("TABBLK", 4), ("PLACEFP", 5),
+                       ("AIANNHCE", 4)):
+        _digits(table, col, width, source)
+    df = table.to_pandas()
+    key = df.TABBLKST + df.TABBLKCOU + df.TABTRACTCE + df.TABBLK
+    dup = key.duplicated().to_numpy()
+    _first_bad(dup, table.column("TABBLK"), "duplicate block", source, "TABBLK")
+    st = df.TABBLKST.to_numpy(dtype=object)
+    keep = st == PR_STATE_FIPS if universe == "PR" else (
+        np.isin(st, list(state_filter)) if state_filter else st != PR_STATE_FIPS)
+    df = df[keep]
+    key = key[keep]
+    region_ids: dict[str, npt.NDArray[np.object_]] = {}
+    region_of: dict[str, IntArray] = {}
+    for rt in region_types(universe):
+        bt = base_type(rt)
+        if bt == "USA":
+            ident = pd.Series(["1"] * len(df), index=df.index)
+            inside = np.ones(len(df), bool)
+        elif bt == "STATE":
+            ident, inside = df.TABBLKST, np.ones(len(df), bool)
+        elif bt == "COUNTY":
+            ident, inside = df.TABBLKST + df.TABBLKCOU, np.ones(len(df), bool)
+        elif bt == "TRACT":
+            ident, inside = df.TABBLKST + df.TABBLKCOU + df.TABTRACTCE, np.ones(len(df), bool)
+        elif bt == "PLACE":
+            ident, inside = df.TABBLKST + df.PLACEFP, (df.PLACEFP != "99999").to_numpy()
+        else:  # AIANNH
+            ident, inside = df.AIANNHCE, (df.AIANNHCE != "9999").to_numpy()
+        ids = np.unique(ident.to_numpy(dtype=object)[inside]) if inside.any() else np.array([], dtype=object)
+        idx = np.full(len(df), -1, dtype=np.int64)
+        idx[inside] = np.searchsorted(ids, ident.to_numpy(dtype=object)[inside])
+        region_ids[rt] = ids.astype(object)
+        region_of[rt] = idx
+    return Geography(universe, key.to_numpy(dtype=object), region_ids, region_of, source)
+
+
+@dataclass(frozen=True)
+class PersonArrays:
+    """Encoded persons of one run (after the public state filter).
+
+    ``combo_codes`` (n_combos × 8) holds each distinct race-code set (sorted code indices, −1 padding);
+    ``combo`` maps each person to its row. ``region[rt]`` is the person's region index (−1 = none).
+    ``sex`` is 0 (male) / 1 (female); ``age`` 0..115; ``eth`` the QSPAN code index.
+    """
+
+    region: dict[str, IntArray]
+    combo: IntArray
+    combo_codes: IntArray
+    eth: IntArray
+    sex: npt.NDArray[np.int8]
+    age: npt.NDArray[np.int16]
+
+    @property
+    def n(self) -> int:
+        return len(self.combo)
+
+
+def _code_column(col: pa.ChunkedArray, index: IterationIndex, source: str, column: str) -> IntArray:
+    """A code column → code indices (−1 for Null); anything else not in the code list is rejected."""
+    is_null = pc.equal(col, NULL).to_numpy(zero_copy_only=False)
+    ok_fmt = pc.match_substring_regex(col, r"^\d{4}$").to_numpy(zero_copy_only=False)
+    bad = ~is_null & ~ok_fmt
+    _first_bad(bad, col, "not a race/ethnicity code", source, column)
+    vals = np.zeros(len(col), dtype=np.int64)
+    fmt = ok_fmt & ~is_null
+    if fmt.any():
+        vals[fmt] = pc.cast(pc.filter(col, pa.array(fmt)), pa.int64()).to_numpy()
+    idx = np.where(is_null, -1, index.encode(vals))
+    _first_bad(~is_null & (idx < 0), col, "code not in race-and-ethnicity-codes.txt", source, column)
+    return idx.astype(np.int64)
+
+
+def encode_combos(race: IntArray) -> tuple[IntArray, IntArray]:
+    """(n, k) code indices with −1 padding → (per-person combination id, distinct sorted combinations).
+
+    Duplicated codes within a person collapse (set semantics). Vectorised: rows are sorted, duplicates masked,
+    then the rows are packed into integers and factorised.
+    """
+    n, k = race.shape
+    big = np.int64(1 << 11)
+    s = np.sort(np.where(race < 0, big - 1, race), axis=1)
+    dup = np.zeros_like(s, dtype=bool)
+    dup[:, 1:] = s[:, 1:] == s[:, :-1]
+    s[dup] = big - 1
+    s = np.sort(s, axis=1)
+    key = np.zeros(n, dtype=np.int64)
+    for j in range(min(k, 5)):
+        key = key * big + s[:, j]
+    if k > 5:
+        first, _ = pd.factorize(key, sort=False)
+        key2 = np.zeros(n, dtype=np.int64)
+        for j in range(5, k):
+            key2 = key2 * big + s[:, j]
+        key = first.astype(np.int64) * (big ** (k - 5)) + key2
+    combo, uniq_pos = _factorize_first(key)
+    rows = s[uniq_pos]
+    return combo, np.where(rows == big - 1, -1, rows)
+
+
+def _factorize_first(key: IntArray) -> tuple[IntArray, IntArray]:
+    codes, uniques = pd.factorize(key, sort=False)
+    first = np.full(len(uniques), -1, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)
+    return codes.astype(np.int64), first
+
+
+def encode_persons(table: pa.Table, geo: Geography, index: IterationIndex, max_race_codes: int,
+                   state_filter: Sequence[str], source: str) -> PersonArrays:
+    """Validate every person row (whole file, before filtering), then encode the run's persons."""
+    age_col = table.column("QAGE")
+    _first_bad(pc.invert(pc.match_substring_regex(age_col, r"^\d{1,3}$")), age_col, "QAGE must be an integer",
+               source, "QAGE")
+    age = pc.cast(age_col, pa.int64()).to_numpy()
+    _first_bad(age > MAX_AGE, age_col, f"QAGE outside 0..{MAX_AGE}", source, "QAGE")
+    sex_col = table.column("QSEX")
+    _first_bad(pc.invert(pc.is_in(sex_col, pa.array(["1", "2"]))), sex_col, "QSEX must be 1 or 2", source,
+               "QSEX")
+    for col, width in (("TABBLKST", 2), ("TABBLKCOU", 3), ("TABTRACTCE", 6), ("TABBLK", 4)):
+        _digits(table, col, width, source)
+    cr = table.column("CENRACE")
+    _first_bad(pc.invert(pc.match_substring_regex(cr, r"^(0[1-9]|[1-5]\d|6[0-3])$")), cr,
+               "CENRACE must be 01..63", source, "CENRACE")
+    race = np.stack([_code_column(table.column(c), index, source, c) for c in RACE_COLUMNS], axis=1)
+    null = race < 0
+    _first_bad(null[:, 0], table.column("QRACE1"), "a person needs at least one race code", source, "QRACE1")
+    after_null = null[:, :-1] & ~null[:, 1:]
+    if after_null.any():
+        rows = np.flatnonzero(after_null.any(axis=1))
+        j = int(np.flatnonzero(after_null[rows[0]])[0]) + 1
+        col = table.column(RACE_COLUMNS[j])
+        raise InputError(f"race code after a Null: {col[int(rows[0])].as_py()!r}", file=source,
+                         row=int(rows[0]) + 2, column=RACE_COLUMNS[j])
+    n_codes = (~null).sum(axis=1)
+    too_many = n_codes > max_race_codes
+    if too_many.any():
+        i = int(np.flatnonzero(too_many)[0])
+        c = RACE_COLUMNS[max_race_codes]
+        raise InputError(f"more than max_race_codes={max_race_codes} race codes", file=source, row=i + 2,
+                         column=c)
+    eth = _code_column(table.column("QSPAN"), index, source, "QSPAN")
+    _first_bad(eth < 0, table.column("QSPAN"), "QSPAN must be a code, not Null", source, "QSPAN")
+
+    st = table.column("TABBLKST")
+    block = pc.binary_join_element_wise(st, table.column("TABBLKCOU"), table.column("TABTRACTCE"),
+                                        table.column("TABBLK"), "")
+    # blocks of the run's geography; a person whose block is missing from the GRF-C altogether is rejected
+    st_np = st.to_numpy(zero_copy_only=False)
+    if geo.universe == "PR":
+        keep = st_np == PR_STATE_FIPS
+    else:
+        keep = np.isin(st_np, list(state_filter)) if state_filter else st_np != PR_STATE_FIPS
+    pos = pd.Index(geo.block_keys).get_indexer(block.to_numpy(zero_copy_only=False))
+    _first_bad(keep & (pos < 0), block, f"block not in {Path(geo.source).name} (for this run)", source,
+               "TABBLK")
+    sel = np.flatnonzero(keep)
+    combo, combos = encode_combos(race[sel])
+    region = {rt: geo.region_of[rt][pos[sel]] for rt in geo.region_ids}
+    sex = (pc.cast(sex_col, pa.int8()).to_numpy()[sel] - 1).astype(np.int8)
+    return PersonArrays(region, combo, combos, eth[sel], sex, age[sel].astype(np.int16))
