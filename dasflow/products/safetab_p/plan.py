@@ -122,3 +122,27 @@ def plan_total(specs: list[MeasurementSpec]) -> Fraction | None:
             return None
         total += s.budget
     return total
+
+
+def accounting_plan(specs: list[MeasurementSpec]) -> accounting.Sequential:
+    """The plan as the accountant's composition tree (Theorems 1-3): for each (region type, level)
+    ``Parallel(degree=s, [Sequential(stage-1 count, Step-2 count), TotalOnly count])``, levels composed
+    sequentially. ``accounting.compose`` of it gives Σρ_i / Σε_i and the (ε, δ) conversions (Table 2), and its
+    RDP curve is Theorem 2's s·max[τ(γρ_i/s) + τ((1−γ)ρ_i/s), τ(ρ_i/s)] summed over levels.
+    """
+    levels: list[accounting.Parallel] = []
+    for spec in specs:
+        d = spec.detail
+        if d["stage"] != 2:
+            continue
+        rho = d["level_budget"]
+        s = d["stability"]
+        defn = spec.privacy_defn
+        per = None if rho is None else rho / s
+        stage1 = accounting.Spend(defn, None if per is None else d["gamma"] * per, label=f"{spec.level} stage 1")
+        step2 = accounting.Spend(defn, None if per is None else (1 - d["gamma"]) * per,
+                                 label=f"{spec.level} step 2")
+        total_only = accounting.Spend(defn, per, label=f"{spec.level} TotalOnly")
+        levels.append(accounting.Parallel((accounting.Sequential((stage1, step2)), total_only), degree=s,
+                                          label=spec.level))
+    return accounting.Sequential(tuple(levels), label="safetab-p")
