@@ -45,13 +45,17 @@ class Unit:
     rtype: int = 2
 
 
-def columns(units: Sequence[Unit], first_mafid: int = 100000001) -> tuple[dict[str, np.ndarray], ...]:
-    """persons, units, geo as dicts of integer columns (the householder's race defaults to the first person's)."""
+def columns(units: Sequence[Unit], first_mafid: int = 100000001,
+            mafids: Sequence[int] | None = None) -> tuple[dict[str, np.ndarray], ...]:
+    """persons, units, geo as dicts of integer columns (the householder's race defaults to the first person's).
+
+    MAFIDs are ``first_mafid + position`` unless given explicitly in ``mafids``.
+    """
     p: dict[str, list[int]] = {c: [] for c in PERSON_COLS}
     u: dict[str, list[int]] = {c: [] for c in UNIT_COLS}
     g: dict[str, list[int]] = {c: [] for c in ("RTYPE", "MAFID", "TABBLKST")}
     for i, unit in enumerate(units):
-        mafid = first_mafid + i
+        mafid = first_mafid + i if mafids is None else mafids[i]
         for per in unit.persons:
             for c, v in zip(PERSON_COLS, (per.rtype, mafid, per.age, per.hisp, per.race, per.rel), strict=True):
                 p[c].append(v)
