@@ -235,13 +235,13 @@ def normalise_blocks(blocks: pd.DataFrame, source: str = "<blocks>") -> pd.DataF
     lens = np.char.str_len(geoid)
     bad = np.flatnonzero((lens != 15) | ~np.char.isdigit(geoid))
     if bad.size:
-        raise InputError(f"block GEOID {geoid[bad[0]]!r} is not 15 digits", file=source, row=int(bad[0]),
+        raise InputError(f"block GEOID {geoid[bad[0]]!r} is not 15 digits", file=source, row=int(bad[0]) + 2,
                          column="GEOID")
     s = pd.Series(geoid)
     dup = np.flatnonzero(s.duplicated().to_numpy())
     if dup.size:
         raise InputError(f"duplicate block GEOID {geoid[dup[0]]!r}: one row per block (a person or unit "
-                         "table cannot be a spine input)", file=source, row=int(dup[0]), column="GEOID")
+                         "table cannot be a spine input)", file=source, row=int(dup[0]) + 2, column="GEOID")
     out = pd.DataFrame({
         "ROW": np.arange(len(blocks), dtype=np.int64),
         "GEOID": geoid,
@@ -261,7 +261,7 @@ def normalise_blocks(blocks: pd.DataFrame, source: str = "<blocks>") -> pd.DataF
     badaian = np.flatnonzero(aian.isna().to_numpy())
     if badaian.size:
         raise InputError(f"AIANNHCE {out['AIANNHCE'].iloc[badaian[0]]!r} is not numeric", file=source,
-                         row=int(badaian[0]), column="AIANNHCE")
+                         row=int(badaian[0]) + 2, column="AIANNHCE")
     return out.sort_values("GEOID", kind="stable").reset_index(drop=True)
 
 

@@ -98,16 +98,21 @@ class Schema:
     def n_cells(self) -> int:
         return int(np.prod(self.shape))
 
-    def cell_index(self, codes: Mapping[str, npt.ArrayLike]) -> IntArray:
-        """Row-major cell number of records given one integer code array per attribute (validated)."""
+    def cell_index(self, codes: Mapping[str, npt.ArrayLike], source: str | None = None) -> IntArray:
+        """Row-major cell number of records given one integer code array per attribute (validated; an error
+        names ``source`` and the 1-based file row, header = row 1)."""
         arrays = []
         for a, d in self.attributes:
             if a not in codes:
-                raise InputError(f"schema: column {a} missing")
-            v = np.asarray(codes[a], dtype=np.int64)
+                raise InputError(f"schema: column {a} missing", file=source, column=a)
+            try:
+                v = np.asarray(codes[a], dtype=np.int64)
+            except (TypeError, ValueError) as exc:
+                raise InputError(f"non-integer codes in {a}", file=source, column=a) from exc
             bad = np.flatnonzero((v < 0) | (v >= d))
             if bad.size:
-                raise InputError(f"schema: value {v[bad[0]]} outside 0..{d - 1}", row=int(bad[0]), column=a)
+                raise InputError(f"schema: value {v[bad[0]]} outside 0..{d - 1}", file=source,
+                                 row=int(bad[0]) + 2, column=a)
             arrays.append(v)
         return np.ravel_multi_index(tuple(arrays), self.shape).astype(np.int64)
 

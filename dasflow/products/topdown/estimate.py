@@ -1,0 +1,467 @@
+"""Top-down estimation on the internal spine (topdown-estimation.md): root, then parent by parent.
+
+Pure post-processing: every function here takes noisy answers, their variances and public facts (spine,
+strategy, invariants) only.
+
+Per family (parent p already estimated as integers ``t = x̂_p``; children c with measured answers
+``y_{c,i}`` of query group i with variance ``v_{c,i}``):
+
+1. **L2 step** ``argmin Σ_c Σ_i ‖Q_i x_c − y_{c,i}‖² / v_{c,i}`` s.t. ``x_c ≥ 0``, ``Σ_c x_c = t`` (cell by
+   cell). Cells with ``t_j = 0`` force every child to 0 there, so only the pairs ``(p, j)`` with ``t_j > 0``
+   carry variables: the problem is *sparse in the parent's support*. With the detailed histogram as the only
+   query the problem separates per cell and the exact integer optimum is computed directly (no L2 step).
+   Otherwise we use FISTA (accelerated projected gradient) in the metric ``D = diag(s_c)``
+   (``s_c = Σ_i 1/v_{c,i}``): the projection onto ``{x ≥ 0, Σ_c x_c = t}`` in that metric is the exact
+   weighted simplex projection of :mod:`solvers`, vectorised over all (parent, cell) rows of a batch. Step
+   size 1/L per family with L the Gershgorin bound of ``D⁻¹H`` on the family's active variables; adaptive
+   momentum restart; stop when the fixed-point residual is below ``tol`` (absolute, persons). A family that
+   reaches ``max_iter`` keeps its last feasible iterate and is logged (status ``max_iter``); a numerical failure
+   falls back (logged) to the projection of the detailed answers (status ``fallback``).
+2. **Rounding** ``argmin Σ_c s_c (x_c − x̃_c)²`` over non-negative integers with ``Σ_c x_c = t`` exactly, per
+   (parent, cell): the exact integer allocation of :mod:`solvers`. Children therefore sum to the parent in
+   every cell by construction, and non-negativity holds.
+
+Root: the same L2 step over all cells with the invariant ``Σ_j x_j = N`` (total population, configurable) —
+the projection then runs across cells — followed by the exact integer allocation of N over cells. Without a
+total invariant, x ≥ 0 only and the integer step is per-cell rounding (the exact optimum of the separable
+rounding objective).
+
+Invariant scope: a root total (the nation, or the state in a state-rooted run). Per-state totals below a
+multi-state root (the AIAN/non-AIAN state units of one state summing to its total) are not imposed by this
+estimator; docs/topdown.md records this limitation.
+
+Levels are processed in order; within a level, families are independent: :func:`estimate_families` maps over
+any subset of parents (the DAG's unit of parallel work), batching families of similar fanout.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dasflow.products.topdown.solvers import allocate_integer, weighted_simplex_projection
+from dasflow.products.topdown.spine import Spine
+
+log = logging.getLogger(__name__)
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class GroupAnswers:
+    """Noisy answers of one query group at one level.
+
+    ``row_index[cell]`` = row of the cell; ``answers[k]`` is the answer vector (length n_rows) of unit
+    ``units[k]`` (a 2-D integer array; sorted unit ids, measured units only) and ``variance[k]`` its
+    per-answer variance (float, used as a weight only).
+    """
+
+    name: str
+    row_index: IntArray
+    n_rows: int
+    units: IntArray
+    answers: npt.NDArray[np.integer[Any]]
+    variance: FloatArray
+    detailed: bool
+
+    def position(self, unit: IntArray) -> IntArray:
+        pos = np.searchsorted(self.units, unit)
+        pos = np.minimum(pos, max(self.units.size - 1, 0))
+        if self.units.size == 0 or not np.array_equal(self.units[pos], unit):
+            raise ValueError(f"query group {self.name}: some units have no measurement")
+        return pos.astype(np.int64)
+
+    def gather(self, unit: IntArray, rows: IntArray) -> FloatArray:
+        """Answers at (unit, row) pairs."""
+        return self.answers[self.position(unit), rows].astype(np.float64)
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Sparse integer histograms of the units of one level: sorted (unit, cell) with count > 0."""
+
+    unit: IntArray
+    cell: IntArray
+    count: IntArray
+
+    @staticmethod
+    def from_dense(unit_ids: IntArray, dense: IntArray) -> Histogram:
+        r, c = np.nonzero(dense)
+        return Histogram(unit_ids[r].astype(np.int64), c.astype(np.int64), dense[r, c].astype(np.int64))
+
+    def dense(self, n_units: int, n_cells: int) -> IntArray:
+        out = np.zeros((n_units, n_cells), dtype=np.int64)
+        out[self.unit, self.cell] = self.count
+        return out
+
+    def aggregate(self, mapping: IntArray) -> Histogram:
+        """Sum into parent units: ``mapping[unit]`` = parent id."""
+        pu = mapping[self.unit]
+        n_cells = int(self.cell.max(initial=0)) + 1
+        key = pu * n_cells + self.cell
+        uk, inv = np.unique(key, return_inverse=True)
+        cnt = np.bincount(inv, weights=self.count).astype(np.int64)
+        keep = cnt != 0
+        return Histogram((uk // n_cells)[keep], (uk % n_cells)[keep], cnt[keep])
+
+
+@dataclass
+class FamilyResult:
+    """Children histograms of a set of families plus their solver statuses."""
+
+    hist: Histogram
+    status: dict[str, int] = field(default_factory=dict)
+    iterations: int = 0
+
+
+@dataclass
+class EstimatorOptions:
+    """Solver knobs (post-processing only; they never touch privacy)."""
+
+    tol: float = 1e-3
+    max_iter: int = 3000
+    batch_vars: int = 2_000_000
+
+
+def _merge_status(a: dict[str, int], b: Mapping[str, int]) -> None:
+    for k, v in b.items():
+        a[k] = a.get(k, 0) + v
+
+
+class _Ops:
+    """Sparse query operators on a flat variable vector (one variable per (pair, child slot))."""
+
+    def __init__(self, var_child: IntArray, var_cell: IntArray, groups: Sequence[GroupAnswers],
+                 weights: Sequence[FloatArray]) -> None:
+        self.idx: list[IntArray] = []
+        self.y: list[FloatArray] = []
+        self.w: list[FloatArray] = []
+        self.nrow: list[int] = []
+        for g, wg in zip(groups, weights, strict=True):
+            rows = g.row_index[var_cell]
+            key = var_child * g.n_rows + rows
+            uk, inv = np.unique(key, return_inverse=True)
+            self.idx.append(inv.astype(np.int64))
+            self.y.append(g.gather(uk // g.n_rows, uk % g.n_rows))
+            self.w.append(wg[np.unique(inv, return_index=True)[1]])
+            self.nrow.append(int(uk.size))
+
+    def grad(self, v: FloatArray) -> FloatArray:
+        out = np.zeros_like(v)
+        for idx, y, w, n in zip(self.idx, self.y, self.w, self.nrow, strict=True):
+            r = np.bincount(idx, weights=v, minlength=n) - y
+            out += (w * r)[idx]
+        return out
+
+    def objective(self, v: FloatArray) -> float:
+        tot = 0.0
+        for idx, y, w, n in zip(self.idx, self.y, self.w, self.nrow, strict=True):
+            r = np.bincount(idx, weights=v, minlength=n) - y
+            tot += float((w * r * r).sum())
+        return tot
+
+    def row_sum_bound(self, s_var: FloatArray) -> FloatArray:
+        """Gershgorin row sums of D⁻¹H per variable."""
+        out = np.zeros(s_var.shape[0])
+        for idx, w, n in zip(self.idx, self.w, self.nrow, strict=True):
+            cnt = np.bincount(idx, minlength=n).astype(np.float64)
+            out += (w * cnt)[idx]
+        return out / s_var
+
+
+def _fista(v0: FloatArray, ops: _Ops, s_var: FloatArray, step: FloatArray, family_of_var: IntArray,
+           n_fam: int, project: Any, opts: EstimatorOptions) -> tuple[FloatArray, IntArray, int]:
+    """FISTA with per-family momentum and restart in the D-metric. Returns (x, converged flag per family,
+    iterations)."""
+    x = v0.copy()
+    yv = v0.copy()
+    tk = np.ones(n_fam)
+    conv = np.zeros(n_fam, dtype=bool)
+    it = 0
+    for it in range(1, opts.max_iter + 1):  # noqa: B007
+        g = ops.grad(yv)
+        x_new = project(yv - step * g / s_var)
+        diff = x_new - yv
+        res = np.zeros(n_fam)
+        np.maximum.at(res, family_of_var, np.abs(diff))
+        conv = res <= opts.tol
+        if conv.all():
+            x = x_new
+            break
+        t_new = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * tk * tk))
+        mom = ((tk - 1.0) / t_new)
+        dx = x_new - x
+        restart = np.bincount(family_of_var, weights=diff * dx, minlength=n_fam) > 0
+        mom = np.where(restart, 0.0, mom)
+        t_new = np.where(restart, 1.0, t_new)
+        yv = x_new + mom[family_of_var] * dx
+        x = x_new
+        tk = t_new
+    return x, conv.astype(np.int64), it
+
+
+def _group_weights(groups: Sequence[GroupAnswers], child: IntArray) -> list[FloatArray]:
+    return [1.0 / g.variance[g.position(child)] for g in groups]
+
+
+def estimate_families(spine: Spine, level: int, parents: IntArray, parent_hist: Histogram,
+                      groups: Sequence[GroupAnswers], opts: EstimatorOptions | None = None) -> FamilyResult:
+    """Estimate the children (at ``level``) of the given parents (at ``level − 1``), all independent.
+
+    ``parent_hist`` must hold the integer histograms of (at least) these parents; ``groups`` are the query
+    groups measured at ``level``. Children sum to their parent exactly in every cell.
+    """
+    opts = opts or EstimatorOptions()
+    par_of_child = spine.parent[level]
+    n_children = spine.n_units(level)
+    order = np.argsort(par_of_child, kind="stable")
+    fan = np.bincount(par_of_child, minlength=spine.n_units(level - 1)).astype(np.int64)
+    first_child = np.concatenate([[0], np.cumsum(fan)[:-1]]).astype(np.int64)
+    parents = np.unique(parents.astype(np.int64))
+    sel = np.isin(parent_hist.unit, parents)
+    p_unit, p_cell, p_cnt = parent_hist.unit[sel], parent_hist.cell[sel], parent_hist.count[sel]
+    status: dict[str, int] = {}
+    out_u: list[IntArray] = []
+    out_c: list[IntArray] = []
+    out_n: list[IntArray] = []
+    iters = 0
+    # single-child families: the child equals the parent (Observation 1)
+    single = fan[p_unit] == 1
+    if single.any():
+        out_u.append(order[first_child[p_unit[single]]])
+        out_c.append(p_cell[single])
+        out_n.append(p_cnt[single])
+    n_single = int(np.count_nonzero(fan[parents] == 1))
+    if n_single:
+        status["single_child"] = n_single
+    multi_p = parents[fan[parents] > 1]
+    gamma = spine.gamma_num[level]
+    bad = multi_p[np.isin(multi_p, par_of_child[gamma == 0])]
+    if bad.size:
+        raise ValueError(f"level {spine.levels[level]}: an unmeasured child has siblings (parent {bad[0]}); "
+                         "the spine's bypass guarantees this cannot happen")
+    # batches of parents with similar fanout, bounded by the number of variables
+    if multi_p.size:
+        nnz_par = np.bincount(p_unit, minlength=spine.n_units(level - 1))
+        ordp = multi_p[np.argsort(fan[multi_p], kind="stable")]
+        cost = nnz_par[ordp] * fan[ordp]
+        cum = np.cumsum(cost)
+        batch_id = (cum // max(opts.batch_vars, 1)).astype(np.int64)
+        # a new batch also whenever fanout grows by > 2× (limits padding)
+        for b in np.unique(batch_id):
+            bp = ordp[batch_id == b]
+            for sub in _split_by_fanout(bp, fan):
+                res = _solve_batch(spine, level, sub, p_unit, p_cell, p_cnt, fan, first_child, order, groups,
+                                   opts)
+                out_u.append(res.hist.unit)
+                out_c.append(res.hist.cell)
+                out_n.append(res.hist.count)
+                _merge_status(status, res.status)
+                iters = max(iters, res.iterations)
+    if out_u:
+        u = np.concatenate(out_u)
+        c = np.concatenate(out_c)
+        n = np.concatenate(out_n)
+    else:
+        u = c = n = np.zeros(0, dtype=np.int64)
+    keep = n > 0
+    u, c, n = u[keep], c[keep], n[keep]
+    srt = np.lexsort((c, u))
+    del n_children
+    return FamilyResult(Histogram(u[srt], c[srt], n[srt]), status, iters)
+
+
+def _split_by_fanout(bp: IntArray, fan: IntArray) -> list[IntArray]:
+    out: list[IntArray] = []
+    start = 0
+    f = fan[bp]
+    for i in range(1, bp.size + 1):
+        if i == bp.size or f[i] > 2 * f[start]:
+            out.append(bp[start:i])
+            start = i
+    return out
+
+
+def _solve_batch(spine: Spine, level: int, bp: IntArray, p_unit: IntArray, p_cell: IntArray, p_cnt: IntArray,
+                 fan: IntArray, first_child: IntArray, order: IntArray, groups: Sequence[GroupAnswers],
+                 opts: EstimatorOptions) -> FamilyResult:
+    bp = np.sort(bp)
+    sel = np.isin(p_unit, bp)
+    pu, pc, t = p_unit[sel], p_cell[sel], p_cnt[sel]
+    K = pu.size
+    if K == 0:
+        return FamilyResult(Histogram(*(np.zeros(0, np.int64),) * 3), {"solved_empty": bp.size})
+    C = int(fan[bp].max())
+    slot = np.arange(C)
+    mask = slot[None, :] < fan[pu][:, None]
+    child = np.where(mask, order[np.minimum(first_child[pu][:, None] + slot[None, :],
+                                            order.size - 1)], 0).astype(np.int64)
+    fam_index = np.searchsorted(bp, pu)
+    var_child = child[mask]
+    var_cell = np.broadcast_to(pc[:, None], (K, C))[mask]
+    var_fam = np.broadcast_to(fam_index[:, None], (K, C))[mask]
+    weights = _group_weights(groups, var_child)
+    s_var = np.sum(weights, axis=0)
+    S = np.ones((K, C))
+    S[mask] = s_var
+    det = [i for i, g in enumerate(groups) if g.detailed]
+    tf = t.astype(np.float64)
+    status: dict[str, int] = {}
+    iters = 0
+    if det:
+        g = groups[det[0]]
+        z0 = np.zeros((K, C))
+        z0[mask] = g.gather(var_child, g.row_index[var_cell])
+    else:
+        z0 = np.where(mask, (tf / np.maximum(fan[pu], 1))[:, None], 0.0)
+    if len(groups) == 1 and det:
+        Z = z0
+        W = np.ones((K, C))
+        W[mask] = weights[0]
+        status["exact"] = bp.size
+    else:
+        x0, _ = weighted_simplex_projection(z0, S, tf, mask)
+
+        def project(v: FloatArray) -> FloatArray:
+            M = np.zeros((K, C))
+            M[mask] = v
+            X, _ = weighted_simplex_projection(M, S, tf, mask)
+            return X[mask]
+
+        try:
+            ops = _Ops(var_child, var_cell, groups, weights)
+            L = ops.row_sum_bound(s_var)
+            Lf = np.zeros(bp.size)
+            np.maximum.at(Lf, var_fam, L)
+            step = 1.0 / np.maximum(Lf, 1e-300)[var_fam]
+            v, conv, iters = _fista(x0[mask], ops, s_var, step, var_fam, bp.size, project, opts)
+            if not np.all(np.isfinite(v)):
+                raise FloatingPointError("non-finite iterate")
+            nconv = int(conv.sum())
+            status["converged"] = nconv
+            if nconv < bp.size:
+                status["max_iter"] = bp.size - nconv
+                log.warning("topdown %s: %d families reached max_iter=%d; using the last feasible iterate",
+                            spine.levels[level], bp.size - nconv, opts.max_iter)
+            Z = np.zeros((K, C))
+            Z[mask] = v
+        except (FloatingPointError, ValueError, ArithmeticError) as exc:
+            log.warning("topdown %s: L2 solve failed (%s); fallback = projection of the detailed answers",
+                        spine.levels[level], exc)
+            Z = x0
+            status["fallback"] = bp.size
+        W = S
+    X = allocate_integer(Z, W, t, mask)
+    nz = X > 0
+    return FamilyResult(Histogram(child[nz], np.broadcast_to(pc[:, None], (K, C))[nz], X[nz]), status, iters)
+
+
+def estimate_root(spine: Spine, groups: Sequence[GroupAnswers], n_cells: int, total: int | None,
+                  opts: EstimatorOptions | None = None) -> FamilyResult:
+    """Root histogram: L2 step over all cells (x ≥ 0, Σx = total if given) then exact integer rounding."""
+    opts = opts or EstimatorOptions()
+    cells = np.arange(n_cells, dtype=np.int64)
+    root = np.zeros(n_cells, dtype=np.int64)
+    weights = _group_weights(groups, root)
+    s = float(np.sum([w[0] for w in weights]))
+    det = [i for i, g in enumerate(groups) if g.detailed]
+    status: dict[str, int] = {}
+    if det:
+        g = groups[det[0]]
+        z0 = g.gather(root, g.row_index[cells])
+    else:
+        z0 = np.full(n_cells, (total or 0) / n_cells)
+    mask = np.ones((1, n_cells), dtype=bool)
+    S = np.full((1, n_cells), s)
+
+    def project(v: FloatArray) -> FloatArray:
+        if total is None:
+            return np.maximum(v, 0.0)
+        X, _ = weighted_simplex_projection(v[None, :], S, np.array([float(total)]), mask)
+        return X[0]
+
+    iters = 0
+    if len(groups) == 1 and det:
+        z = z0
+        status["exact"] = 1
+        w = float(weights[0][0])
+    else:
+        ops = _Ops(root, cells, groups, weights)
+        L = float(ops.row_sum_bound(np.full(n_cells, s)).max())
+        v, conv, iters = _fista(project(z0), ops, np.full(n_cells, s), np.full(n_cells, 1.0 / L),
+                                np.zeros(n_cells, dtype=np.int64), 1, project, opts)
+        status["converged" if conv[0] else "max_iter"] = 1
+        z = v
+        w = s
+    if total is None:
+        x = np.maximum(np.floor(z + 0.5), 0).astype(np.int64)
+    else:
+        x = allocate_integer(z[None, :], np.full((1, n_cells), w), np.array([total], dtype=np.int64),
+                             mask)[0]
+    return FamilyResult(Histogram.from_dense(np.zeros(1, dtype=np.int64), x[None, :]), status, iters)
+
+
+@dataclass
+class LevelReport:
+    level: str
+    units: int
+    status: dict[str, int]
+    seconds: float
+    iterations: int
+    consistency_violations: int
+    l1_error: float | None = None
+    l1_error_noisy: float | None = None
+
+
+def consistency_violations(spine: Spine, level: int, child: Histogram, parent: Histogram) -> int:
+    """Number of (parent, cell) entries where the children do not sum to the parent (must be 0)."""
+    agg = child.aggregate(spine.parent[level])
+    n_cells = int(max(agg.cell.max(initial=0), parent.cell.max(initial=0))) + 1
+    a = dict(zip((agg.unit * n_cells + agg.cell).tolist(), agg.count.tolist(), strict=True))
+    b = dict(zip((parent.unit * n_cells + parent.cell).tolist(), parent.count.tolist(), strict=True))
+    keys = set(a) | set(b)
+    return sum(1 for k in keys if a.get(k, 0) != b.get(k, 0))
+
+
+def estimate_topdown(spine: Spine, measurements: Sequence[Sequence[GroupAnswers]], n_cells: int,
+                     total: int | None, *, truth: Sequence[Histogram] | None = None,
+                     opts: EstimatorOptions | None = None) -> tuple[list[Histogram], list[LevelReport]]:
+    """Whole top-down pass. ``measurements[l]`` are the query groups measured at level l (only units with
+    γ > 0). ``truth`` (test mode only) adds the per-level L1 error. Returns (histograms per level, reports)."""
+    hists: list[Histogram] = []
+    reports: list[LevelReport] = []
+    for l in range(spine.n_levels):
+        t0 = time.perf_counter()
+        if l == 0:
+            res = estimate_root(spine, measurements[0], n_cells, total, opts)
+            viol = 0 if total is None else int(res.hist.count.sum() != total)
+        else:
+            res = estimate_families(spine, l, np.arange(spine.n_units(l - 1)), hists[l - 1], measurements[l],
+                                    opts)
+            viol = consistency_violations(spine, l, res.hist, hists[l - 1])
+        hists.append(res.hist)
+        rep = LevelReport(spine.levels[l], spine.n_units(l), res.status, time.perf_counter() - t0,
+                          res.iterations, viol)
+        if truth is not None:
+            rep.l1_error = _l1(res.hist, truth[l])
+        reports.append(rep)
+    return hists, reports
+
+
+def _l1(a: Histogram, b: Histogram) -> float:
+    n_cells = int(max(a.cell.max(initial=0), b.cell.max(initial=0))) + 1
+    ka = a.unit * n_cells + a.cell
+    kb = b.unit * n_cells + b.cell
+    keys = np.union1d(ka, kb)
+    va = np.zeros(keys.size)
+    vb = np.zeros(keys.size)
+    va[np.searchsorted(keys, ka)] = a.count
+    vb[np.searchsorted(keys, kb)] = b.count
+    return float(np.abs(va - vb).sum())

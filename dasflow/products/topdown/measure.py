@@ -1,0 +1,144 @@
+"""Tabulation of person records onto the internal spine and the noisy measurements per geounit.
+
+Privacy argument. For the query group i at a geounit u with γ_u > 0 the true answers ``Q_i x_u`` (integers)
+get independent exact noise: discrete Gaussian with ``σ² = Δ₂²/(2·ρ·γ_u·α_i) = 1/(ρ γ_u α_i)`` (Δ₂² = 2 under
+change-one-record neighbours, :func:`dasflow.privacy.accounting.gaussian_sigma2_sq`), or under pure DP the
+two-sided geometric with scale ``Δ₁/(ε γ_u α_i) = 2/(ε γ_u α_i)``. Geounits with γ_u = 0 emit nothing
+(Theorem 3: their y is ∞). Together with the spine's path-sum invariant this is ρ-zCDP (ε-DP) overall.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from dasflow.errors import InputError
+from dasflow.privacy import accounting, samplers
+from dasflow.products.topdown.estimate import Histogram
+from dasflow.products.topdown.spine import Spine
+from dasflow.products.topdown.strategy import CHANGE_ONE_SENSITIVITY, QueryGroup, Schema, Strategy
+
+IntArray = npt.NDArray[np.int64]
+
+
+def block_histogram(spine: Spine, persons: pd.DataFrame, schema: Schema, *, source: str = "<persons>",
+                    geoid_column: str = "GEOID") -> Histogram:
+    """Tabulate person records (block GEOID + schema attribute codes) to internal block histograms.
+
+    Every record must name a block of the spine and valid attribute codes (InputError with the row otherwise).
+    """
+    if geoid_column not in persons.columns:
+        raise InputError(f"persons: column {geoid_column} missing", file=source, column=geoid_column)
+    geoid = persons[geoid_column].astype(str).to_numpy()
+    blocks = spine.block_geoid.astype(str)
+    srt = np.argsort(blocks)
+    pos = np.searchsorted(blocks[srt], geoid)
+    pos = np.minimum(pos, blocks.size - 1)
+    found = blocks[srt][pos] == geoid
+    bad = np.flatnonzero(~found)
+    if bad.size:
+        raise InputError(f"persons: block {geoid[bad[0]]!r} is not in the geography", file=source,
+                         row=int(bad[0]) + 2, column=geoid_column)
+    block = srt[pos].astype(np.int64)
+    cell = schema.cell_index({a: persons[a].to_numpy() for a in schema.names if a in persons.columns},
+                             source)
+    n = schema.n_cells
+    key = block * n + cell
+    uk, cnt = np.unique(key, return_counts=True)
+    return Histogram(uk // n, uk % n, cnt.astype(np.int64))
+
+
+def level_histograms(spine: Spine, block_hist: Histogram) -> list[Histogram]:
+    """Aggregate block histograms up the internal spine (index = level)."""
+    out: list[Histogram] = [block_hist]
+    cur = block_hist
+    for l in range(spine.n_levels - 1, 0, -1):
+        cur = cur.aggregate(spine.parent[l])
+        out.append(cur)
+    return out[::-1]
+
+
+def measured_units(spine: Spine, level: int) -> IntArray:
+    return np.flatnonzero(spine.gamma_num[level] > 0).astype(np.int64)
+
+
+def noise_parameter(strategy: Strategy, gamma: Fraction, alpha: Fraction) -> Fraction:
+    """σ² (zCDP) or geometric scale (pure DP) through the privacy core's calibrations (S3)."""
+    share = strategy.budget * gamma * alpha
+    if strategy.privacy_defn == "zcdp":
+        return accounting.gaussian_sigma2_sq(share, CHANGE_ONE_SENSITIVITY)
+    return accounting.geometric_scale(share, CHANGE_ONE_SENSITIVITY)
+
+
+def noise_variance(strategy: Strategy, param: Fraction) -> Fraction | float:
+    """Per-answer variance: σ² exactly, or 2a/(1−a)² with a = e^{−1/b} for the two-sided geometric."""
+    if strategy.privacy_defn == "zcdp":
+        return param
+    a = float(np.exp(-1.0 / float(param)))
+    return 2.0 * a / (1.0 - a) ** 2
+
+
+@dataclass(frozen=True)
+class GroupMeasurement:
+    """Noisy answers of one (level, query group): measured units, a 2-D answer array, per-unit parameters."""
+
+    level: int
+    group: QueryGroup
+    units: IntArray
+    answers: npt.NDArray[np.integer[Any]]
+    noise: Sequence[Fraction]
+    variance: Sequence[Fraction | float]
+
+
+def _smallest_int(a: IntArray) -> npt.NDArray[np.integer[Any]]:
+    if a.size == 0:
+        return a.astype(np.int32)
+    lo, hi = int(a.min()), int(a.max())
+    for dt in (np.int16, np.int32):
+        info = np.iinfo(dt)
+        if info.min <= lo and hi <= info.max:
+            return a.astype(dt)
+    return a
+
+
+def measure_group(spine: Spine, strategy: Strategy, level: int, group: QueryGroup, hist: Histogram,
+                  g: Any, *, chunk_cells: int = 8_000_000) -> GroupMeasurement:
+    """Noisy answers of ``group`` at every measured unit of ``level`` (chunked; exact samplers only)."""
+    units = measured_units(spine, level)
+    schema = strategy.schema
+    rows = group.row_index(schema)
+    R = group.n_rows(schema)
+    gam = spine.gamma_num[level][units]
+    params = {int(v): noise_parameter(strategy, Fraction(int(v), spine.denominator), group.alpha)
+              for v in np.unique(gam)}
+    out = np.empty((units.size, R), dtype=np.int64)
+    hpos = np.searchsorted(units, hist.unit)
+    hpos_c = np.minimum(hpos, max(units.size - 1, 0))
+    in_measured = (units.size > 0) & (units[hpos_c] == hist.unit) if units.size else np.zeros(0, bool)
+    step = max(1, chunk_cells // max(R, 1))
+    for s in range(0, units.size, step):
+        e = min(units.size, s + step)
+        sel = in_measured & (hpos_c >= s) & (hpos_c < e)
+        key = (hpos_c[sel] - s) * R + rows[hist.cell[sel]]
+        true = np.bincount(key, weights=hist.count[sel], minlength=(e - s) * R).astype(np.int64)
+        true = true.reshape(e - s, R)
+        for v, param in params.items():
+            m = np.flatnonzero(gam[s:e] == v)
+            if m.size == 0:
+                continue
+            size = int(m.size) * R
+            if strategy.privacy_defn == "zcdp":
+                noise = samplers.discrete_gaussian(param, size, g)
+            else:
+                noise = samplers.two_sided_geometric(param, size, g)
+            true[m] += np.asarray(noise, dtype=np.int64).reshape(m.size, R)
+        out[s:e] = true
+    noise_of = [params[int(v)] for v in gam]
+    var_of = {k: noise_variance(strategy, p) for k, p in params.items()}
+    return GroupMeasurement(level, group, units, _smallest_int(out), noise_of, [var_of[int(v)] for v in gam])
