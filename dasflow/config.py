@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from dasflow.errors import InputError
 
+EXECUTION_FIELDS = ("store", "task_runner", "dask_address")
 RELEASE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -110,8 +111,13 @@ class ReleaseConfig(BaseModel):
         return self
 
     def canonical_json(self) -> str:
-        """The frozen form: canonical JSON (sorted keys), whose SHA-256 keys the release."""
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, indent=1) + "\n"
+        """The frozen form: canonical JSON (sorted keys), whose SHA-256 keys the release.
+
+        Where the release is stored and how it is executed (``store``, ``task_runner``, ``dask_address``) are not
+        part of what the release *is*: a release copied to another store, or run on a Dask cluster instead of
+        threads, keeps its identity and produces the same bytes."""
+        return json.dumps(self.model_dump(mode="json", exclude=set(EXECUTION_FIELDS)), sort_keys=True,
+                          indent=1) + "\n"
 
     def sha256(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()

@@ -21,7 +21,7 @@ from tasks.stages import (
 )
 
 
-@flow(name="dasflow-product", log_prints=True)
+@flow(name="dasflow-product", flow_run_name="{product}-{release_id}", log_prints=True)
 def product_flow(release_id: str, store_uri: str, product: str) -> dict[str, Any]:
     """One product of a release: preprocess → measure → post-process."""
     prepared = preprocess_task(release_id, store_uri, product)

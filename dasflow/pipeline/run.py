@@ -97,6 +97,7 @@ def open_run(release_id: str, store_uri: str) -> RunContext:
         raw = json.loads(store.get_text(f"runs/{release_id}/config.json"))
     except StoreError:
         raise InputError(f"no release {release_id!r} in {store.uri}", file=f"{store.uri}/runs/{release_id}") from None
+    raw["store"] = store_uri  # execution settings are not frozen (see ReleaseConfig.canonical_json)
     config = parse_release_config(raw, source=f"{store.uri}/runs/{release_id}/config.json")
     return RunContext(store=store, config=config, config_sha256=config.sha256(), ledger=Ledger(store, release_id))
 

@@ -115,7 +115,7 @@ def load_prepared(ctx: RunContext, product: str) -> dict[str, pd.DataFrame]:
     return {out["name"]: ctx.store.get_parquet(key) for key, out in record["outputs"].items()}
 
 
-def base_rng(ctx: RunContext) -> rng.RNG:
+def base_rng(ctx: RunContext) -> rng.Generator:
     """Production: the OS CSPRNG. Test releases: the seeded generator (noise per key derived from seed+key)."""
     if ctx.config.rng.mode == "test":
         assert ctx.config.rng.seed is not None
@@ -152,7 +152,7 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
     return {"product": product, "keys": len(specs), "drawn_now": drawn, "rng_mode": g.mode}
 
 
-def measure_one(product: Any, prepared: Mapping[str, pd.DataFrame], spec: MeasurementSpec, g: rng.RNG,
+def measure_one(product: Any, prepared: Mapping[str, pd.DataFrame], spec: MeasurementSpec, g: rng.Generator,
                 earlier: Mapping[str, NoisyMeasurement]) -> NoisyMeasurement:
     """One key's measurement. Adaptive products (SafeTab-P stage 2) receive the earlier noisy measurements of
     this release — public post-processed facts — through ``measure_adaptive``; their budgets are fixed in the

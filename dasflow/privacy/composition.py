@@ -1,9 +1,11 @@
-"""Exact composition of a release plan (what the ledger checks against the cap and records).
+"""Exact composition of a release plan: what the ledger checks against the cap and records.
 
-Every planned measurement is a mechanism applied to a stable transformation whose stability is already in its
-sensitivity, so the plan composes sequentially: zCDP budgets add (ρ = Σ ρ_i); a pure-DP entry with budget ε_i is
-ε_i-DP and hence (ε_i²/2)-zCDP (Bun & Steinke 2016, Prop. 1.4), so mixed plans compose under zCDP. An all-pure
-plan also composes to ε = Σ ε_i. An infinite budget (no noise) makes the total infinite (``None``).
+Each planned measurement is a mechanism with the planned budget applied to a transformation whose stability
+the product already folded into the key's sensitivity (the noise is calibrated to it), so each key is one
+``accounting.Spend`` with stability 1 and the plan composes sequentially (``accounting.compose``): zCDP budgets
+add, pure-DP entries count ε²/2 under zCDP (Bun & Steinke 2016, Prop. 1.4), all-pure plans also add in ε. An
+infinite budget (no noise) makes the total infinite. The (ε, δ = 1e-10) figure is the smaller of the sound
+conversions the accounting module computes, and the method used is recorded with it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from dasflow.privacy import accounting
 from dasflow.products.base import MeasurementSpec
 
 DELTA = Fraction(1, 10**10)
@@ -21,8 +24,7 @@ DELTA = Fraction(1, 10**10)
 
 @dataclass(frozen=True)
 class PlanTotal:
-    """Exact totals of a plan: ρ (all entries under zCDP), ε when every entry is pure DP, and the (ε, δ)
-    conversion at δ = 1e-10 with the method used."""
+    """Exact totals of a plan and its (ε, δ) conversion."""
 
     rho: Fraction | None
     epsilon: Fraction | None
@@ -45,32 +47,14 @@ class PlanTotal:
 
 
 def compose_plan(specs: Iterable[MeasurementSpec]) -> PlanTotal:
-    """Exact sequential composition of the planned entries (see the module docstring)."""
-    from dasflow.privacy import accounting
-
-    rho: Fraction | None = Fraction(0)
-    eps: Fraction | None = Fraction(0)
-    all_pure = True
-    n = 0
-    for spec in specs:
-        n += 1
-        if spec.privacy_defn == "zcdp":
-            all_pure = False
-            if spec.budget is None or rho is None:
-                rho = None
-            else:
-                rho += spec.budget
-        elif spec.privacy_defn == "puredp":
-            if spec.budget is None:
-                rho, eps = None, None
-            else:
-                if rho is not None:
-                    rho += accounting.puredp_to_zcdp(spec.budget)
-                if eps is not None:
-                    eps += spec.budget
-        else:
-            raise ValueError(f"{spec.key}: unknown privacy definition {spec.privacy_defn!r}")
-    if rho is None:
-        return PlanTotal(None, None if all_pure else None, all_pure, n, None, "infinite budget: no guarantee")
-    eps_delta = accounting.zcdp_to_approx_dp(rho, DELTA)
-    return PlanTotal(rho, eps if all_pure else None, all_pure, n, eps_delta.epsilon, eps_delta.method)
+    """Sequential composition of the planned keys (see the module docstring)."""
+    spends = [accounting.Spend(definition=s.privacy_defn, budget="Infinity" if s.budget is None else s.budget,
+                               label=s.key) for s in specs]
+    if not spends:
+        return PlanTotal(Fraction(0), Fraction(0), True, 0, Decimal(0), "empty plan")
+    total = accounting.compose(spends, DELTA, rdp=False)
+    if total.is_infinite:
+        return PlanTotal(None, None, total.is_pure, len(spends), None, "infinite budget: no guarantee")
+    best = total.best
+    return PlanTotal(total.rho, total.epsilon, total.is_pure, len(spends),
+                     None if best is None else best.epsilon, "" if best is None else best.method)

@@ -7,6 +7,7 @@ the Product interface (``dasflow.products.base``) and an adapter registered in `
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -45,10 +46,20 @@ def register(name: str, module: str) -> None:
     REGISTRY[name] = module
 
 
+def _plugins() -> dict[str, str]:
+    """Extra products from ``DASFLOW_PRODUCTS`` ("name=module,name2=module2"): how an agency plugs in a product
+    of its own without editing dasflow (the module defines ``ADAPTER``)."""
+    out = {}
+    for item in filter(None, os.environ.get("DASFLOW_PRODUCTS", "").split(",")):
+        name, _, module = item.partition("=")
+        out[name.strip()] = module.strip()
+    return out
+
+
 def get_adapter(name: str) -> Adapter:
     """The adapter of a registered product; ``InputError`` for an unknown product name."""
-    module = REGISTRY.get(name)
+    module = REGISTRY.get(name) or _plugins().get(name)
     if module is None:
-        raise InputError(f"unknown product {name!r}; known: {sorted(REGISTRY)}", column="products.name")
+        raise InputError(f"unknown product {name!r}; known: {sorted(REGISTRY | _plugins())}", column="products.name")
     adapter: Adapter = importlib.import_module(module).ADAPTER
     return adapter

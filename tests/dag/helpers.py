@@ -1,0 +1,53 @@
+"""Builders for DAG tests: a store with the counts product's inputs and a release config for it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dasflow.config import ReleaseConfig, parse_release_config
+from dasflow.io.store import LocalStore, ObjectStore
+from tests.dag import counts_product
+
+STATES = ["01", "02", "06", "48"]
+
+
+def seed_inputs(store: ObjectStore, persons: int = 500, seed: int = 3) -> None:
+    """Write a small persons file and the public state list into ``store``."""
+    gen = np.random.default_rng(seed)
+    frame = pd.DataFrame({"STATE": gen.choice(STATES, size=persons), "SEX": gen.integers(1, 3, size=persons)})
+    store.put(counts_product.PERSONS, frame.to_csv(index=False).encode())
+    store.put(counts_product.STATES, pd.DataFrame({"STATE": STATES}).to_csv(index=False).encode())
+
+
+def release_dict(store: str, release_id: str = "r1", rho: tuple[str, str] = ("1/2", "1/4"),
+                 cap: str = "1", seed: int | None = 11) -> dict[str, Any]:
+    return {
+        "release_id": release_id,
+        "universe": "US",
+        "store": store,
+        "inputs": {"persons": "confidential/counts/"},
+        "products": [{"name": "counts", "config_text": json.dumps({"rho": {"state": rho[0],
+                                                                          "state_sex": rho[1]}})}],
+        "cap": {"rho": cap},
+        "rng": {"mode": "test", "seed": seed} if seed is not None else {"mode": "production"},
+    }
+
+
+def release_config(store: str, **kw: Any) -> ReleaseConfig:
+    return parse_release_config(release_dict(store, **kw))
+
+
+def local_release(tmp: Path, **kw: Any) -> tuple[LocalStore, ReleaseConfig]:
+    store = LocalStore(tmp / "store")
+    seed_inputs(store)
+    return store, release_config(str(tmp / "store"), **kw)
+
+
+def release_files(store_dir: Path, release_id: str) -> dict[str, bytes]:
+    root = store_dir / "runs" / release_id / "release"
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}

@@ -1,0 +1,172 @@
+"""Crash-safe resume, end to end: ``dasflow run`` as a subprocess against a real Prefect server, SIGKILLed at
+every stage boundary and in the middle of measurement, then resumed.
+
+After every resume: exactly one committed ledger entry (and one NMF) per planned key, total spent = plan total,
+and the release files byte-identical to an uninterrupted run (seeded test mode). Two processes running the same
+release at once never produce two entries for a key. Over-cap and bad-input runs exit 3 and 2 with nothing spent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dasflow.io.store import LocalStore
+from tests.dag.helpers import release_dict, release_files, seed_inputs
+from tests.servers import free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.xdist_group("prefect-server")]
+REPO = Path(__file__).resolve().parents[2]
+DASFLOW = str(Path(sys.executable).with_name("dasflow"))
+
+FAULT_POINTS = [
+    "stage:plan:before-freeze",
+    "stage:validate:counts:before-manifest",
+    "stage:preprocess:counts:before-manifest",
+    "measure:after-reserve:counts/state",
+    "measure:after-nmf:counts/state",
+    "measure:after-commit:counts/state",
+    "measure:after-reserve:counts/state_sex",
+    "stage:measure:counts:done",
+    "stage:postprocess:counts:before-manifest",
+    "stage:release:before-manifest",
+]
+
+
+@pytest.fixture(scope="module")
+def prefect_api() -> Iterator[dict[str, str]]:
+    """``prefect server start`` on 127.0.0.1 with its own PREFECT_HOME (SQLite); yields the client env."""
+    home = tempfile.mkdtemp(prefix="dasflow-prefect-server-")
+    port = free_port()
+    env = {**os.environ, "PREFECT_HOME": home, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "PREFECT_UI_ENABLED": "false", "PREFECT_API_URL": ""}
+    env.pop("PREFECT_API_URL")
+    log = open(Path(home) / "server.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("prefect")), "server", "start", "--host",
+                             "127.0.0.1", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}/api"
+    deadline = time.time() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            raise RuntimeError((Path(home) / "server.log").read_text()[-3000:])
+        time.sleep(0.5)
+    client_env = {**os.environ, "PREFECT_HOME": home, "PREFECT_API_URL": url,
+                  "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DASFLOW_TEST_MODE": "1",
+                  "DASFLOW_PRODUCTS": "counts=tests.dag.counts_product",
+                  "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    client_env.pop("DASFLOW_FAULT_AT", None)
+    try:
+        yield client_env
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+def make_release(root: Path, **kw: object) -> Path:
+    store = LocalStore(root / "store")
+    seed_inputs(store)
+    path = root / "release.json"
+    path.write_text(json.dumps(release_dict(str(root / "store"), **kw)))  # type: ignore[arg-type]
+    return path
+
+
+def dasflow(env: dict[str, str], *args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
+    run_env = dict(env)
+    if fault:
+        run_env["DASFLOW_FAULT_AT"] = fault
+    return subprocess.run([DASFLOW, *args], env=run_env, capture_output=True, text=True, timeout=300, cwd=REPO)
+
+
+def ledger_state(store_dir: Path) -> dict[str, list[str]]:
+    entries = sorted(p.relative_to(store_dir / "runs/r1/ledger/entries").as_posix()
+                     for p in (store_dir / "runs/r1/ledger/entries").rglob("*.json"))
+    nmfs = sorted(p.name for p in (store_dir / "runs/r1/measurements").rglob("*.parquet"))
+    return {"entries": entries, "nmfs": nmfs}
+
+
+@pytest.fixture(scope="module")
+def baseline(prefect_api: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    root = tmp_path_factory.mktemp("baseline")
+    result = dasflow(prefect_api, "run", str(make_release(root)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return release_files(root / "store", "r1")
+
+
+EXPECTED_ENTRIES = ["counts/state.committed.json", "counts/state.reserved.json",
+                    "counts/state_sex.committed.json", "counts/state_sex.reserved.json"]
+
+
+@pytest.mark.parametrize("point", FAULT_POINTS)
+def test_sigkill_then_resume_gives_identical_release_and_single_spend(
+        point: str, prefect_api: dict[str, str], baseline: dict[str, bytes], tmp_path: Path) -> None:
+    config = make_release(tmp_path)
+    crashed = dasflow(prefect_api, "run", str(config), fault=point)
+    assert crashed.returncode == -signal.SIGKILL, (crashed.returncode, crashed.stderr[-2000:])
+    assert not (tmp_path / "store/runs/r1/release/MANIFEST.json").exists()
+    resumed = dasflow(prefect_api, "resume", "r1", "--store", str(tmp_path / "store"))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert ledger_state(tmp_path / "store") == {"entries": EXPECTED_ENTRIES,
+                                                "nmfs": ["state.parquet", "state_sex.parquet"]}
+    assert release_files(tmp_path / "store", "r1") == baseline
+    status = dasflow(prefect_api, "ledger", "r1", "--store", str(tmp_path / "store"), "--format", "json")
+    record = json.loads(status.stdout)
+    assert record["spent"]["rho"] == record["plan_total"]["rho"] == "3/4"
+    assert [e["state"] for e in record["entries"]] == ["committed", "committed"]
+
+
+def test_two_concurrent_runs_of_one_release_never_spend_twice(
+        prefect_api: dict[str, str], baseline: dict[str, bytes], tmp_path: Path) -> None:
+    config = make_release(tmp_path)
+    procs = [subprocess.Popen([DASFLOW, "run", str(config)], env=prefect_api, cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    codes = [p.returncode for p in procs]
+    assert 0 in codes, outs
+    assert ledger_state(tmp_path / "store") == {"entries": EXPECTED_ENTRIES,
+                                                "nmfs": ["state.parquet", "state_sex.parquet"]}
+    if codes != [0, 0]:  # a loser may only fail after the winner published; resume finishes it identically
+        assert dasflow(prefect_api, "resume", "r1", "--store", str(tmp_path / "store")).returncode == 0
+    assert release_files(tmp_path / "store", "r1") == baseline
+
+
+def test_over_cap_release_exits_3_with_nothing_spent(prefect_api: dict[str, str], tmp_path: Path) -> None:
+    result = dasflow(prefect_api, "run", str(make_release(tmp_path, cap="1/2")))
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert "exceeds the release cap" in result.stderr
+    assert not (tmp_path / "store/runs/r1/ledger/entries").exists()
+    assert not (tmp_path / "store/runs/r1/measurements").exists()
+
+
+def test_bad_input_exits_2_naming_file_row_column(prefect_api: dict[str, str], tmp_path: Path) -> None:
+    config = make_release(tmp_path)
+    persons = tmp_path / "store/confidential/counts/persons.csv"
+    lines = persons.read_text().splitlines()
+    lines[4] = "99,1"
+    persons.write_text("\n".join(lines) + "\n")
+    result = dasflow(prefect_api, "run", str(config))
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "file confidential/counts/persons.csv, row 5, column STATE" in result.stderr
+    assert not (tmp_path / "store/runs/r1/measurements").exists()
+    assert not (tmp_path / "store/runs/r1/ledger/entries").exists()
