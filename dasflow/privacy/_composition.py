@@ -57,6 +57,7 @@ from dasflow.privacy._divergence import (
     zcdp_to_approx_dp_grid,
 )
 from dasflow.privacy._exact import (
+    RationalLike,
     high_precision,
     parse_budget,
     parse_fraction_open,
@@ -67,6 +68,12 @@ from dasflow.privacy._exact import (
 
 Definition = Literal["zcdp", "puredp"]
 DEFINITIONS: tuple[Definition, ...] = ("zcdp", "puredp")
+
+
+def _opt_budget(value: object, name: str) -> Fraction | None:
+    """``None`` (already-parsed infinite budget) passes through; anything else is parsed by
+    ``parse_budget``."""
+    return None if value is None else parse_budget(value, name)
 
 
 def _check_definition(definition: str, name: str) -> Definition:
@@ -83,7 +90,7 @@ def puredp_to_zcdp(epsilon: Fraction) -> Fraction: ...
 def puredp_to_zcdp(epsilon: None) -> None: ...
 def puredp_to_zcdp(epsilon: Fraction | None) -> Fraction | None:
     """ε-DP ⇒ (ε²/2)-zCDP (Bun & Steinke 2016, Prop. 1.4; SafeTab §3). ``None`` (infinite) stays infinite."""
-    eps = parse_budget(epsilon, "epsilon")
+    eps = _opt_budget(epsilon, "epsilon")
     return None if eps is None else eps * eps / 2
 
 
@@ -93,7 +100,7 @@ def stability_scale(budget: Fraction | None, stability: Fraction | int,
 
     zCDP: c²·ρ (PHSafe Lemma 2, group privacy of zCDP); pure DP: c·ε (McSherry PINQ; group privacy).
     """
-    b = parse_budget(budget, "budget")
+    b = _opt_budget(budget, "budget")
     c = parse_positive(stability, "stability")
     defn = _check_definition(definition, "definition")
     if b is None:
@@ -104,7 +111,7 @@ def stability_scale(budget: Fraction | None, stability: Fraction | int,
 def parallel_compose(budget: Fraction | None, degree: int) -> Fraction | None:
     """Generalized parallel composition (SafeTab Lemmas 9, 10, 12): each call has ``budget`` and a record
     reaches at most ``degree`` = z calls ⇒ z·budget (the same rule for ε, ρ and RDP at fixed α)."""
-    b = parse_budget(budget, "budget")
+    b = _opt_budget(budget, "budget")
     z = _degree(degree)
     return None if b is None else z * b
 
@@ -118,7 +125,7 @@ def unbounded_to_bounded(budget: Fraction | None, definition: Definition,
       the L1 analogue). Table 10's bounded column is exactly 2 × the unbounded one.
     * ``group`` (generic group privacy, group of 2): 4ρ-zCDP (k²ρ with k = 2), 2ε-DP.
     """
-    b = parse_budget(budget, "budget")
+    b = _opt_budget(budget, "budget")
     defn = _check_definition(definition, "definition")
     if method not in ("phsafe", "group"):
         raise ValueError(f"method={method!r}: must be 'phsafe' or 'group'")
@@ -308,16 +315,18 @@ class Total:
         return min(sound, key=lambda c: c.epsilon) if sound else None
 
     @high_precision
-    def rdp(self, alpha: Fraction | int | str, divergence: GeometricDivergence = "exact") -> Decimal | None:
+    def rdp(self, alpha: RationalLike, divergence: GeometricDivergence = "exact") -> Decimal | None:
         """The plan's RDP curve at α (SafeTab Theorem 2 / eq. 39 for the geometric SafeTab plan)."""
         a = parse_rational(alpha, "alpha")
         if a <= 1:
             raise ValueError(f"alpha={alpha!r}: Rényi order must be > 1")
         return _rdp(self.plan, a, divergence)
 
-    def rdp_conversion(self, delta: Fraction | int | str | float | None = None,
-                       divergence: GeometricDivergence = "exact") -> Conversion:
-        """SafeTab eq. (40): min over the α grid of CKS eq. (6) applied to the plan's RDP curve.
+    def rdp_conversion(self, delta: RationalLike | None = None,
+                       divergence: GeometricDivergence = "exact",
+                       conversion: Literal["cks", "mironov"] = "cks") -> Conversion:
+        """SafeTab eq. (40): min over the α grid of CKS eq. (6) applied to the plan's RDP curve
+        (``conversion="mironov"``: the looser ε = D_α + ln(1/δ)/(α−1), Mironov 2017 Prop. 3).
 
         ``divergence="paper"`` uses the paper's τ (eq. 29) — the recipe behind Table 2's RDP row; it is not a
         sound bound for the discrete mechanism and the result is marked ``sound=False``.
@@ -331,11 +340,12 @@ class Total:
             assert value is not None
             return value
 
+        name = "rdp_cks_grid" if conversion == "cks" else "rdp_mironov_grid"
         if divergence == "paper":
-            return rdp_to_approx_dp(curve, d, ALPHA_GRID, sound=False,
-                                    method="rdp_cks_grid_paper_tau (SafeTab Cor 1 eq 29 + eq 40; NOT sound)")
-        return rdp_to_approx_dp(curve, d, ALPHA_GRID,
-                                method="rdp_cks_grid (exact geometric divergence; SafeTab Thm 2 + eq 40)")
+            return rdp_to_approx_dp(curve, d, ALPHA_GRID, sound=False, conversion=conversion,
+                                    method=f"{name}_paper_tau (SafeTab Cor 1 eq 29 + Thm 2; NOT sound)")
+        return rdp_to_approx_dp(curve, d, ALPHA_GRID, conversion=conversion,
+                                method=f"{name} (exact geometric divergence; SafeTab Thm 2 + eq 40)")
 
     def as_record(self) -> dict[str, object]:
         best = self.best
@@ -361,7 +371,7 @@ def _as_node(plan: Node | Iterable[Node]) -> Node:
 
 
 @high_precision
-def compose(plan: Node | Iterable[Node], delta: Fraction | int | str | float = DELTA,
+def compose(plan: Node | Iterable[Node], delta: RationalLike = DELTA,
             *, rdp: bool = True) -> Total:
     """Compose a plan (a node, or an iterable of nodes composed sequentially); see the module docstring.
 

@@ -31,7 +31,14 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Literal
 
-from dasflow.privacy._exact import HP, high_precision, parse_fraction_open, parse_rational, to_decimal
+from dasflow.privacy._exact import (
+    HP,
+    RationalLike,
+    high_precision,
+    parse_fraction_open,
+    parse_rational,
+    to_decimal,
+)
 
 #: The paper's (ε, δ) target: δ = 10⁻¹⁰ (SafeTab §6.1; also used for PHSafe totals in the spec).
 DELTA = Fraction(1, 10**10)
@@ -67,19 +74,19 @@ class Conversion:
         }
 
 
-def _alpha(alpha: Fraction | int | str) -> Fraction:
+def _alpha(alpha: RationalLike) -> Fraction:
     a = parse_rational(alpha, "alpha")
     if a <= 1:
         raise ValueError(f"alpha={alpha!r}: Rényi order must be > 1")
     return a
 
 
-def _delta(delta: Fraction | int | str | float) -> Fraction:
+def _delta(delta: RationalLike) -> Fraction:
     return parse_fraction_open(delta, "delta")
 
 
 @high_precision
-def geometric_rdp_paper(alpha: Fraction | int | str, epsilon: Fraction | int | str) -> Decimal:
+def geometric_rdp_paper(alpha: RationalLike, epsilon: RationalLike) -> Decimal:
     """τ(α, ε) of SafeTab Corollary 1, eq. (17, 29) — the paper's (continuous-integral) RDP of
     BaseGeometric(·, ε).
 
@@ -100,7 +107,7 @@ def geometric_rdp_paper(alpha: Fraction | int | str, epsilon: Fraction | int | s
 
 
 @high_precision
-def geometric_rdp_exact(alpha: Fraction | int | str, epsilon: Fraction | int | str) -> Decimal:
+def geometric_rdp_exact(alpha: RationalLike, epsilon: RationalLike) -> Decimal:
     """Exact D_α(L_Z(1/ε) ‖ L_Z(1/ε)+1) of the two-sided geometric distributions (sum over the integers).
 
     = 1/(α−1) · ln[(e^{αε} + e^{−(α−1)ε}) / (e^ε + 1)]; equals brute-force summation (tested). ε = 0 gives 0.
@@ -114,7 +121,7 @@ def geometric_rdp_exact(alpha: Fraction | int | str, epsilon: Fraction | int | s
     return HP.divide(HP.ln(HP.divide(num, HP.exp(e) + 1)), a - 1)
 
 
-def geometric_rdp(alpha: Fraction | int | str, epsilon: Fraction | int | str,
+def geometric_rdp(alpha: RationalLike, epsilon: RationalLike,
                   divergence: GeometricDivergence = "exact") -> Decimal:
     """RDP of the sensitivity-1 geometric mechanism with parameter ε at order α (``exact`` or ``paper`` τ)."""
     if divergence == "exact":
@@ -134,19 +141,25 @@ def cks_epsilon(rdp: Decimal, alpha: Fraction, delta: Fraction) -> Decimal:
 
 
 @high_precision
-def rdp_to_approx_dp(curve: Callable[[Fraction], Decimal], delta: Fraction | int | str | float = DELTA,
+def rdp_to_approx_dp(curve: Callable[[Fraction], Decimal], delta: RationalLike = DELTA,
                      alphas: Iterable[Fraction] = ALPHA_GRID, *, method: str = "rdp_cks_grid",
-                     sound: bool = True) -> Conversion:
+                     sound: bool = True, conversion: Literal["cks", "mironov"] = "cks") -> Conversion:
     """min over ``alphas`` of eq. (6) applied to an RDP curve α ↦ D_α (SafeTab eq. 40 for the geometric
     curve).
 
-    The first minimising α wins ties. ``curve`` must return an RDP bound at every α of the grid.
+    ``conversion="mironov"`` uses the older, looser ε = D_α + ln(1/δ)/(α−1) (Mironov 2017, Prop. 3) instead
+    of CKS eq. (6). The first minimising α wins ties. ``curve`` must return an RDP bound at every α.
     """
     d = _delta(delta)
+    if conversion not in ("cks", "mironov"):
+        raise ValueError(f"conversion={conversion!r}: must be 'cks' or 'mironov'")
     best: tuple[Decimal, Fraction] | None = None
     for alpha in alphas:
         a = _alpha(alpha)
-        eps = cks_epsilon(curve(a), a, d)
+        if conversion == "cks":
+            eps = cks_epsilon(curve(a), a, d)
+        else:
+            eps = curve(a) + HP.divide(-HP.ln(to_decimal(d)), to_decimal(a - 1))
         if best is None or eps < best[0]:
             best = (eps, a)
     if best is None:
@@ -155,7 +168,7 @@ def rdp_to_approx_dp(curve: Callable[[Fraction], Decimal], delta: Fraction | int
 
 
 @high_precision
-def zcdp_to_approx_dp_analytic(rho: Fraction, delta: Fraction | int | str | float = DELTA) -> Conversion:
+def zcdp_to_approx_dp_analytic(rho: RationalLike, delta: RationalLike = DELTA) -> Conversion:
     """SafeTab Lemma 5, eq. (8) (Bun & Steinke 2016, Prop. 1.3): ε = ρ + 2√(ρ ln(1/δ)) = ρ + √(4ρ ln(1/δ))."""
     r = parse_rational(rho, "rho")
     d = _delta(delta)
@@ -165,7 +178,7 @@ def zcdp_to_approx_dp_analytic(rho: Fraction, delta: Fraction | int | str | floa
 
 
 @high_precision
-def zcdp_to_approx_dp_grid(rho: Fraction, delta: Fraction | int | str | float = DELTA,
+def zcdp_to_approx_dp_grid(rho: RationalLike, delta: RationalLike = DELTA,
                            alphas: Sequence[Fraction] = ALPHA_GRID) -> Conversion:
     """SafeTab eq. (7): min over the α grid of ρα + [ln(1/δ) + (α−1) ln(1−1/α) − ln α]/(α−1) (CKS 2020)."""
     r = parse_rational(rho, "rho")
@@ -174,7 +187,7 @@ def zcdp_to_approx_dp_grid(rho: Fraction, delta: Fraction | int | str | float = 
                             method="zcdp_cks_grid (CKS 2020 Prop 12; SafeTab eq 7, alpha in 1.01..10.00)")
 
 
-def zcdp_to_approx_dp(rho: Fraction, delta: Fraction | int | str | float = DELTA,
+def zcdp_to_approx_dp(rho: RationalLike, delta: RationalLike = DELTA,
                       method: Literal["best", "analytic", "grid"] = "best") -> Conversion:
     """ρ-zCDP → (ε, δ)-DP. ``best`` (default) returns the smaller of the analytic and the grid conversions,
     both valid; the returned ``method`` names the one used."""

@@ -60,6 +60,8 @@ def high_precision(func: Callable[_P, _R]) -> Callable[_P, _R]:
 
     return wrapper
 
+#: Anything :func:`parse_rational` accepts (validated at run time).
+RationalLike = Fraction | int | str | Decimal | float
 RoundingMode = Literal["floor", "ceil", "half_up", "half_even"]
 _DECIMAL_MODES = {
     "floor": ROUND_FLOOR,

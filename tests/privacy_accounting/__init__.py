@@ -1,0 +1,1 @@
+"""Tests of dasflow.privacy.accounting: the papers' privacy numbers, exact parsing, composition."""
