@@ -130,7 +130,7 @@ def threshold(x: Fraction) -> int:
 
 
 def exp_neg_table(
-    x0: Fraction, d0: Fraction, dd: Fraction, stop_after: int, limit: int
+    x0: Fraction, d0: Fraction, dd: Fraction, stop_after: int, limit: int, count: int | None = None
 ) -> npt.NDArray[np.uint64]:
     """Thresholds ``T(x_k)`` for ``x_k = x0 + k*d0 + dd*k*(k-1)/2``, k = 0, 1, ...
 
@@ -138,8 +138,8 @@ def exp_neg_table(
     ``stop_after`` so that ``x_k`` is increasing from there on, hence every later threshold is 0 as well.
     ``exp(-x_{k+1}) = exp(-x_k) * c_k`` with ``c_k = exp(-(d0 + k*dd))`` and ``c_{k+1} = c_k * exp(-dd)``, run
     in interval arithmetic at 2**-256 resolution; an entry whose bracket straddles an integer boundary
-    (vanishingly rare) is recomputed exactly by :func:`floor_exp_neg`. Raises ValueError if more than
-    ``limit`` entries are needed.
+    (vanishingly rare) is recomputed exactly by :func:`floor_exp_neg`. With ``count``, the table also ends
+    after ``count`` entries. Raises ValueError if more than ``limit`` entries are needed.
     """
     w = 256
     shift = w - WORD_BITS
@@ -152,7 +152,7 @@ def exp_neg_table(
         lo, hi = v[0] >> shift, v[1] >> shift
         t = lo if lo == hi else floor_exp_neg(x0 + k * d0 + dd * Fraction(k * (k - 1), 2))
         out.append(min(t, MAX_WORD))
-        if t == 0 and k >= stop_after:
+        if (t == 0 and k >= stop_after) or len(out) == count:
             break
         k += 1
         if k >= limit:

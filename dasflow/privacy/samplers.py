@@ -172,9 +172,7 @@ def _inversion_table(b: Fraction) -> _InversionTable:
 @lru_cache(maxsize=128)
 def _truncated_table(b: Fraction, t: int) -> npt.NDArray[np.uint64]:
     """Thresholds ``T(r/b)`` for r = 0..t-1 (acceptance of a uniform r in the two-level geometric)."""
-    full = exp_neg_table(Fraction(0), 1 / b, Fraction(0), stop_after=t, limit=_TABLE_LIMIT + t)
-    if len(full) >= t:
-        return full[:t]
+    full = exp_neg_table(Fraction(0), 1 / b, Fraction(0), stop_after=t, limit=_TABLE_LIMIT, count=t)
     return np.concatenate([full, np.zeros(t - len(full), dtype=np.uint64)])
 
 

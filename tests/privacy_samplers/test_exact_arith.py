@@ -1,0 +1,129 @@
+"""The exact arithmetic under the samplers: exp bounds, 64-bit thresholds, tables, lazy uniform reals, tie
+paths.
+
+These are the pieces whose exactness the sampler docstrings rely on (ST9, W9: integer-only decisions).
+Statistical checks: fixed seeds; for a random seed each assertion fails with probability ALPHA = 1e-6.
+"""
+
+from __future__ import annotations
+
+import decimal
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+from scipy import stats
+
+from dasflow.privacy import _sampling_exact as ex
+from dasflow.privacy import rng, samplers
+from tests.privacy_samplers.exact_law import ALPHA
+from tests.privacy_samplers.scripted import ScriptedGenerator
+
+HP = decimal.Context(prec=400)
+
+
+def exp_neg_decimal(x: Fraction, p: int) -> Decimal:
+    """2**p exp(-x) to 400 digits (independent reference implementation)."""
+    return HP.multiply(HP.power(2, p), HP.exp(HP.divide(-Decimal(x.numerator), Decimal(x.denominator))))
+
+
+XS = [
+    Fraction(0),
+    Fraction(1, 2),
+    Fraction(1),
+    Fraction(3),
+    Fraction(10**4, 3),
+    Fraction(-5, 2),
+    Fraction(44, 1),
+    Fraction(1, 10**9),
+    Fraction(123456789, 1000),
+    Fraction(2, 3),
+    Fraction(-40),
+]
+
+
+@pytest.mark.parametrize("x", XS)
+@pytest.mark.parametrize("p", [0, 64, 200, 1000])
+def test_exp_neg_bounds_bracket_and_are_tight(x: Fraction, p: int) -> None:
+    lo, hi = ex.exp_neg_bounds(x, p)
+    ref = exp_neg_decimal(x, p)
+    assert Decimal(lo) <= ref <= Decimal(hi)
+    assert hi - lo <= 2
+
+
+@pytest.mark.parametrize("x", XS)
+def test_threshold_is_exact_floor(x: Fraction) -> None:
+    ref = exp_neg_decimal(x, 64)
+    want = min(int(ref.to_integral_value(rounding=decimal.ROUND_FLOOR)), 2**64 - 1)
+    assert ex.threshold(x) == want
+
+
+def test_table_matches_direct_thresholds() -> None:
+    s2 = Fraction(1234, 7)
+    t = 14  # floor(sqrt(176.3)) + 1
+    mu = s2 / t
+    table = ex.exp_neg_table(mu * mu / (2 * s2), (1 - 2 * mu) / (2 * s2), 1 / s2, stop_after=13, limit=10**6)
+    assert table[-1] == 0 and table[-2] != 0
+    for k in range(len(table)):
+        assert int(table[k]) == ex.threshold((k - mu) ** 2 / (2 * s2)), k
+    geo = ex.exp_neg_table(Fraction(0), Fraction(3, 2), Fraction(0), stop_after=1, limit=10**6)
+    assert [int(v) for v in geo] == [ex.threshold(Fraction(3, 2) * m) for m in range(len(geo))]
+    assert (
+        ex.exp_neg_table(Fraction(0), Fraction(1, 50), Fraction(0), stop_after=1, limit=10**6, count=7).size
+        == 7
+    )
+    with pytest.raises(ValueError, match="exceed"):
+        ex.exp_neg_table(Fraction(0), Fraction(1, 50), Fraction(0), stop_after=1, limit=100)
+
+
+@pytest.mark.parametrize("x", [Fraction(1, 2), Fraction(3)])
+def test_lazy_uniform_from_zero_bits_is_bernoulli_exp(x: Fraction) -> None:
+    """Every decision made by the lazy real alone (no table): exact P = exp(-x) by a binomial test."""
+    g = rng.seeded(int(x * 10))
+    n = 20000
+    hits = sum(ex.LazyUniform(g).less_than_exp_neg(x) for _ in range(n))
+    p = float(exp_neg_decimal(x, 0))
+    assert stats.binomtest(hits, n, p).pvalue > ALPHA
+
+
+@pytest.mark.parametrize("x", [Fraction(1), Fraction(1, 3)])
+def test_tie_resolution_has_the_conditional_probability(x: Fraction) -> None:
+    """Force u == T: the answer must be True with probability frac(2**64 exp(-x)), the conditional law of
+    U."""
+    t = ex.threshold(x)
+    frac = float(exp_neg_decimal(x, 64) - t)
+    n = 4000
+    out = samplers.bernoulli_exp_neg(x, n, ScriptedGenerator([t] * n, seed=3))
+    assert stats.binomtest(int(out.sum()), n, frac).pvalue > ALPHA
+    # neighbours of the tie are decided by the table alone
+    assert samplers.bernoulli_exp_neg(x, 2, ScriptedGenerator([t - 1, t + 1])).tolist() == [True, False]
+
+
+def test_decide_matches_table_rule() -> None:
+    g = rng.seeded(2)
+    x = Fraction(7, 5)
+    t = ex.threshold(x)
+    assert ex.decide(t - 1, x, g) is True
+    assert ex.decide(t + 1, x, g) is False
+    assert ex.decide(t, x, g) in (True, False)
+    assert ex.decide(2**64 - 1, Fraction(0), g) is True  # p = 1: the tie at 2**64-1 resolves to True
+
+
+def _definition_magnitude(u: int, thr: list[int]) -> int:
+    """#{m >= 1 : u < T[m]} — the certain part of max{m : U < exp(-m/b)}."""
+    return sum(1 for v in thr[1:] if u < v)
+
+
+@pytest.mark.parametrize("b", [Fraction(1, 3), Fraction(2), Fraction(50)])
+def test_vectorised_inversion_equals_definition(b: Fraction) -> None:
+    """Float-guessed indices are always verified: the result equals the integer definition for every word,
+    including words at and next to every threshold (where a tie goes to the lazy real)."""
+    tab = samplers._inversion_table(b)
+    thr = [int(v) for v in tab.t]
+    special = sorted({w for v in thr for w in (v - 1, v, v + 1) if 0 <= w < 2**64} | {0, 2**64 - 1})
+    words = special + [int(w) for w in rng.seeded(4).uint64(3000)]
+    m = samplers._magnitudes_single(tab, len(words), ScriptedGenerator(words, seed=5))
+    for u, got in zip(words, m.tolist(), strict=True):
+        want = _definition_magnitude(u, thr)
+        tie = want + 1 < len(thr) and u == thr[want + 1]
+        assert got == want or (tie and got >= want + 1), (u, got, want)
