@@ -26,7 +26,7 @@ import math
 import os
 import pickle
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -557,11 +557,13 @@ def tract_groups_alg2(spine: Spine, oses: OseTable, fanout_cutoff: int) -> tuple
 # Algorithm 3: bypass to the Pareto frontier
 # ----------------------------------------------------------------------------------------------------------
 
-def move_to_pareto_frontier(spine: Spine, rule: Literal["zcdp", "puredp"]) -> Spine:
+def move_to_pareto_frontier(spine: Spine, rule: Literal["zcdp", "puredp"],
+                            force: Mapping[int, npt.NDArray[np.bool_]] | None = None) -> Spine:
     """Algorithm 3 with the Sec 5 bypass (§4.4): bottom-up from the level above the blocks to level 1 (the
     root is never bypassed). zCDP bypasses iff c = 1; pure DP iff min γ_child ≥ (c − 1)·γ_parent/2 (exact
     integer comparison of γ numerators). A bypassed parent P is replaced by c copies P_i (γ(P)+γ(ch_i), one
-    child each) and γ(ch_i) := 0. Path sums of γ are unchanged.
+    child each) and γ(ch_i) := 0. Path sums of γ are unchanged. ``force[l]`` (analysis/tests only) replaces
+    the rule's decision at level l by a given mask over that level's units.
     """
     parent = [p.copy() for p in spine.parent]
     gamma = [g.copy() for g in spine.gamma_num]
@@ -575,6 +577,8 @@ def move_to_pareto_frontier(spine: Spine, rule: Literal["zcdp", "puredp"]) -> Sp
         min_child = np.full(n, big, dtype=np.int64)
         np.minimum.at(min_child, ch_par, gamma[l + 1])
         mask = 2 * min_child >= (c - 1) * gamma[l] if rule == "puredp" else c == 1
+        if force is not None and l in force:
+            mask = np.asarray(force[l], dtype=bool).copy()
         mask &= c >= 1
         bypassed[l] = int(mask.sum())
         if not mask.any():
