@@ -1,4 +1,5 @@
-"""Hand-built PHSafe fixtures: households as plain tuples, turned into integer columns or production CSV files."""
+"""Hand-built PHSafe fixtures: households as plain tuples, turned into integer columns or production CSV
+files."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ class Unit:
 
 def columns(units: Sequence[Unit], first_mafid: int = 100000001,
             mafids: Sequence[int] | None = None) -> tuple[dict[str, np.ndarray], ...]:
-    """persons, units, geo as dicts of integer columns (the householder's race defaults to the first person's).
+    """persons, units, geo as dicts of integer columns (the householder's race defaults to the first
+    person's).
 
     MAFIDs are ``first_mafid + position`` unless given explicitly in ``mafids``.
     """
@@ -57,13 +59,15 @@ def columns(units: Sequence[Unit], first_mafid: int = 100000001,
     for i, unit in enumerate(units):
         mafid = first_mafid + i if mafids is None else mafids[i]
         for per in unit.persons:
-            for c, v in zip(PERSON_COLS, (per.rtype, mafid, per.age, per.hisp, per.race, per.rel), strict=True):
+            rec = (per.rtype, mafid, per.age, per.hisp, per.race, per.rel)
+            for c, v in zip(PERSON_COLS, rec, strict=True):
                 p[c].append(v)
         head = unit.persons[0] if unit.persons else Person(0)
         occupied = unit.rtype == 2 and unit.hht != 0
         hhrace = unit.hhrace if unit.hhrace is not None else (head.race if occupied else 0)
         hhspan = unit.hhspan if unit.hhspan is not None else (head.hisp if occupied else 0)
-        vals = (unit.rtype, mafid, len(unit.persons), 0, hhspan, hhrace, unit.ten, unit.hht, unit.hht2, unit.cplt)
+        vals = (unit.rtype, mafid, len(unit.persons), 0, hhspan, hhrace, unit.ten, unit.hht, unit.hht2,
+                unit.cplt)
         for c, v in zip(UNIT_COLS, vals, strict=True):
             u[c].append(v)
         g["RTYPE"].append(unit.rtype)

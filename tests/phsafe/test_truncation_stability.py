@@ -67,15 +67,17 @@ def test_r7_kept_set_invariant_to_row_order_and_partitioning() -> None:
 
 
 def test_r7_identical_records_are_handled_deterministically() -> None:
-    p = {"MAFID": np.full(5, 100000001, np.int64), **{f: np.full(5, 7, np.int16) for f in FIELDS}}
+    p: dict[str, np.ndarray] = {"MAFID": np.full(5, 100000001, np.int64)}
+    p.update({f: np.full(5, 7, np.int16) for f in FIELDS})
     assert kept_multiset(p, 2) == Counter({(100000001, 7, 7, 7, 7): 2})
 
 
 def test_r7_order_is_content_hash_not_age_or_position() -> None:
     # In one large household the kept persons are not simply the youngest/oldest or the first rows.
     n = 60
-    p = {"MAFID": np.full(n, 100000001, np.int64), "QAGE": np.arange(n, dtype=np.int16),
-         "CENHISP": np.ones(n, np.int16), "CENRACE": np.ones(n, np.int16), "RELSHIP": np.full(n, 25, np.int16)}
+    p: dict[str, np.ndarray] = {
+        "MAFID": np.full(n, 100000001, np.int64), "QAGE": np.arange(n, dtype=np.int16),
+        "CENHISP": np.ones(n, np.int16), "CENRACE": np.ones(n, np.int16), "RELSHIP": np.full(n, 25, np.int16)}
     ages = sorted(rec[1] for rec in kept_multiset(p, 10).elements())
     assert ages != list(range(10)) and ages != list(range(50, 60))
 
@@ -103,7 +105,7 @@ def test_r7_duplicate_units_dropped_entirely_and_inner_join() -> None:
     assert pairs == [(5, 5), (5, 5), (7, 7)]  # MAFID 6 duplicated: dropped; 9 has no unit; 8 has no persons
 
 
-# --- R8: neighbour enumeration --------------------------------------------------------------------------------
+# --- R8: neighbour enumeration ---
 
 def derive_unit(members: Sequence[Person], state: str) -> Unit:
     """The unit record as a deterministic function of its members (the base-person abstraction, Sec. 4)."""
