@@ -41,6 +41,7 @@ class RunContext:
     config_sha256: str
     ledger: Ledger
     _product_configs: dict[str, Any] = field(default_factory=dict)
+    _plans: dict[str, Any] = field(default_factory=dict)
 
     @property
     def release_id(self) -> str:

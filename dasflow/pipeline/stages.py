@@ -8,6 +8,7 @@ of a release never spends twice. Post-processing and release see only a store vi
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from collections.abc import Callable, Mapping
@@ -16,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from dasflow.errors import InputError, LedgerRefusal
-from dasflow.io.store import ObjectStore, new_token
+from dasflow.io.store import new_token
 from dasflow.pipeline.run import (
     CONFIDENTIAL,
     RunContext,
@@ -50,12 +51,26 @@ def input_hashes(ctx: RunContext) -> dict[str, str]:
     return out
 
 
-def product_specs(ctx: RunContext, product: str, store: ObjectStore | None = None) -> list[MeasurementSpec]:
-    """The product's data-independent plan (config + public inputs only)."""
-    adapter = ctx.adapter(product)
-    cfg = ctx.product_config(product)
-    public = adapter.public_inputs(store or ctx.post_store(), ctx.config.inputs, cfg)
-    return adapter.product().plan(cfg, public)
+def ledger_spec(product: str, spec: MeasurementSpec) -> MeasurementSpec:
+    """The spec under its release-wide ledger key ``{product}/{key}`` (keys are unique across products)."""
+    if spec.product != product:
+        raise LedgerRefusal(f"{product}: plan lists a key of product {spec.product!r}: {spec.key!r}")
+    return dataclasses.replace(spec, key=f"{product}/{spec.key}")
+
+
+def planned(ctx: RunContext, product: str) -> list[tuple[MeasurementSpec, MeasurementSpec]]:
+    """The product's data-independent plan (config + public inputs only) as (ledger spec, product spec) pairs."""
+    if product not in ctx._plans:
+        adapter = ctx.adapter(product)
+        cfg = ctx.product_config(product)
+        public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, cfg)
+        ctx._plans[product] = [(ledger_spec(product, s), s) for s in adapter.product().plan(cfg, public)]
+    return ctx._plans[product]
+
+
+def product_specs(ctx: RunContext, product: str) -> list[MeasurementSpec]:
+    """The product's plan under ledger keys."""
+    return [lspec for lspec, _ in planned(ctx, product)]
 
 
 def plan_stage(ctx: RunContext) -> PlanTotal:
@@ -126,8 +141,8 @@ def base_rng(ctx: RunContext) -> rng.Generator:
 def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progress) -> dict[str, Any]:
     """Measure every planned key of the product exactly once (the ledger's protocol)."""
     plan = ctx.ledger.plan()
-    specs = [s for s in product_specs(ctx, product) if s.product == product]
-    missing = [s.key for s in specs if s.key not in plan]
+    pairs = planned(ctx, product)
+    missing = [s.key for s, _ in pairs if s.key not in plan]
     if missing:
         raise LedgerRefusal(f"{product}: keys not in the frozen plan: {missing[:5]}; refused before any noise")
     prepared: dict[str, pd.DataFrame] | None = None
@@ -136,20 +151,20 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
     attempt = new_token()
     drawn = 0
     done: dict[str, NoisyMeasurement] = {}
-    for i, spec in enumerate(specs):
+    for i, (spec, native) in enumerate(pairs):
         if ctx.ledger.committed(spec.key) is None and prepared is None:
             prepared = load_prepared(ctx, product)
 
-        def draw(spec: MeasurementSpec = spec) -> NoisyMeasurement:
+        def draw(spec: MeasurementSpec = spec, native: MeasurementSpec = native) -> NoisyMeasurement:
             assert prepared is not None
-            return measure_one(adapter.product(), prepared, spec, g.spawn(spec.key), done)
+            return measure_one(adapter.product(), prepared, native, g.spawn(spec.key), done)
 
         measurement, fresh = ctx.ledger.measure_once(spec, draw, attempt=attempt)
-        done[spec.key] = measurement
+        done[native.key] = dataclasses.replace(measurement, spec=native)
         drawn += int(fresh)
-        progress(i + 1, len(specs), spec.key)
+        progress(i + 1, len(pairs), spec.key)
     faults.point(f"stage:measure:{product}:done")
-    return {"product": product, "keys": len(specs), "drawn_now": drawn, "rng_mode": g.mode}
+    return {"product": product, "keys": len(pairs), "drawn_now": drawn, "rng_mode": g.mode}
 
 
 def measure_one(product: Any, prepared: Mapping[str, pd.DataFrame], spec: MeasurementSpec, g: rng.Generator,
@@ -167,11 +182,11 @@ def measure_one(product: Any, prepared: Mapping[str, pd.DataFrame], spec: Measur
 def load_measurements(ctx: RunContext, product: str) -> dict[str, NoisyMeasurement]:
     """Every committed measurement of the product; refuses if any planned key is not committed."""
     out: dict[str, NoisyMeasurement] = {}
-    for spec in product_specs(ctx, product):
+    for spec, native in planned(ctx, product):
         commit = ctx.ledger.committed(spec.key)
         if commit is None:
             raise LedgerRefusal(f"{product}: {spec.key!r} is not measured yet; run the measure stage first")
-        out[spec.key] = ctx.ledger.load(spec, commit)
+        out[native.key] = dataclasses.replace(ctx.ledger.load(spec, commit), spec=native)
     return out
 
 

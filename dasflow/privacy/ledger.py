@@ -192,7 +192,7 @@ class Ledger:
         drawn = False
         if not self.store.exists(nmf_key):
             measurement = draw()
-            data = encode_nmf(measurement)
+            data = encode_nmf(measurement, spec)
             drawn = self.store.put_if_absent(nmf_key, data)  # a concurrent winner's NMF is used instead
             faults.point(f"measure:after-nmf:{spec.key}")
         data = self.store.get(nmf_key)
@@ -252,11 +252,13 @@ def spec_from_record(rec: Mapping[str, Any]) -> MeasurementSpec:
     )
 
 
-def encode_nmf(m: NoisyMeasurement) -> bytes:
-    """Parquet bytes of a noisy measurement, with its key, spec and RNG mode in the schema metadata."""
+def encode_nmf(m: NoisyMeasurement, spec: MeasurementSpec | None = None) -> bytes:
+    """Parquet bytes of a noisy measurement, with its ledger key, spec and RNG mode in the schema metadata
+    (``spec``: the ledger's spec of the key, when it differs from the product's own)."""
+    spec = spec or m.spec
     table = pa.Table.from_pandas(m.table, preserve_index=False)
-    meta = {b"dasflow.key": m.spec.key.encode(), b"dasflow.rng_mode": m.rng_mode.encode(),
-            b"dasflow.spec": json.dumps(spec_record(m.spec), sort_keys=True).encode()}
+    meta = {b"dasflow.key": spec.key.encode(), b"dasflow.rng_mode": m.rng_mode.encode(),
+            b"dasflow.spec": json.dumps(spec_record(spec), sort_keys=True).encode()}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd")

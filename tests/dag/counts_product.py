@@ -38,7 +38,7 @@ class CountsProduct:
             rho = accounting.parse_budget(config["rho"][level], f"rho.{level}")
             sigma2 = Fraction(0) if rho is None else accounting.gaussian_sigma2(rho, 1)
             specs.append(MeasurementSpec(
-                product=self.name, key=f"counts/{level}", level=level, privacy_defn="zcdp",
+                product=self.name, key=level, level=level, privacy_defn="zcdp",
                 mechanism="discrete_gaussian" if sigma2 else "none", budget=rho, sensitivity=Fraction(1),
                 noise=sigma2, cells=n_states * (1 if level == "state" else 2), variance=sigma2))
         return specs

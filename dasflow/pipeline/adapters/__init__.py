@@ -38,8 +38,11 @@ class Adapter(Protocol):
         ...
 
 
-#: product name -> module holding ``ADAPTER``
-REGISTRY: dict[str, str] = {}
+#: product name -> module holding ``ADAPTER`` (the products dasflow ships)
+REGISTRY: dict[str, str] = {
+    "phsafe": "dasflow.pipeline.adapters.phsafe",
+    "safetab-p": "dasflow.pipeline.adapters.safetab_p",
+}
 
 
 def register(name: str, module: str) -> None:

@@ -1,0 +1,59 @@
+"""Local file access to store objects for readers that need a path (pyarrow CSV readers, Census formats)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from dasflow.io.store import LocalStore, ObjectStore
+
+
+def local_file(store: ObjectStore, key: str) -> Path:
+    """A local path holding the object ``key``: the file itself for a local store, else a cached download
+    (named by the content hash, so a changed object is fetched again; the cache is private to this user)."""
+    if isinstance(store, LocalStore):
+        return store.local_path(key)
+    inner = getattr(store, "inner", None)
+    if isinstance(inner, LocalStore):
+        store.exists(key)  # a restricted view refuses forbidden keys here
+        return inner.local_path(key)
+    data = store.get(key)
+    cache = Path(tempfile.gettempdir()) / f"dasflow-cache-{os.getuid()}"
+    cache.mkdir(mode=0o700, exist_ok=True)
+    path = cache / hashlib.sha256(data).hexdigest() / Path(key).name
+    if not path.exists():
+        path.parent.mkdir(exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    return path
+
+
+def local_dir(store: ObjectStore, prefix: str) -> Path:
+    """A local directory holding every object directly under ``prefix`` (the folder itself for a local store;
+    for S3, a download cache keyed by the objects' content hashes)."""
+    prefix = prefix if prefix.endswith("/") else prefix + "/"
+    base = store.inner if not isinstance(store, LocalStore) and isinstance(getattr(store, "inner", None),
+                                                                            LocalStore) else store
+    if isinstance(base, LocalStore):
+        store.list(prefix)  # a restricted view refuses forbidden prefixes here
+        return base.local_path(prefix.rstrip("/"))
+    keys = [k for k in store.list(prefix) if "/" not in k[len(prefix):]]
+    blobs = {k: store.get(k) for k in keys}
+    digest = hashlib.sha256()
+    for k in sorted(blobs):
+        digest.update(k.encode() + b"\0" + hashlib.sha256(blobs[k]).digest())
+    target = Path(tempfile.gettempdir()) / f"dasflow-cache-{os.getuid()}" / digest.hexdigest()
+    if not target.exists():
+        tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
+        tmp.mkdir(parents=True, exist_ok=True)
+        for k, data in blobs.items():
+            (tmp / Path(k).name).write_bytes(data)
+        try:
+            os.rename(tmp, target)
+        except OSError:  # another process finished the same download first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target

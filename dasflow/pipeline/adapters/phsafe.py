@@ -1,0 +1,58 @@
+"""PHSafe in the DAG: the production ``config.json`` as-is; ``persons.csv`` and ``units.csv`` under the
+release's ``phsafe`` input prefix (confidential), ``geo.csv`` under ``phsafe_geo`` (public, phsafe.md §1.5)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dasflow.errors import InputError
+from dasflow.io.store import ObjectStore
+from dasflow.pipeline.adapters import register
+from dasflow.pipeline.adapters.files import local_file
+from dasflow.privacy import accounting
+from dasflow.products.phsafe import PHSAFE, PHSafe, PHSafeConfig, parse_config
+from dasflow.products.phsafe.inputs import Inputs, check_cross_file, read_table
+
+
+def _prefix(inputs: Mapping[str, str], name: str, default: str) -> str:
+    prefix = inputs.get(name, default)
+    return prefix if prefix.endswith("/") else prefix + "/"
+
+
+class PHSafeAdapter:
+    name = "phsafe"
+
+    def product(self) -> PHSafe:
+        return PHSAFE
+
+    def load_config(self, text: str, universe: str) -> PHSafeConfig:
+        try:
+            raw = accounting.load_json_exact(text)
+        except ValueError as exc:
+            raise InputError(f"PHSafe config is not valid JSON: {exc}", file="phsafe config") from None
+        config = parse_config(raw, file="phsafe config")
+        if config.universe != universe:
+            raise InputError(f"PHSafe config is for {config.universe} but the release universe is {universe}",
+                             file="phsafe config", column="state_filter")
+        return config
+
+    def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+        geo_key = _prefix(inputs, "phsafe_geo", "public/phsafe/") + "geo.csv"
+        return {"config": config, "geo": read_table(local_file(store, geo_key), "geo")}
+
+    def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+        prefix = _prefix(inputs, "phsafe", "confidential/phsafe/")
+        return {name: read_table(local_file(store, f"{prefix}{name}.csv"), name) for name in ("persons", "units")}
+
+    def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any], config: Any) -> dict[str, Any]:
+        """Phases 1–2 ran while reading; phase 3 (cross-file rules) here — all before any noise."""
+        inputs = Inputs(persons=confidential["persons"], units=confidential["units"], geo=public["geo"],
+                        files={"persons": "persons.csv", "units": "units.csv", "geo": "geo.csv"})
+        check_cross_file(inputs, config.state_filter)
+        return {"persons": len(inputs.persons["MAFID"]), "units": len(inputs.units["MAFID"]),
+                "universe": config.universe}
+
+
+ADAPTER = PHSafeAdapter()
+register("phsafe", __name__)

@@ -1,0 +1,87 @@
+"""SafeTab-P in the DAG: the production ``config.json`` as-is; ``person-records.txt`` under the release's
+``safetab-p`` input prefix (confidential); ``GRF-C.txt`` (and optionally the four iteration files; else the
+packaged 2020 files) under ``safetab-p_public`` (public).
+
+Adaptivity: stage 2 reads the committed stage-1 noisy totals of the same release (``measure_adaptive``); the
+plan lists every stage-1 key before any stage-2 key, and every budget is fixed in the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dasflow.errors import InputError
+from dasflow.io.store import ObjectStore
+from dasflow.pipeline.adapters import register
+from dasflow.pipeline.adapters.files import local_dir, local_file
+from dasflow.privacy import accounting
+from dasflow.products.base import MeasurementSpec, NoisyMeasurement, Prepared
+from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, load_public, parse_config, with_stage1
+from dasflow.products.safetab_p.records import GRFC_FILE, PERSON_COLUMNS, PERSON_FILE, read_pipe_file
+
+
+class PipelineSafeTabP(SafeTabP):
+    """SafeTab-P with the plan ordered stage 1 first and stage 2 fed from the earlier noisy measurements."""
+
+    def plan(self, config: Any, public: Mapping[str, Any]) -> list[MeasurementSpec]:
+        specs = super().plan(config, public)
+        return sorted(specs, key=lambda s: int(s.detail["stage"]))  # stable: plan order within a stage
+
+    def measure_adaptive(self, prepared: Prepared, spec: MeasurementSpec, rng: Any,
+                         earlier: Mapping[str, NoisyMeasurement]) -> NoisyMeasurement:
+        if int(spec.detail["stage"]) == 2:
+            for m in earlier.values():
+                if int(m.spec.detail["stage"]) == 1:
+                    prepared = with_stage1(prepared, m)
+        return self.measure(prepared, spec, rng)
+
+
+def _prefix(inputs: Mapping[str, str], name: str, default: str) -> str:
+    prefix = inputs.get(name, default)
+    return prefix if prefix.endswith("/") else prefix + "/"
+
+
+class SafeTabPAdapter:
+    name = "safetab-p"
+
+    def product(self) -> PipelineSafeTabP:
+        return PipelineSafeTabP()
+
+    def load_config(self, text: str, universe: str) -> SafeTabPConfig:
+        try:
+            raw = accounting.load_json_exact(text)
+        except ValueError as exc:
+            raise InputError(f"SafeTab-P config is not valid JSON: {exc}", file="safetab-p config") from None
+        config = parse_config(raw, source="safetab-p config")
+        runs = config.run_us if universe == "US" else config.run_pr
+        if not runs:
+            raise InputError(f"SafeTab-P config does not run the release universe {universe}",
+                             file="safetab-p config", column="run_us" if universe == "US" else "run_pr")
+        return config
+
+    def _universe(self, config: SafeTabPConfig) -> str:
+        return "US" if config.run_us else "PR"
+
+    def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+        folder = local_dir(store, _prefix(inputs, "safetab-p_public", "public/safetab-p/"))
+        if not (folder / GRFC_FILE).is_file():
+            raise InputError(f"missing {GRFC_FILE}", file=str(folder / GRFC_FILE))
+        return load_public(folder, folder, self._universe(config), config)  # type: ignore[arg-type]
+
+    def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+        path = local_file(store, _prefix(inputs, "safetab-p", "confidential/safetab-p/") + PERSON_FILE)
+        return {"persons": read_pipe_file(path, PERSON_COLUMNS), "source": PERSON_FILE}
+
+    def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any], config: Any) -> dict[str, Any]:
+        """Every person row checked (codes, order, ages, QSPAN, blocks in GRF-C) before any noise."""
+        from dasflow.products.safetab_p.records import encode_persons
+
+        persons = encode_persons(confidential["persons"], public["geography"], public["iterations"],
+                                 config.max_race_codes, config.state_filter_us, PERSON_FILE)
+        return {"persons": int(confidential["persons"].num_rows), "universe": public["universe"],
+                "encoded": type(persons).__name__}
+
+
+ADAPTER = SafeTabPAdapter()
+register("safetab-p", __name__)
