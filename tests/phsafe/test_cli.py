@@ -109,7 +109,8 @@ def test_private_run_writes_release_files_and_validates_them(data: Path, tmp_pat
                  "--validate-private-output"]) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{t}.csv" for t in OUTPUT_TABLES)
     ph1 = (out / "PH1_num.csv").read_text().splitlines()
-    assert ph1[0] == "REGION_ID|REGION_TYPE|ITERATION_CODE|PH1_NUM_DATA_CELL|NOISE_DISTRIBUTION|VARIANCE|COUNT"
+    assert ph1[0] == ("REGION_ID|REGION_TYPE|ITERATION_CODE|PH1_NUM_DATA_CELL|NOISE_DISTRIBUTION|VARIANCE|"
+                      "COUNT")
     assert len(ph1) == 1 + 1040
     assert (out / "PH2.csv").read_text().splitlines()[0] == \
         "REGION_ID|REGION_TYPE|PH2_DATA_CELL|NOISE_DISTRIBUTION|VARIANCE|COUNT"
