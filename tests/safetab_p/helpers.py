@@ -64,7 +64,8 @@ DEFAULT_BLOCKS = [("010010000010001", "22800", "0001"), ("010010000020001", "228
                   ("720310509012040", "10001", "9999")]
 
 
-def public(cfg: SafeTabPConfig, index: IterationIndex, blocks: Sequence[tuple[str, str, str]] = DEFAULT_BLOCKS,
+def public(cfg: SafeTabPConfig, index: IterationIndex,
+           blocks: Sequence[tuple[str, str, str]] = DEFAULT_BLOCKS,
            universe: str = "US") -> dict[str, Any]:
     geo = load_geography(grfc_table(blocks), universe, cfg.state_filter_us, "GRF-C.txt")  # type: ignore[arg-type]
     return {"config": cfg, "iterations": index, "geography": geo, "universe": universe}
@@ -88,7 +89,8 @@ def write_dir(path: Path, raw: dict[str, Any] | None = None, iteration_dir: Path
     return path
 
 
-def write_data_dir(path: Path, persons: Sequence[Sequence[str]], blocks: Sequence[tuple[str, str, str]]) -> Path:
+def write_data_dir(path: Path, persons: Sequence[Sequence[str]],
+                   blocks: Sequence[tuple[str, str, str]]) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     lines = ["|".join(PERSON_COLUMNS)] + ["|".join(r) for r in persons]
     path.joinpath("person-records.txt").write_text("\n".join(lines) + "\n")

@@ -47,7 +47,8 @@ def test_real_files_counts():
 
 
 def test_st3_one_code_non_hispanic():
-    """ST3: one race code (Slovak 1340), QSPAN 9950 (Not Hispanic checkbox: no level-1/2 ethnicity iteration)."""
+    """ST3: one race code (Slovak 1340), QSPAN 9950 (Not Hispanic checkbox: no level-1/2 ethnicity
+    iteration)."""
     index = real_iterations()
     assert person_iterations(index, 1, ["1340"], "9950") == {"1002", "1113"}  # European alone / AOIC
     assert person_iterations(index, 2, ["1340"], "9950") == {"1061", "1172"}  # Slovak alone / AOIC

@@ -148,7 +148,7 @@ def test_st5_budget_of_every_noise_call(monkeypatch):
         n_to = int(index.levels[2].total_only.sum())
         n_two = index.levels[2].n_iterations - n_to
 
-        def noise(b: Fraction) -> Fraction:
+        def noise(b: Fraction, defn: str = defn) -> Fraction:
             return 1 / (2 * b) if defn == "zcdp" else 1 / b
 
         assert calls[0] == (kind, noise(g * rho / s), n_regions * n_two)           # stage 1
