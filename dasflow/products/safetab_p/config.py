@@ -181,8 +181,8 @@ def _parse_thresholds(value: Any, source: str) -> dict[tuple[str, int], tuple[Fr
 
 
 def load_config(parameters_dir: str | Path) -> SafeTabPConfig:
-    """(A directory's ``config.json``, or a config file path.) Read and validate ``PARAMETERS_DIR/config.json`` (decimals exact, via
-    ``accounting.load_json_exact``)."""
+    """Read and validate ``PARAMETERS_DIR/config.json`` (or a config file path given directly); decimals
+    exact, via ``accounting.load_json_exact``."""
     path = Path(parameters_dir)
     if not path.is_file():
         path = path / CONFIG_FILE

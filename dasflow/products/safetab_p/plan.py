@@ -139,7 +139,8 @@ def accounting_plan(specs: list[MeasurementSpec]) -> accounting.Sequential:
         s = d["stability"]
         defn = spec.privacy_defn
         per = None if rho is None else rho / s
-        stage1 = accounting.Spend(defn, None if per is None else d["gamma"] * per, label=f"{spec.level} stage 1")
+        stage1 = accounting.Spend(defn, None if per is None else d["gamma"] * per,
+                                  label=f"{spec.level} stage 1")
         step2 = accounting.Spend(defn, None if per is None else (1 - d["gamma"]) * per,
                                  label=f"{spec.level} step 2")
         total_only = accounting.Spend(defn, per, label=f"{spec.level} TotalOnly")
