@@ -1,0 +1,317 @@
+"""Writers for every product's input format. Each writer streams chunk by chunk into a staging directory.
+
+* ``parquet``  : ``parquet/{persons,units,geo}/{SS}/part-NNNNN.parquet`` and
+  ``parquet/grfc/{SS}/part-00000.parquet``
+                 (canonical integer-coded schema of ``tables.py``; partitioned by state, one file per chunk).
+* ``phsafe``   : ``phsafe/persons.csv``, ``units.csv``, ``geo.csv`` (pipe-delimited, header; columns and
+  codes of
+                 ``spec/phsafe.md`` §1.5, zero-padded string codes).
+* ``safetab_p``: ``safetab_p/person-records.txt`` and ``safetab_p/GRF-C.txt`` (layout of the SafeTab-P toy
+  inputs;
+                 GRF-C carries TABBLKGRPCE and COUSUBFP after the six standard columns).
+* ``topdown``  : ``topdown/persons/{SS}/part-NNNNN.parquet`` (block + PL 94-171 histogram attributes, 0-based:
+                 HHGQ 0 household / 1-7 GQ major type, VOTINGAGE 0 under 18 / 1 18+, HISPANIC 0/1, CENRACE
+                 0-62)
+                 and ``topdown/units/{SS}/...`` (block, HHGQ, OCCUPIED).
+* ``groupsize``: ``groupsize/units/{SS}/part-NNNNN.parquet``: every unit (occupied, vacant = size 0, GQ)
+  with its
+                 block, HHGQ and SIZE (= FINAL_POP), the groups of ``spec/hierarchical-groupsize.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from dasflow.synth import tables as tb
+from dasflow.synth.geography import StateGeography
+from dasflow.synth.population import Chunk
+from dasflow.synth.reference import states
+
+PARQUET_COMPRESSION = "snappy"
+
+
+@dataclass
+class FileRecord:
+    """One written file: path relative to the dataset root, rows, bytes and SHA-256 (filled at close)."""
+
+    path: str
+    rows: int
+    bytes: int = 0
+    sha256: str = ""
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+class Writer(Protocol):
+    name: str
+
+    def begin_state(self, geo: StateGeography) -> None: ...
+
+    def write_chunk(self, chunk: Chunk, geo: StateGeography, index: int) -> None: ...
+
+    def close(self) -> list[FileRecord]: ...
+
+
+class _Base:
+    name = ""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.records: dict[str, FileRecord] = {}
+
+    def _record(self, rel: str, rows: int) -> None:
+        rec = self.records.setdefault(rel, FileRecord(rel, 0))
+        rec.rows += rows
+
+    def _parquet(self, rel: str, table: pa.Table) -> None:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, path, compression=PARQUET_COMPRESSION)
+        self._record(rel, table.num_rows)
+
+    def begin_state(self, geo: StateGeography) -> None:
+        return None
+
+    def write_chunk(self, chunk: Chunk, geo: StateGeography, index: int) -> None:
+        raise NotImplementedError
+
+    def close(self) -> list[FileRecord]:
+        out = []
+        for rec in self.records.values():
+            p = self.root / rec.path
+            rec.bytes = p.stat().st_size
+            rec.sha256 = sha256_file(p)
+            out.append(rec)
+        return sorted(out, key=lambda r: r.path)
+
+
+class ParquetWriter(_Base):
+    name = "parquet"
+
+    def begin_state(self, geo: StateGeography) -> None:
+        self._parquet(f"parquet/grfc/{geo.state}/part-00000.parquet", tb.grfc_table(geo))
+
+    def write_chunk(self, chunk: Chunk, geo: StateGeography, index: int) -> None:
+        st = geo.state
+        persons = tb.persons_table(chunk)
+        persons = persons.add_column(0, "TABBLKST", tb._const_str(st, persons.num_rows))
+        self._parquet(f"parquet/persons/{st}/part-{index:05d}.parquet", persons)
+        units = tb.units_table(chunk)
+        units = units.add_column(2, "TABBLKST", tb._const_str(st, units.num_rows))
+        self._parquet(f"parquet/units/{st}/part-{index:05d}.parquet", units)
+        self._parquet(f"parquet/geo/{st}/part-{index:05d}.parquet", tb.geo_table(chunk, geo))
+
+
+class _CsvStreams(_Base):
+    """Pipe-delimited text files with a header, appended chunk by chunk."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self._writers: dict[str, tuple[pacsv.CSVWriter, pa.Schema, object]] = {}
+
+    def _append(self, rel: str, cols: dict[str, pa.Array]) -> None:
+        table = pa.table(cols)
+        if rel not in self._writers:
+            path = self.root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            sink = path.open("wb")
+            sink.write(("|".join(table.column_names) + "\n").encode())
+            opts = pacsv.WriteOptions(include_header=False, delimiter="|", quoting_style="none")
+            self._writers[rel] = (pacsv.CSVWriter(sink, table.schema, write_options=opts), table.schema, sink)
+            self._record(rel, 0)
+        w, schema, _ = self._writers[rel]
+        w.write_table(table.cast(schema))
+        self._record(rel, table.num_rows)
+
+    def close(self) -> list[FileRecord]:
+        for w, _, sink in self._writers.values():
+            w.close()
+            sink.close()  # type: ignore[attr-defined]
+        self._writers.clear()
+        return super().close()
+
+
+class PHSafeWriter(_CsvStreams):
+    name = "phsafe"
+
+    def write_chunk(self, chunk: Chunk, geo: StateGeography, index: int) -> None:
+        st = states()[geo.state]
+        mafid_p = chunk.unit_mafid[chunk.person_unit]
+        self._append(
+            "phsafe/persons.csv",
+            {
+                "RTYPE": tb.plain(chunk.rtype),
+                "MAFID": tb.plain(mafid_p),
+                "QAGE": tb.plain(chunk.qage),
+                "CENHISP": tb.plain(chunk.cenhisp),
+                "CENRACE": tb.zfill(chunk.cenrace, 2),
+                "RELSHIP": tb.zfill(chunk.relship, 2),
+            },
+        )
+        mafid = tb.plain(chunk.unit_mafid)
+        rtype = tb.plain(chunk.unit_rtype)
+        self._append(
+            "phsafe/units.csv",
+            {
+                "RTYPE": rtype,
+                "MAFID": mafid,
+                "FINAL_POP": tb.plain(chunk.unit_final_pop),
+                "NPF": tb.plain(chunk.unit_npf),
+                "HHSPAN": tb.plain(chunk.unit_hhspan),
+                "HHRACE": tb.zfill(chunk.unit_hhrace, 2),
+                "TEN": tb.plain(chunk.unit_ten),
+                "HHT": tb.plain(chunk.unit_hht),
+                "HHT2": tb.zfill(chunk.unit_hht2, 2),
+                "CPLT": tb.plain(chunk.unit_cplt),
+            },
+        )
+        b = tb.block_columns(geo, chunk.unit_block)
+        n = chunk.n_units
+        self._append(
+            "phsafe/geo.csv",
+            {
+                "RTYPE": rtype,
+                "MAFID": mafid,
+                "TABBLKST": tb._const_str(geo.state, n),
+                "TABBLKCOU": tb.zfill(b["TABBLKCOU"], 3),
+                "TABTRACTCE": tb.zfill(b["TABTRACTCE"], 6),
+                "TABBLK": tb.zfill(b["TABBLK"], 4),
+                "TABBLKGRPCE": tb.zfill(b["TABBLKGRPCE"], 1),
+                "REGIONCE": tb._const_str(str(st.region), n),
+                "DIVISIONCE": tb._const_str(str(st.division), n),
+                "PLACEFP": tb.zfill(b["PLACEFP"], 5),
+                "AIANNHCE": tb.zfill(b["AIANNHCE"], 4),
+            },
+        )
+
+
+class SafeTabPWriter(_CsvStreams):
+    name = "safetab_p"
+
+    def begin_state(self, geo: StateGeography) -> None:
+        b = tb.block_columns(geo, np.arange(geo.n_blocks, dtype=np.int64))
+        self._append(
+            "safetab_p/GRF-C.txt",
+            {
+                "TABBLKST": tb._const_str(geo.state, geo.n_blocks),
+                "TABBLKCOU": tb.zfill(b["TABBLKCOU"], 3),
+                "TABTRACTCE": tb.zfill(b["TABTRACTCE"], 6),
+                "TABBLK": tb.zfill(b["TABBLK"], 4),
+                "PLACEFP": tb.zfill(b["PLACEFP"], 5),
+                "AIANNHCE": tb.zfill(b["AIANNHCE"], 4),
+                "TABBLKGRPCE": tb.zfill(b["TABBLKGRPCE"], 1),
+                "COUSUBFP": tb.zfill(b["COUSUBFP"], 5),
+            },
+        )
+
+    def write_chunk(self, chunk: Chunk, geo: StateGeography, index: int) -> None:
+        pb = chunk.unit_block[chunk.person_unit]
+        b = tb.block_columns(geo, pb)
+        n = chunk.n_persons
+        cols: dict[str, pa.Array] = {
+            "QAGE": tb.zfill(chunk.qage, 3),
+            "QSEX": tb.plain(chunk.qsex),
+            "HOUSEHOLDER": tb.bool_str(chunk.householder),
+            "TABBLKST": tb._const_str(geo.state, n),
+            "TABBLKCOU": tb.zfill(b["TABBLKCOU"], 3),
+            "TABTRACTCE": tb.zfill(b["TABTRACTCE"], 6),
+            "TABBLK": tb.zfill(b["TABBLK"], 4),
+            "CENRACE": tb.zfill(chunk.cenrace, 2),
+        }
+        for j in range(8):
+            cols[f"QRACE{j + 1}"] = tb.zfill(chunk.qrace[j], 4, null_label="Null")
+        cols["QSPAN"] = tb.zfill(chunk.qspan, 4)
+        self._append("safetab_p/person-records.txt", cols)
+
+
+class TopDownWriter(_Base):
+    name = "topdown"
+
+    def write_chunk(self, chunk: Chunk, geo: StateGeography, index: int) -> None:
+        st = geo.state
+        pb = chunk.unit_block[chunk.person_unit]
+        b = tb.block_columns(geo, pb)
+        n = chunk.n_persons
+        persons = pa.table(
+            {
+                "TABBLKST": tb._const_str(st, n),
+                "TABBLKCOU": b["TABBLKCOU"],
+                "TABTRACTCE": b["TABTRACTCE"],
+                "TABBLK": b["TABBLK"],
+                "HHGQ": chunk.unit_hhgq[chunk.person_unit],
+                "VOTINGAGE": (chunk.qage >= 18).astype(np.int8),
+                "HISPANIC": (chunk.cenhisp - 1).astype(np.int8),
+                "CENRACE": (chunk.cenrace - 1).astype(np.int8),
+            }
+        )
+        self._parquet(f"topdown/persons/{st}/part-{index:05d}.parquet", persons)
+        ub = tb.block_columns(geo, chunk.unit_block)
+        units = pa.table(
+            {
+                "TABBLKST": tb._const_str(st, chunk.n_units),
+                "TABBLKCOU": ub["TABBLKCOU"],
+                "TABTRACTCE": ub["TABTRACTCE"],
+                "TABBLK": ub["TABBLK"],
+                "HHGQ": chunk.unit_hhgq,
+                "OCCUPIED": chunk.unit_final_pop > 0,
+            }
+        )
+        self._parquet(f"topdown/units/{st}/part-{index:05d}.parquet", units)
+
+
+class GroupSizeWriter(_Base):
+    name = "groupsize"
+
+    def write_chunk(self, chunk: Chunk, geo: StateGeography, index: int) -> None:
+        st = geo.state
+        ub = tb.block_columns(geo, chunk.unit_block)
+        units = pa.table(
+            {
+                "MAFID": chunk.unit_mafid,
+                "TABBLKST": tb._const_str(st, chunk.n_units),
+                "TABBLKCOU": ub["TABBLKCOU"],
+                "TABTRACTCE": ub["TABTRACTCE"],
+                "TABBLK": ub["TABBLK"],
+                "HHGQ": chunk.unit_hhgq,
+                "SIZE": chunk.unit_final_pop,
+            }
+        )
+        self._parquet(f"groupsize/units/{st}/part-{index:05d}.parquet", units)
+
+
+WRITERS: dict[str, type[_Base]] = {
+    "parquet": ParquetWriter,
+    "phsafe": PHSafeWriter,
+    "safetab_p": SafeTabPWriter,
+    "topdown": TopDownWriter,
+    "groupsize": GroupSizeWriter,
+}
+
+#: top-level entries each format creates in the dataset directory
+FORMAT_ROOTS: dict[str, str] = {
+    "parquet": "parquet",
+    "phsafe": "phsafe",
+    "safetab_p": "safetab_p",
+    "topdown": "topdown",
+    "groupsize": "groupsize",
+}
+
+
+def make_writers(root: Path, formats: tuple[str, ...]) -> list[_Base]:
+    os.makedirs(root, exist_ok=True)
+    return [WRITERS[f](root) for f in formats]
