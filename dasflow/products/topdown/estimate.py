@@ -67,7 +67,7 @@ class GroupAnswers:
     row_index: IntArray
     n_rows: int
     units: IntArray
-    answers: npt.NDArray[np.integer[Any]]
+    answers: npt.NDArray[np.integer[Any]] | FloatArray
     variance: FloatArray
     detailed: bool
 
@@ -128,6 +128,8 @@ class EstimatorOptions:
     tol: float = 1e-3
     max_iter: int = 3000
     batch_vars: int = 2_000_000
+    bottom_up: bool = True
+    bottom_up_max_entries: int = 20_000_000
 
 
 def _merge_status(a: dict[str, int], b: Mapping[str, int]) -> None:
@@ -417,7 +419,6 @@ class LevelReport:
     iterations: int
     consistency_violations: int
     l1_error: float | None = None
-    l1_error_noisy: float | None = None
 
 
 def consistency_violations(spine: Spine, level: int, child: Histogram, parent: Histogram) -> int:
@@ -430,11 +431,61 @@ def consistency_violations(spine: Spine, level: int, child: Histogram, parent: H
     return sum(1 for k in keys if a.get(k, 0) != b.get(k, 0))
 
 
+def combine_bottom_up(spine: Spine, measurements: Sequence[Sequence[GroupAnswers]],
+                      max_entries: int) -> list[list[GroupAnswers]]:
+    """Hay et al. (2010) bottom-up pass: replace each node's answers by the inverse-variance combination of its
+    own answers and the sum of its children's combined answers, for query groups measured (same name and
+    rows) at both levels. Linear and unbiased; pure post-processing. It starts at the deepest level whose dense
+    size (units × rows) stays within ``max_entries`` (memory bound); deeper levels keep their own answers.
+    An unmeasured node (γ = 0, an only child's parent chain) takes its subtree's combination."""
+    out = [list(m) for m in measurements]
+    start = 0
+    for l in range(spine.n_levels - 1, -1, -1):
+        rows = max((g.n_rows for g in measurements[l]), default=1)
+        if spine.n_units(l) * rows <= max_entries:
+            start = l
+            break
+    for l in range(start - 1, -1, -1):
+        par = spine.parent[l + 1]
+        nu, nc = spine.n_units(l), spine.n_units(l + 1)
+        child_by_name = {g.name: g for g in out[l + 1]}
+        new_groups: list[GroupAnswers] = []
+        for g in out[l]:
+            ch = child_by_name.get(g.name)
+            if ch is None or not np.array_equal(ch.row_index, g.row_index) or ch.units.size == 0:
+                new_groups.append(g)
+                continue
+            cz = np.zeros((nc, g.n_rows))
+            cv = np.full(nc, np.inf)
+            cz[ch.units] = ch.answers
+            cv[ch.units] = ch.variance
+            sz = np.zeros((nu, g.n_rows))
+            np.add.at(sz, par, cz)
+            sv = np.bincount(par, weights=cv, minlength=nu)
+            oz = np.zeros((nu, g.n_rows))
+            ov = np.full(nu, np.inf)
+            oz[g.units] = g.answers
+            ov[g.units] = g.variance
+            with np.errstate(divide="ignore", invalid="ignore"):
+                prec = 1.0 / ov + 1.0 / sv
+                z = (np.nan_to_num(oz / ov[:, None]) + np.nan_to_num(sz / sv[:, None])) / prec[:, None]
+                v = 1.0 / prec
+            known = np.isfinite(v)
+            units = np.flatnonzero(known).astype(np.int64)
+            new_groups.append(GroupAnswers(g.name, g.row_index, g.n_rows, units, z[units], v[units],
+                                           g.detailed))
+        out[l] = new_groups
+    return out
+
+
 def estimate_topdown(spine: Spine, measurements: Sequence[Sequence[GroupAnswers]], n_cells: int,
                      total: int | None, *, truth: Sequence[Histogram] | None = None,
                      opts: EstimatorOptions | None = None) -> tuple[list[Histogram], list[LevelReport]]:
     """Whole top-down pass. ``measurements[l]`` are the query groups measured at level l (only units with
     γ > 0). ``truth`` (test mode only) adds the per-level L1 error. Returns (histograms per level, reports)."""
+    opts = opts or EstimatorOptions()
+    if opts.bottom_up:
+        measurements = combine_bottom_up(spine, measurements, opts.bottom_up_max_entries)
     hists: list[Histogram] = []
     reports: list[LevelReport] = []
     for l in range(spine.n_levels):
