@@ -27,9 +27,12 @@ Top-down: a parent with value v takes the K = v - sum lo smallest merged slopes;
 each child gets ``lo + #(its slopes < s*)`` plus a share of the ties at s* (first children first), which is
 exactly the greedy assignment, so the children sum to v and sum C_child(x_child) = Phi_r(v) (O4).
 
-Windows (footnote 2; requirement O5). ``m = ceil(multiplier * Var)`` per level (``window_radius``). After a
-solve, any node whose value touches an edge of its own window (the lower edge only when it is > 0, 0 being the
-true bound) has its radius doubled, infeasible columns are widened entirely, and the problem is re-solved. At
+Windows (footnote 2; requirement O5). ``m = ceil(multiplier * Var)`` per level (``window_radius``); the window
+is ``[max(0, noisy - m), max(noisy, 0) + m]`` (centred on the nearest non-negative point, so a very negative
+noisy value does not make it empty). After a solve, any node whose value touches an edge of its own window (the
+lower edge only when it is > 0, 0 being the true bound) is widened -- a leaf doubles its radius, an internal
+node drops its own window (its domain is then the range its children reach) -- infeasible columns double every
+radius, and the problem is re-solved. At
 the fixed point the windowed optimum is the unbounded optimum: the constraint matrix (tree equalities + the
 n_0 row) is totally unimodular, so the Graver basis consists of {0,+-1} circuits and, the objective being
 separable convex, an integer point with no improving circuit step is optimal (Murota;
@@ -73,6 +76,10 @@ __all__ = [
     "solve_tree",
     "window_radius",
 ]
+
+
+#: Radius meaning "no own window" (the node's domain is then what its children can reach).
+UNBOUNDED = 1 << 40
 
 
 def window_radius(variance: float, multiplier: float) -> int:
@@ -205,8 +212,9 @@ def _own_slope(v: IntArray, c: FloatArray, weight: float, kind: CostKind) -> Flo
 
 
 def _window(c: FloatArray, m: IntArray) -> tuple[IntArray, IntArray]:
+    """[max(0, c - m), max(c, 0) + m]: centred on the nearest non-negative point, so never empty."""
     lo = np.maximum(0.0, np.floor(c - m)).astype(np.int64)
-    hi = np.ceil(c + m).astype(np.int64)
+    hi = np.ceil(np.maximum(c, 0.0) + m).astype(np.int64)
     return lo, hi
 
 
@@ -258,10 +266,7 @@ class _Merge:
     merged: FloatArray | None = None
     moff: IntArray | None = None
     # counting kernel
-    cc_flat: IntArray | None = None
-    width: int = 0
-    big: int = 0
-    tmin: IntArray | None = None
+    counting: _CountingSlopes | None = None
     a: IntArray | None = None
     b: IntArray | None = None
 
@@ -321,39 +326,44 @@ class _GenericSlopes(_SlopeAt):
 
 
 class _CountingSlopes(_SlopeAt):
-    """Histogram over t (slope w*(2t+1)) per parent row: cc = cumulative counts, csl = cumulative sums."""
+    """Ragged histograms over t (slope w*(2t+1)), one row per parent, stored flat.
 
-    def __init__(self, cnt: IntArray, tmin: IntArray, weight: float) -> None:
-        p, w = cnt.shape
-        self.width, self.tmin, self.weight = w, tmin, weight
-        self.cc = np.cumsum(cnt, axis=1)
-        tvals = tmin[:, None] + np.arange(w, dtype=np.int64)[None, :]
-        self.csl = np.cumsum(cnt * (weight * (2.0 * tvals + 1.0)), axis=1)
-        self.big = int(self.cc[:, -1].max()) + 1 if p else 1
-        self.cc_flat = (self.cc + (np.arange(p, dtype=np.int64) * self.big)[:, None]).ravel()
+    Row p covers t in [tmin_p, tmin_p + width_p) at flat positions roff[p]..roff[p+1]; ``ccz``/``cslz`` are the
+    global cumulative counts / slope sums with a leading 0, so row p's merged position q (0-based) sits at the
+    first flat index f with ccz[f + 1] > ccz[roff[p]] + q.
+    """
+
+    def __init__(self, cnt: IntArray, roff: IntArray, tmin: IntArray, weight: float) -> None:
+        self.roff, self.tmin, self.weight = roff, tmin, weight
+        widths = np.diff(roff)
+        tv = np.repeat(tmin, widths) + _seg_arange(widths)
+        self.cc = np.cumsum(cnt)
+        self.ccz = np.concatenate([[0], self.cc]).astype(np.int64)
+        self.cslz = np.concatenate([[0.0], np.cumsum(cnt * (weight * (2.0 * tv + 1.0)))])
+        self.base = self.ccz[roff[:-1]]
 
     def tindex(self, rows: IntArray, q: IntArray) -> IntArray:
-        """Column index (within the row) of merged position q (0-based)."""
-        flat = np.searchsorted(self.cc_flat, q + rows * self.big, side="right")
-        out: IntArray = (flat - rows * self.width).astype(np.int64)
+        """Flat index of merged position q (0-based) of each row."""
+        out: IntArray = np.searchsorted(self.cc, self.base[rows] + q, side="right").astype(np.int64)
+        return out
+
+    def _slope(self, rows: IntArray, flat: IntArray) -> FloatArray:
+        out: FloatArray = self.weight * (2.0 * (self.tmin[rows] + (flat - self.roff[rows])) + 1.0)
         return out
 
     def prefix(self, k: IntArray) -> FloatArray:
-        rows = np.arange(k.size, dtype=np.int64)
         out = np.zeros(k.size, dtype=np.float64)
         pos = k > 0
-        r = rows[pos]
-        ti = self.tindex(r, k[pos] - 1)
-        before_cnt = np.where(ti > 0, self.cc[r, np.maximum(ti - 1, 0)], 0)
-        before_sum = np.where(ti > 0, self.csl[r, np.maximum(ti - 1, 0)], 0.0)
-        slope = self.weight * (2.0 * (self.tmin[r] + ti) + 1.0)
-        out[pos] = before_sum + (k[pos] - before_cnt) * slope
+        r = np.flatnonzero(pos).astype(np.int64)
+        f = self.tindex(r, k[pos] - 1)
+        start = self.roff[r]
+        before_cnt = self.ccz[f] - self.ccz[start]
+        before_sum = self.cslz[f] - self.cslz[start]
+        out[pos] = before_sum + (k[pos] - before_cnt) * self._slope(r, f)
         return out
 
     def at(self, rows: IntArray, q: IntArray) -> FloatArray:
-        ti = self.tindex(rows, q)
-        out: FloatArray = (self.weight * (2.0 * (self.tmin[rows] + ti) + 1.0)).astype(np.float64)
-        return out
+        return self._slope(rows, self.tindex(rows, q))
 
 
 def _merge_generic(child: Tables, starts: IntArray, n_parents: int) -> tuple[_Merge, _GenericSlopes]:
@@ -370,7 +380,7 @@ def _merge_generic(child: Tables, starts: IntArray, n_parents: int) -> tuple[_Me
 def _merge_counting(
     leaf: _Own, starts: IntArray, n_parents: int
 ) -> tuple[_Merge, _CountingSlopes, Tables]:
-    """Counting-sort merge of implicit quadratic leaf tables (integer noisy, l2): slope w*(2t+1), t = v - c."""
+    """Counting-sort merge of implicit quadratic leaf tables (integer noisy, l2): slope w*(2t+1)."""
     assert leaf.c is not None and leaf.m is not None
     lo, hi = _window(leaf.c, leaf.m)
     feasible = hi >= lo
@@ -380,24 +390,17 @@ def _merge_counting(
     nchild = np.diff(np.r_[starts, lo.size])
     child_parent = np.repeat(np.arange(n_parents, dtype=np.int64), nchild)
     tmin = np.minimum.reduceat(a, starts)
-    tmax = np.maximum.reduceat(b, starts)
-    width = max(1, int((tmax - tmin).max()))
-    base = child_parent * (width + 1) - tmin[child_parent]
-    diff = np.bincount(base + a, minlength=n_parents * (width + 1)) - np.bincount(
-        base + b, minlength=n_parents * (width + 1)
-    )
-    cnt = np.cumsum(diff.reshape(n_parents, width + 1), axis=1)[:, :width].astype(np.int64)
-    slopes = _CountingSlopes(cnt, tmin, leaf.weight)
-    info = _Merge(
-        sum_lo=np.add.reduceat(lo, starts),
-        starts=starts,
-        cc_flat=slopes.cc_flat,
-        width=width,
-        big=slopes.big,
-        tmin=tmin,
-        a=a,
-        b=b,
-    )
+    widths = np.maximum.reduceat(b, starts) - tmin
+    roff = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
+    doff = roff + np.arange(n_parents + 1, dtype=np.int64)  # one spare slot per row for the -1 end-points
+    base = doff[child_parent] - tmin[child_parent]
+    n_slots = int(doff[-1])
+    diff = np.bincount(base + a, minlength=n_slots) - np.bincount(base + b, minlength=n_slots)
+    keep = np.ones(n_slots, dtype=bool)
+    keep[doff[1:] - 1] = False
+    cnt = np.cumsum(diff)[keep].astype(np.int64)  # every row's diff sums to 0: the global cumsum is per row
+    slopes = _CountingSlopes(cnt, roff, tmin, leaf.weight)
+    info = _Merge(sum_lo=np.add.reduceat(lo, starts), starts=starts, counting=slopes, a=a, b=b)
     f0 = _own_cost(lo, leaf.c, leaf.weight, leaf.kind)
     leaves = Tables(lo, (hi - lo).astype(np.int64), f0, np.zeros(0), feasible)
     return info, slopes, leaves
@@ -475,13 +478,13 @@ def _assign_from_merge(x_par: IntArray, info: _Merge, child: Tables) -> IntArray
         less = np.bincount(elem_child, weights=(child.slopes < thr), minlength=child.lo.size).astype(np.int64)
         eq = np.bincount(elem_child, weights=(child.slopes == thr), minlength=child.lo.size).astype(np.int64)
     else:
-        assert info.a is not None and info.b is not None
-        assert info.tmin is not None and info.cc_flat is not None
+        cs = info.counting
+        assert info.a is not None and info.b is not None and cs is not None
         kpos = k > 0
         rows = np.flatnonzero(kpos).astype(np.int64)
-        flat = np.searchsorted(info.cc_flat, (k[kpos] - 1) + rows * info.big, side="right")
+        flat = cs.tindex(rows, k[kpos] - 1)
         tstar = np.full(n_par, np.iinfo(np.int64).min // 4, dtype=np.int64)
-        tstar[kpos] = info.tmin[kpos] + (flat - rows * info.width)
+        tstar[kpos] = cs.tmin[rows] + (flat - cs.roff[rows])
         ts = tstar[child_parent]
         less = np.clip(ts - info.a, 0, info.b - info.a)
         eq = ((info.a <= ts) & (ts < info.b) & kpos[child_parent]).astype(np.int64)
@@ -562,23 +565,29 @@ def level_tables(shape: TreeShape, costs: Sequence[LevelCost], cols: IntArray) -
     return tables
 
 
-def _chunks(shape: TreeShape, costs: Sequence[LevelCost], k: int, budget: int) -> list[IntArray]:
-    """Split columns so a chunk's materialised tables hold about ``budget`` slope entries."""
+def _chunks(
+    shape: TreeShape, costs: Sequence[LevelCost], k: int, budget: int, subset: IntArray | None = None
+) -> list[IntArray]:
+    """Split columns (all, or ``subset``) so a chunk's tables hold about ``budget`` slope entries."""
     per_col = np.zeros(k, dtype=np.float64)
     for l, cost in enumerate(costs):
         if cost.noisy is not None:
             rad = np.broadcast_to(np.asarray(cost.radius, dtype=np.float64), np.asarray(cost.noisy).shape)
             # the counting leaf kernel materialises per-parent histograms, not leaf tables
             factor = 1.0 if l < len(costs) - 1 else 1.0 / max(1, shape.sizes[l] // shape.sizes[max(0, l - 1)])
-            per_col += 2.0 * rad.sum(axis=0) * factor
+            per_col += 2.0 * np.minimum(rad, 1e7).sum(axis=0) * factor
+    cols = np.arange(k, dtype=np.int64) if subset is None else np.asarray(subset, dtype=np.int64)
     out: list[IntArray] = []
-    start, acc = 0, 0.0
-    for j in range(k):
+    cur: list[int] = []
+    acc = 0.0
+    for j in cols:
+        if cur and acc + per_col[j] > budget:
+            out.append(np.asarray(cur, dtype=np.int64))
+            cur, acc = [], 0.0
+        cur.append(int(j))
         acc += per_col[j]
-        if acc > budget and j > start:
-            out.append(np.arange(start, j, dtype=np.int64))
-            start, acc = j, per_col[j]
-    out.append(np.arange(start, k, dtype=np.int64))
+    if cur:
+        out.append(np.asarray(cur, dtype=np.int64))
     return out
 
 
@@ -587,6 +596,15 @@ def _with_radii(costs: Sequence[LevelCost], radii: Sequence[IntArray | None]) ->
         LevelCost(c.noisy, r, c.weight, c.kind) if c.noisy is not None else c
         for c, r in zip(costs, radii, strict=True)
     ]
+
+
+def _select_tables(t: Tables, idx: IntArray) -> Tables:
+    sl = [t.slopes[t.offsets[i] : t.offsets[i + 1]] for i in idx]
+    return Tables(t.lo[idx], t.size[idx], t.f0[idx], np.concatenate(sl) if sl else np.zeros(0), t.feasible[idx])
+
+
+def _merge_root_parts(parts: dict[int, Tables], k: int) -> Tables:
+    return _concat_tables([parts[j] for j in range(k)])
 
 
 def solve_tree(
@@ -600,6 +618,8 @@ def solve_tree(
     """Exact optimum of the windowed problem, widened until it is the unbounded optimum (module docstring).
 
     ``costs[l]`` is the cost of level l (root level first); all measured levels share the column count k.
+    Widening rounds are incremental: only the columns whose windows changed are rebuilt, and only the columns
+    whose tables or root value changed are re-assigned.
     """
     if len(costs) != shape.levels:
         raise ValueError(f"need one LevelCost per level ({shape.levels}), got {len(costs)}")
@@ -612,29 +632,36 @@ def solve_tree(
         else np.broadcast_to(np.asarray(c.radius, dtype=np.int64), np.asarray(c.noisy).shape).copy()
         for c in costs
     ]
+    values: list[IntArray] = [np.zeros((s, k), dtype=np.int64) for s in shape.sizes]
+    root_parts: dict[int, Tables] = {}
+    prev_rv = np.full(k, -1, dtype=np.int64)
+    dirty = np.arange(k, dtype=np.int64)
     for rounds in range(max_widenings + 1):
         cur = _with_radii(costs, radii)
-        chunks = _chunks(shape, cur, k, chunk_entries)
-        cache: tuple[list[Tables], list[_Merge]] | None = None
-        if len(chunks) == 1:
-            tabs, merges, _ = _chunk_levels(shape, cur, chunks[0], keep=True)
-            cache = (tabs, merges)
-            roots = tabs[0]
-        else:
-            roots = _concat_tables([column_root_tables(shape, cur, ch) for ch in chunks])
+        chunks = _chunks(shape, cur, k, chunk_entries, dirty)
+        cache: dict[bytes, tuple[list[Tables], list[_Merge]]] = {}
+        for ch in chunks:
+            tabs, merges, _ = _chunk_levels(shape, cur, ch, keep=len(chunks) == 1)
+            if len(chunks) == 1:
+                cache[ch.tobytes()] = (tabs, merges)
+            for i, j in enumerate(ch):
+                root_parts[int(j)] = _select_tables(tabs[0], np.array([i]))
+        roots = _merge_root_parts(root_parts, k)
         rv = assign_roots(roots, total)
         if rv is None:
-            bad = ~roots.feasible
-            if total is not None and np.all(roots.feasible):
-                bad = np.ones(k, dtype=bool)
+            bad = np.flatnonzero(~roots.feasible)
+            if bad.size == 0:
+                bad = np.arange(k, dtype=np.int64)
             for r in radii:
                 if r is not None:
-                    r[:, bad] *= 2
+                    r[:, bad] = np.minimum(r[:, bad] * 2, UNBOUNDED)
+            dirty = bad.astype(np.int64)
             continue
-        values: list[IntArray] = [np.zeros((s, k), dtype=np.int64) for s in shape.sizes]
-        for ch in chunks:
-            if cache is not None:
-                tabs, merges = cache
+        redo = np.union1d(dirty, np.flatnonzero(rv != prev_rv)).astype(np.int64)
+        for ch in _chunks(shape, cur, k, chunk_entries, redo):
+            hit = cache.get(ch.tobytes())
+            if hit is not None:
+                tabs, merges = hit
                 x = rv[ch]
                 part = [x.reshape(ch.size, 1).T.copy()]
                 for l in range(1, shape.levels):
@@ -644,19 +671,27 @@ def solve_tree(
                 part = assign_columns(shape, cur, ch, rv[ch])
             for l in range(shape.levels):
                 values[l][:, ch] = part[l]
-        touched_any = False
+        cache.clear()
+        prev_rv = rv
+        touched_cols: list[IntArray] = []
         for l, c in enumerate(cur):
             if c.noisy is None:
                 continue
             r = radii[l]
             assert r is not None
-            lo, hi = _window(np.asarray(c.noisy, dtype=np.float64), r)
-            touch = ((values[l] == lo) & (lo > 0)) | (values[l] == hi)
+            lo, hi = _window(np.asarray(c.noisy, dtype=np.float64)[:, redo], r[:, redo])
+            sub = values[l][:, redo]
+            touch = ((sub == lo) & (lo > 0)) | (sub == hi)
             if np.any(touch):
-                touched_any = True
-                r[touch] *= 2
-        if not touched_any:
+                # a leaf doubles its radius; an internal node drops its own window (its domain is then the
+                # range its children can reach, already bounded by their windows)
+                rr = r[:, redo]
+                rr[touch] = np.minimum(rr[touch] * 2, UNBOUNDED) if l == shape.levels - 1 else UNBOUNDED
+                r[:, redo] = rr
+                touched_cols.append(redo[np.flatnonzero(touch.any(axis=0))])
+        if not touched_cols:
             return TreeSolution(tuple(values), objective(values, costs), rounds, tuple(radii))
+        dirty = np.unique(np.concatenate(touched_cols)).astype(np.int64)
     raise RuntimeError(f"tree DP did not reach an interior optimum after {max_widenings} widenings")
 
 
