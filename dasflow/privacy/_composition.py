@@ -167,7 +167,7 @@ class Spend:
     def __post_init__(self) -> None:
         tag = self.label or "spend"
         object.__setattr__(self, "definition", _check_definition(self.definition, f"{tag}.definition"))
-        object.__setattr__(self, "budget", parse_budget(self.budget, f"{tag}.budget"))
+        object.__setattr__(self, "budget", _opt_budget(self.budget, f"{tag}.budget"))
         object.__setattr__(self, "sensitivity", parse_positive(self.sensitivity, f"{tag}.sensitivity"))
         object.__setattr__(self, "stability", parse_positive(self.stability, f"{tag}.stability"))
         object.__setattr__(self, "degree", _degree(self.degree))
@@ -407,7 +407,7 @@ def gaussian_sigma2(rho: object, sensitivity: object = 1) -> Fraction:
     ``rho`` = ``None``/``Infinity`` (infinite budget) → 0 (no noise). ``rho`` = 0 → ``ValueError`` (a zero
     budget means the measurement is not made). Exact ``Fraction``.
     """
-    r = parse_budget(rho, "rho")
+    r = _opt_budget(rho, "rho")
     d = parse_positive(sensitivity, "sensitivity")
     if r is None:
         return Fraction(0)
@@ -422,7 +422,7 @@ def gaussian_sigma2_sq(rho: object, sensitivity_squared: object) -> Fraction:
     TopDown (spine spec §2, Lemma 4 / Theorem 1): change-one-record neighbours move one record between two
     cells of a query group, so Δ² = 2 and σ² = 1/(ρ·share) — never the add/remove 1/(2ρ).
     """
-    r = parse_budget(rho, "rho")
+    r = _opt_budget(rho, "rho")
     d2 = parse_positive(sensitivity_squared, "sensitivity_squared")
     if r is None:
         return Fraction(0)
@@ -435,7 +435,7 @@ def geometric_scale(epsilon: object, sensitivity: object = 1) -> Fraction:
     """b = Δ/ε of the two-sided geometric P(k) ∝ exp(−|k|/b) that makes a sensitivity-Δ (L1) query ε-DP
     (SafeTab Alg. 4 / Lemma 6 with Δ = 1; Ghosh–Roughgarden–Sundararajan). ``None`` → 0 (no noise); 0 →
     ``ValueError``. Exact ``Fraction``."""
-    e = parse_budget(epsilon, "epsilon")
+    e = _opt_budget(epsilon, "epsilon")
     d = parse_positive(sensitivity, "sensitivity")
     if e is None:
         return Fraction(0)

@@ -333,7 +333,7 @@ def phsafe_rho_for_moe(c: object, moe: object, z: object = PHSAFE_Z90) -> Fracti
 def phsafe_moe(c: object, rho: object, z: object = PHSAFE_Z90) -> Decimal:
     """Achieved 90 % MOE z·σ = z·c/√(2ρ) of a PHSafe cell (spec §5, 'achieved MOE')."""
     cc = parse_positive(c, "c")
-    r = parse_budget(rho, "rho")
+    r = None if rho is None else parse_budget(rho, "rho")
     zz = parse_positive(z, "z")
     if r is None:
         return Decimal(0)
