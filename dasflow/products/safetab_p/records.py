@@ -36,8 +36,11 @@ NULL = "Null"
 IntArray = npt.NDArray[np.int64]
 
 
-def read_pipe_file(path: str | Path, columns: Sequence[str]) -> pa.Table:
-    """Read a pipe-delimited file with a header, every column as a string; header checked exactly."""
+def read_pipe_file(path: str | Path, columns: Sequence[str], *, extra_columns: bool = False) -> pa.Table:
+    """Read a pipe-delimited file with a header, every column as a string.
+
+    The header is checked exactly, or with ``extra_columns`` (GRF-C: the production file carries many more
+    geography columns than SafeTab-P uses) every required column must be present and only those are kept."""
     p = Path(path)
     if not p.is_file():
         raise InputError("file not found", file=str(p))
@@ -45,9 +48,15 @@ def read_pipe_file(path: str | Path, columns: Sequence[str]) -> pa.Table:
         p, parse_options=pacsv.ParseOptions(delimiter="|"),
         convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in columns},
                                              strings_can_be_null=False))
-    if tuple(table.column_names) != tuple(columns):
-        got = "|".join(table.column_names)
-        raise InputError(f"header must be {'|'.join(columns)}, got {got}", file=str(p), row=1)
+    got = tuple(table.column_names)
+    if extra_columns:
+        missing = [c for c in columns if c not in got]
+        if missing:
+            raise InputError(f"missing column(s) {', '.join(missing)} (header: {'|'.join(got)})", file=str(p),
+                             row=1, column=missing[0])
+        return table.select(list(columns))
+    if got != tuple(columns):
+        raise InputError(f"header must be {'|'.join(columns)}, got {'|'.join(got)}", file=str(p), row=1)
     return table
 
 
