@@ -113,7 +113,7 @@ def test_estimation_invariants_random_draws(setup, seed: int) -> None:  # type: 
     """Non-negative integers, children sum to the parent in every cell, total invariant exact, 0 violations,
     for several random noise draws."""
     td, blocks, persons = setup
-    td2, _, prep, est = _run(td, blocks, persons, seed)
+    td2, _, _, est = _run(td, blocks, persons, seed)
     sp = td2.spine({"blocks": blocks})
     diag = est["diagnostics"]
     assert (diag["consistency_violations"] == 0).all()
@@ -191,14 +191,15 @@ def test_detailed_only_equals_tree_dp_optimum() -> None:
 @pytest.mark.slow
 def test_estimates_beat_noisy_answers_upper_levels(setup) -> None:  # type: ignore[no-untyped-def]
     """At the upper levels (US, state, county) the estimate's L1 error (summed over 6 repetitions) is below
-    that of the raw noisy detailed answers. Measured ratios 0.27 (US), 0.72 (state), 0.43 (county); seeds are fixed, so
+    that of the raw noisy detailed answers. Ratios measured: 0.27 (US), 0.72 (state), 0.43 (county); seeds are
+    fixed, so
     the outcome is deterministic (false-failure rate 0 for this code; a regression would show as a ratio
     near or above 1)."""
     td, blocks, persons = setup
     est_l1 = {lv: 0.0 for lv in ("US", "state", "county")}
     raw_l1 = dict.fromkeys(est_l1, 0.0)
     for seed in range(6):
-        td2, ms, prep, est = _run(td, blocks, persons, 50 + seed)
+        _, ms, prep, est = _run(td, blocks, persons, 50 + seed)
         rep = l1_report(est, prep, tuple(est_l1))
         for lv in est_l1:
             est_l1[lv] += rep[lv]
@@ -227,7 +228,7 @@ def test_max_iter_is_logged_and_still_consistent(setup, caplog) -> None:  # type
 def test_families_are_independent_tasks(setup) -> None:  # type: ignore[no-untyped-def]
     """Estimating a subset of a level's parents gives exactly the rows of the whole-level call."""
     td, blocks, persons = setup
-    td2, ms, prep, est = _run(td, blocks, persons, 13)
+    td2, ms, _, est = _run(td, blocks, persons, 13)
     sp = td2.spine({"blocks": blocks})
     l = sp.levels.index("tract")
     ph = est[f"internal/{sp.levels[l - 1]}"]
@@ -237,7 +238,8 @@ def test_families_are_independent_tasks(setup) -> None:  # type: ignore[no-untyp
     for g in st.per_level[l].groups:
         t = ms[f"topdown/tract/{g.name}"].table
         groups.append(GroupAnswers(g.name, g.row_index(SCHEMA), g.n_rows(SCHEMA), t["UNIT"].to_numpy(),
-                                   np.stack(t["NOISY"].to_list()), np.array([float(v) for v in t["VARIANCE"]]),
+                                   np.stack(t["NOISY"].to_list()),
+                                   np.array([float(v) for v in t["VARIANCE"]]),
                                    g.name == "detailed"))
     full = estimate_families(sp, l, np.arange(sp.n_units(l - 1)), parent_hist, groups)
     subset = np.array([0, 2])

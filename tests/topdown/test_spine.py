@@ -273,6 +273,7 @@ def test_s10_alg2_never_worse_than_input(geo: pd.DataFrame) -> None:
     sp = _assemble(df, cfg.levels, comps, labs, cfg.beta, "zcdp")
     oses = ose_table(df.set_index("ROW").loc[sp.block_source_row].reset_index(), cfg)
     before = spine_osed(sp, oses)
+    assert before.size == len(oses.names)
     group, merges = tract_groups_alg2(sp, oses, 2)
     group2, merges2 = tract_groups_alg2(sp, oses, 2)
     assert np.array_equal(group, group2) and merges == merges2

@@ -46,7 +46,7 @@ def test_s1_pl94_schema_and_every_group_partitions_cells() -> None:
         assert m.shape[0] == g.n_rows(s)
 
 
-def fig2_W() -> np.ndarray:
+def fig2_w() -> np.ndarray:
     return np.vstack([kron_query([("1", 2), ("1", 2)]), kron_query([("I", 2), ("1", 2)]),
                       kron_query([("1", 2), ("I", 2)]), kron_query([("I", 2), ("I", 2)])]).astype(float)
 
@@ -54,7 +54,7 @@ def fig2_W() -> np.ndarray:
 def test_s2_figure2_fixture() -> None:
     """S2: B = stack(1ᵀ_2, I_2), W 9×4, V = B⊗W is 27×8 with 64 ones."""
     B = np.vstack([np.ones((1, 2)), np.eye(2)])
-    W = fig2_W()
+    W = fig2_w()
     assert W.shape == (9, 4)
     V = np.kron(B, W)
     assert V.shape == (27, 8) and int(V.sum()) == 64 and set(np.unique(V)) == {0.0, 1.0}
@@ -65,7 +65,7 @@ def test_s19_figure2_gaussian_wls_64_27() -> None:
     sp = make_spine([[0, 0]], [F(1, 2), F(1, 2)])
     A, gam = measured_rows(sp)
     B = all_rows(sp)
-    W = fig2_W()
+    W = fig2_w()
     alpha = np.repeat([0.25] * 4, [1, 2, 2, 4])
     d = wls_var_diag(B, W, A, gam, alpha, gaussian=True)
     assert np.allclose(d, 64 / 27, rtol=1e-12)
@@ -113,7 +113,7 @@ def test_s16_laplace_bypass_condition_wls(c: int) -> None:
     Var(Vx̂) (rtol 1e-9); when it fails (c = 4 with equal β), some element rises."""
     sp = _two_parent_tree(c, "puredp")
     B = all_rows(sp)
-    W = fig2_W()
+    W = fig2_w()
     alpha = np.repeat([0.25] * 4, [1, 2, 2, 4])
     A0, g0 = measured_rows(sp)
     before = wls_var_diag(B, W, A0, g0, alpha, gaussian=False)
@@ -134,7 +134,7 @@ def test_s16_gaussian_bypass_only_single_child(c: int) -> None:
     """S16 (Gaussian, √γ scaling): c = 1 leaves the diagonal unchanged to 1e-12; c ≥ 2 raises some element."""
     sp = _two_parent_tree(c, "zcdp")
     B = all_rows(sp)
-    W = fig2_W()
+    W = fig2_w()
     alpha = np.repeat([0.25] * 4, [1, 2, 2, 4])
     A0, g0 = measured_rows(sp)
     before = wls_var_diag(B, W, A0, g0, alpha, gaussian=True)

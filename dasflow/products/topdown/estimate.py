@@ -15,8 +15,8 @@ Per family (parent p already estimated as integers ``t = x̂_p``; children c wit
    weighted simplex projection of :mod:`solvers`, vectorised over all (parent, cell) rows of a batch. Step
    size 1/L per family with L the Gershgorin bound of ``D⁻¹H`` on the family's active variables; adaptive
    momentum restart; stop when the fixed-point residual is below ``tol`` (absolute, persons). A family that
-   reaches ``max_iter`` keeps its last feasible iterate and is logged (status ``max_iter``); a numerical failure
-   falls back (logged) to the projection of the detailed answers (status ``fallback``).
+   reaches ``max_iter`` keeps its last feasible iterate and is logged (status ``max_iter``); a numerical
+   failure falls back (logged) to the projection of the detailed answers (status ``fallback``).
 2. **Rounding** ``argmin Σ_c s_c (x_c − x̃_c)²`` over non-negative integers with ``Σ_c x_c = t`` exactly, per
    (parent, cell): the exact integer allocation of :mod:`solvers`. Children therefore sum to the parent in
    every cell by construction, and non-negativity holds.
@@ -385,9 +385,11 @@ def estimate_root(spine: Spine, groups: Sequence[GroupAnswers], n_cells: int, to
 
     def project(v: FloatArray) -> FloatArray:
         if total is None:
-            return np.maximum(v, 0.0)
+            clipped: FloatArray = np.maximum(v, 0.0)
+            return clipped
         X, _ = weighted_simplex_projection(v[None, :], S, np.array([float(total)]), mask)
-        return X[0]
+        row: FloatArray = X[0]
+        return row
 
     iters = 0
     if len(groups) == 1 and det:
@@ -433,10 +435,11 @@ def consistency_violations(spine: Spine, level: int, child: Histogram, parent: H
 
 def combine_bottom_up(spine: Spine, measurements: Sequence[Sequence[GroupAnswers]],
                       max_entries: int) -> list[list[GroupAnswers]]:
-    """Hay et al. (2010) bottom-up pass: replace each node's answers by the inverse-variance combination of its
-    own answers and the sum of its children's combined answers, for query groups measured (same name and
-    rows) at both levels. Linear and unbiased; pure post-processing. It starts at the deepest level whose dense
-    size (units × rows) stays within ``max_entries`` (memory bound); deeper levels keep their own answers.
+    """Hay et al. (2010) bottom-up pass: replace each node's answers by the inverse-variance combination of
+    its own answers and the sum of its children's combined answers, for query groups measured (same name and
+    rows) at both levels. Linear and unbiased; pure post-processing. It starts at the deepest level whose
+    dense size (units × rows) stays within ``max_entries`` (memory bound); deeper levels keep their own
+    answers.
     An unmeasured node (γ = 0, an only child's parent chain) takes its subtree's combination."""
     out = [list(m) for m in measurements]
     start = 0
@@ -482,7 +485,7 @@ def estimate_topdown(spine: Spine, measurements: Sequence[Sequence[GroupAnswers]
                      total: int | None, *, truth: Sequence[Histogram] | None = None,
                      opts: EstimatorOptions | None = None) -> tuple[list[Histogram], list[LevelReport]]:
     """Whole top-down pass. ``measurements[l]`` are the query groups measured at level l (only units with
-    γ > 0). ``truth`` (test mode only) adds the per-level L1 error. Returns (histograms per level, reports)."""
+    γ > 0). ``truth`` (test mode only) adds the per-level L1 error. Returns (histograms, reports)."""
     opts = opts or EstimatorOptions()
     if opts.bottom_up:
         measurements = combine_bottom_up(spine, measurements, opts.bottom_up_max_entries)

@@ -31,8 +31,8 @@ class OsedPairs:
 def osed_up(leaf: OsedPairs, parents: Sequence[IntArray], fanouts: Sequence[IntArray]) -> list[OsedPairs]:
     """Run the recursion from a leaf level up through ``parents[i]`` (unit → parent unit, one per step).
 
-    ``fanouts[i][p]`` is the number of children of parent ``p`` at step ``i``. Returns the pairs at every level
-    from the leaf (index 0) up to the top (last).
+    ``fanouts[i][p]`` is the number of children of parent ``p`` at step ``i``. Returns the pairs at every
+    level from the leaf (index 0) up to the top (last).
     """
     out = [leaf]
     cur = leaf

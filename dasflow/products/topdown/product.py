@@ -1,11 +1,11 @@
 """The TopDown product (DESIGN §3): plan → prepare → measure → postprocess → tables.
 
-One plan key per (geolevel, query group): ``topdown/<level>/<group>``; the key's NoisyMeasurement holds one row
-per measured geounit (γ > 0) with its noisy answer vector. Budget of a key = ρ·β_l·α_i (ε·β_l·α_i under pure
-DP); the keys compose to ρ·Σβ·Σα = ρ. After Alg 3 a geounit's γ may differ from β_l (PLB moved up a path);
-Theorem 3 bounds the loss by the path sum of γ, which the spine certifies equals Σβ for every block (S14), so
-the plan's sequential total is still exactly the release's loss. The key's ``noise`` is the nominal σ² at
-γ = β_l; ``detail["noise_by_gamma"]`` lists the σ² of every γ actually used.
+One plan key per (geolevel, query group): ``topdown/<level>/<group>``; the key's NoisyMeasurement holds one
+row per measured geounit (γ > 0) with its noisy answer vector. Budget of a key = ρ·β_l·α_i (ε·β_l·α_i under
+pure DP); the keys compose to ρ·Σβ·Σα = ρ. After Alg 3 a geounit's γ may differ from β_l (PLB moved up a
+path); Theorem 3 bounds the loss by the path sum of γ, which the spine certifies equals Σβ for every block
+(S14), so the plan's sequential total is still exactly the release's loss. The key's ``noise`` is the nominal
+σ² at γ = β_l; ``detail["noise_by_gamma"]`` lists the σ² of every γ actually used.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dasflow.products.base import (
     VARIANCE_COLUMN,
     Estimates,
     MeasurementSpec,
+    Mechanism,
     NoisyMeasurement,
     Prepared,
 )
@@ -104,7 +105,7 @@ class TopDown:
         cfg: TopDownConfig = config if isinstance(config, TopDownConfig) else self.config
         sp = self.spine(public, cfg)
         st = cfg.strategy
-        mech = "discrete_gaussian" if st.privacy_defn == "zcdp" else "two_sided_geometric"
+        mech: Mechanism = "discrete_gaussian" if st.privacy_defn == "zcdp" else "two_sided_geometric"
         specs: list[MeasurementSpec] = []
         for l, level in enumerate(st.levels):
             units = measured_units(sp, l)

@@ -27,7 +27,7 @@ BoolArray = npt.NDArray[np.bool_]
 def weighted_simplex_projection(z: FloatArray, s: FloatArray, t: FloatArray,
                                 mask: BoolArray) -> tuple[FloatArray, FloatArray]:
     """Row-wise projection (see module docstring). Returns ``(x, μ)``; rows with ``t = 0`` give ``x = 0``."""
-    K, C = z.shape
+    K = z.shape[0]
     s_safe = np.where(mask, s, 1.0)
     a = np.where(mask, s_safe * z, -np.inf)
     order = np.argsort(-a, axis=1, kind="stable")

@@ -1,19 +1,19 @@
 """The TopDown geographic spine: construction, optimisation (OBGs, Alg 2, Alg 3), privacy invariant.
 
-Reads only public block geography (a GRF-C-like block file) plus the invariant GQ-type presence per block; never
-person data (S20: one row per block, a column whitelist, unique GEOIDs). Deterministic, no randomness.
+Reads only public block geography (a GRF-C-like block file) plus the invariant GQ-type presence per block;
+never person data (S20: one row per block, a column whitelist, unique GEOIDs). Deterministic, no randomness.
 
 Privacy argument (Theorem 3, S14): every geounit ``u`` with ``γ_u > 0`` is measured with budget share ``γ_u``;
 a moved record changes the histograms of the geounits on two root-to-block paths only, so the mechanism is
 ρ-zCDP iff the **sum of γ along every root-to-block path** is ≤ Σβ = 1. The bypass (Sec 5 form) moves PLB up a
-path and never changes a path sum; :func:`check_privacy_invariant` verifies in exact integer arithmetic
-(γ numerators over one common denominator) that every path sum equals Σβ and every γ ≥ 0, and the build fails
+path and never changes a path sum; :func:`check_privacy_invariant` verifies in exact integer arithmetic (γ
+numerators over one common denominator) that every path sum equals Σβ and every γ ≥ 0, and the build fails
 otherwise. The spine and γ depend on public geography and the GQ invariants only, both fixed across TDA
 neighbours (§6), so they are data-independent.
 
 Decisions where the paper is silent ([?] items, also in docs/topdown.md):
-- OBG cap ``int(√n + fanout_cutoff)`` (n = blocks in the tract unit, i.e. tract ∩ AIAN side); a membership cell
-  larger than the cap is cut into ``ceil(m/cap)`` balanced chunks in GEOID order.
+- OBG cap ``int(√n + fanout_cutoff)`` (n = blocks in the tract unit, i.e. tract ∩ AIAN side); a membership
+  cell larger than the cap is cut into ``ceil(m/cap)`` balanced chunks in GEOID order.
 - Alg 2 re-evaluates on a tract-level reduced tree (tract c-values do not depend on tract grouping); pairs are
   visited in (county, u, v) order; the sibling list is rebuilt after each accepted merge.
 - Alg 3 never bypasses the root.
@@ -106,7 +106,8 @@ def preset(name: str, beta: Sequence[Any], fanout_cutoff: int, **kw: Any) -> Spi
     if name == "pl94_units":
         return SpineConfig(beta=b, fanout_cutoff=fanout_cutoff, ose_categories=("AIAN", "MCD", "PLACE"), **kw)
     if name == "dhc":
-        return SpineConfig(beta=b, fanout_cutoff=fanout_cutoff, kind="dhc", ose_categories=("SD", "CBG"), **kw)
+        return SpineConfig(beta=b, fanout_cutoff=fanout_cutoff, kind="dhc", ose_categories=("SD", "CBG"),
+                           **kw)
     if name == "pr":
         if len(b) == 6:
             rest = b[1:]
@@ -223,7 +224,8 @@ def normalise_blocks(blocks: pd.DataFrame, source: str = "<blocks>") -> pd.DataF
     extra = set(blocks.columns) - GEOGRAPHY_COLUMNS
     if extra:
         raise InputError(f"spine input may hold public geography only; unexpected columns {sorted(extra)} "
-                         "(person data must never reach the spine, S20)", file=source, column=sorted(extra)[0])
+                         "(person data must never reach the spine, S20)", file=source,
+                         column=sorted(extra)[0])
     if "GEOID" in blocks.columns:
         geoid = blocks["GEOID"].astype(str).to_numpy().astype(str)
     elif {"TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"} <= set(blocks.columns):
@@ -323,7 +325,8 @@ def _chunk(group: IntArray, cap_of_group: IntArray) -> IntArray:
 
 def _cap(n: IntArray, cutoff: int) -> IntArray:
     """``int(√n + fanout_cutoff)`` per group (≥ 1)."""
-    return np.maximum(1, np.floor(np.sqrt(n.astype(np.float64)) + cutoff).astype(np.int64))
+    out: IntArray = np.maximum(1, np.floor(np.sqrt(n.astype(np.float64)) + cutoff).astype(np.int64))
+    return out
 
 
 def _group_within(parent_uid: IntArray, cell: IntArray, cutoff: int) -> IntArray:
@@ -359,7 +362,8 @@ def _assemble(df: pd.DataFrame, levels: tuple[str, ...], comps: list[IntArray], 
         first = np.unique(ids[l], return_index=True)[1]
         parents.append(ids[l - 1][first].astype(np.int64))
         lab = labels[l - 1][parents[l]].astype(str)
-        labels.append(np.char.add(np.char.add(lab, "|"), comp_labels[l - 1][first].astype(str)).astype(object))
+        sub = comp_labels[l - 1][first].astype(str)
+        labels.append(np.char.add(np.char.add(lab, "|"), sub).astype(object))
     den = math.lcm(*[f.denominator for f in beta])
     gamma = [np.full(parents[l].shape[0], int(beta[l] * den), dtype=np.int64) for l in range(len(levels))]
     return Spine(levels=levels, parent=parents, gamma_num=gamma, denominator=den, labels=labels,
@@ -501,10 +505,12 @@ def tract_groups_alg2(spine: Spine, oses: OseTable, fanout_cutoff: int) -> tuple
     lc = ltg - 1
     up_parents = [spine.parent[l] for l in range(spine.n_levels - 1, lt, -1)]
     up_fanouts = [spine.fanout(l - 1) for l in range(spine.n_levels - 1, lt, -1)]
-    tract_pairs: list[OsedPairs] = [osed_up(leaf_pairs(bo), up_parents, up_fanouts)[-1] for bo in oses.block_ose]
+    tract_pairs: list[OsedPairs] = [osed_up(leaf_pairs(bo), up_parents, up_fanouts)[-1]
+                                    for bo in oses.block_ose]
     leaf = OsedPairs(ose=np.concatenate([p.ose for p in tract_pairs]),
                      unit=np.concatenate([p.unit for p in tract_pairs]),
-                     c=np.concatenate([p.c for p in tract_pairs]), cc=np.concatenate([p.cc for p in tract_pairs]))
+                     c=np.concatenate([p.c for p in tract_pairs]),
+                     cc=np.concatenate([p.cc for p in tract_pairs]))
     n_ose = len(oses.names)
     tract_county = spine.parent[ltg][spine.parent[lt]]
     group = np.arange(spine.n_units(lt), dtype=np.int64)  # tract group id per tract (global)

@@ -1,14 +1,14 @@
 """TopDown strategy: a Cartesian histogram schema, marginal query groups, exact shares α and β.
 
 A *query group* (topdown-spine.md §1, S1) over the schema ``d_1 × … × d_k`` keeps a subset of the attributes
-and sums out the others: its matrix is the Kronecker product ``⊗_i (I_{d_i} if i kept else 1ᵀ_{d_i})``, so every
-column has exactly one 1 (the groups partition the cells). Cells are numbered row-major in schema order.
+and sums out the others: its matrix is the Kronecker product ``⊗_i (I_{d_i} if i kept else 1ᵀ_{d_i})``, so
+every column has exactly one 1 (the groups partition the cells). Cells are numbered row-major in schema order.
 
-Privacy argument (Lemma 4 / Theorems 1 and 3): under the TDA change-one-record neighbours a moved record changes
-at most two cells by ±1, so every query group has L2² sensitivity 2 (L1 sensitivity 2). A group with share
-``α`` at a geounit with share ``γ`` of a budget ρ is measured with the discrete Gaussian of variance
-``σ² = Δ₂²/(2ργα) = 1/(ργα)`` (ε-DP: Laplace scale ``2/(εγα)``). Never the add/remove ``1/(2ρ)``.
-Shares are exact rationals: floats are refused (S4).
+Privacy argument (Lemma 4 / Theorems 1 and 3): under the TDA change-one-record neighbours a moved record
+changes at most two cells by ±1, so every query group has L2² sensitivity 2 (L1 sensitivity 2). A group with
+share ``α`` at a geounit with share ``γ`` of a budget ρ is measured with the discrete Gaussian of variance
+``σ² = Δ₂²/(2ργα) = 1/(ργα)`` (ε-DP: Laplace scale ``2/(εγα)``). Never the add/remove ``1/(2ρ)``. Shares are
+exact rationals: floats are refused (S4).
 """
 
 from __future__ import annotations
@@ -135,7 +135,8 @@ class QueryGroup:
         if not kept:
             return np.zeros(schema.n_cells, dtype=np.int64)
         dims = tuple(schema.shape[i] for i in kept)
-        return np.ravel_multi_index(tuple(grids[i] for i in kept), dims).astype(np.int64)
+        out: IntArray = np.ravel_multi_index(tuple(grids[i] for i in kept), dims).astype(np.int64)
+        return out
 
     def n_rows(self, schema: Schema) -> int:
         return int(np.prod([d for a, d in schema.attributes if a in self.keep], dtype=np.int64))
