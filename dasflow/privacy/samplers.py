@@ -325,16 +325,28 @@ def _gaussian_plan(s2: Fraction) -> _GaussianPlan:
     t = isqrt(s2.numerator * s2.denominator) // s2.denominator + 1  # floor(sqrt(p/q)) = floor(isqrt(pq)/q)
     mu = s2 / t
     two_s2 = 2 * s2
-    table = exp_neg_table(
-        mu * mu / two_s2, (1 - 2 * mu) / two_s2, 1 / s2, stop_after=math.ceil(mu) + 1, limit=_TABLE_LIMIT
-    )
+    if 10.5 * math.sqrt(float(s2)) > _TABLE_LIMIT:  # the table has ~ sigma2/t + 9.42 sigma entries
+        raise ValueError(
+            f"sigma2 = {s2} is too large for the tabulated exact sampler (its acceptance table would exceed "
+            f"{_TABLE_LIMIT} entries, i.e. sigma > 1.6e6)"
+        )
+    try:
+        table = exp_neg_table(
+            mu * mu / two_s2, (1 - 2 * mu) / two_s2, 1 / s2, stop_after=math.ceil(mu) + 1, limit=_TABLE_LIMIT
+        )
+    except ValueError as exc:  # ~10.4 σ entries: σ > 1.6e6
+        raise ValueError(
+            f"sigma2 = {s2} is too large for the tabulated exact sampler (its acceptance table would exceed "
+            f"{_TABLE_LIMIT} entries, i.e. sigma > 1.6e6)"
+        ) from exc
     a = math.exp(-1 / t)
     sigma = math.sqrt(float(s2))
     # acceptance ≈ P(keep sign) * E[exp(-(|Y|-mu)^2 / (2 s2))]; a float estimate, used only to size batches
     ks = np.arange(0, len(table), dtype=np.float64)
     w = np.where(ks == 0, (1 - a) / (1 + a), 2 * (1 - a) / (1 + a) * a**ks)
     acc = float(np.sum(w * np.exp(-((ks - float(mu)) ** 2) / (2 * sigma * sigma))))
-    return _GaussianPlan(s2, t, mu, table, max(acc, 0.05))
+    keep = 1 - (1 - a) / 2  # proposals surviving the (negative sign, zero) rejection of _two_sided
+    return _GaussianPlan(s2, t, mu, table, max(acc * keep, 0.05))
 
 
 def discrete_gaussian(sigma2: RationalLike, size: Size, g: Generator) -> npt.NDArray[np.int64]:

@@ -80,3 +80,17 @@ def test_bad_size_and_generator() -> None:
         samplers.two_sided_geometric(1, 2.5, rng.seeded(1))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="generator"):
         samplers.discrete_gaussian(1, 3, np.random.default_rng(1))  # type: ignore[arg-type]
+
+
+def test_sigma2_beyond_table_range_refused_clearly() -> None:
+    """σ > 1.6e6 (σ² > 2.6e12) would need a > 2^24-entry acceptance table: refused up front, naming sigma2."""
+    with pytest.raises(ValueError, match=r"^sigma2 = 10000000000000 is too large"):
+        samplers.discrete_gaussian(10**13, 3, rng.seeded(1))
+
+
+@pytest.mark.parametrize("tiny", [Fraction(1, 10**6), Fraction(1, 10**12)])
+def test_tiny_parameters_give_zero_noise(tiny: Fraction) -> None:
+    """P(X != 0) < 1e-200 here: all draws are 0, and nothing overflows in exp(-x) for x ~ 1e12."""
+    g = rng.seeded(2)
+    assert not samplers.discrete_gaussian(tiny, 10_000, g).any()
+    assert not samplers.two_sided_geometric(tiny, 10_000, g).any()
