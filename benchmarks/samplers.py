@@ -2,20 +2,19 @@
 
 Measures samples per second per core on vectors of ``--n`` elements (default 10^5):
 
-* discrete Gaussian at σ ∈ {1, 12.16, 121.6, 304, 3000} (σ² passed as the exact Fraction(σ)**2 to dasflow, σ
-as a
-  float to OpenDP's ``make_gaussian`` on ``vector_domain(atom_domain(T=int))`` / ``l2_distance(T=int)``);
-* two-sided geometric at b ∈ {0.5, 2, 50} (dasflow) vs OpenDP's ``make_laplace`` on int vectors /
-``l1_distance``
-  (OpenDP's exact discrete Laplace);
+* discrete Gaussian at σ ∈ {1, 12.16, 121.6, 304, 3000} (σ² passed as the exact Fraction(σ)**2 to dasflow,
+  σ as a float to OpenDP's ``make_gaussian`` on ``vector_domain(atom_domain(T=int))`` /
+  ``l2_distance(T=int)``);
+* two-sided geometric at b ∈ {0.5, 2, 50} (dasflow) vs OpenDP's ``make_laplace`` on int vectors
+  / ``l1_distance`` (OpenDP's exact discrete Laplace);
 
 for dasflow in CSPRNG (production) and seeded (test) mode. Each figure is the median over ``--repeats`` timed
 calls after one warm-up call (the warm-up builds dasflow's per-parameter threshold tables; their one-off cost
 is reported separately as "setup"). OpenDP's time includes its Python → Rust vector conversion, as a caller
 pays it; the "OpenDP FFI only" row times the same round trip through a noise-free OpenDP transformation.
 
-Usage: ``.venv/bin/python benchmarks/samplers.py [--n 100000] [--repeats 7] [--out
-benchmarks/results/samplers.md]``
+Usage: ``.venv/bin/python benchmarks/samplers.py [--n 100000] [--repeats 7] \
+[--out benchmarks/results/samplers.md]``
 """
 
 from __future__ import annotations

@@ -18,6 +18,11 @@ p), 2**64-1)``. Then ``u < T`` implies ``U < (u+1)/2**64 <= T/2**64 <= p`` (deci
 implies ``U >= u/2**64 >= (T+1)/2**64 > p`` (decided: ``U >= p``; for ``p = 1`` this case cannot occur), and
 only ``u == T`` is undecided: then ``U`` is uniform on ``[T/2**64, (T+1)/2**64)`` and :class:`LazyUniform`
 continues with fresh bits. So ``P(U < p) = p`` exactly, with integer comparisons only.
+
+Why the tie is continued rather than re-drawn: answering an undecided word with a *fresh* Bernoulli(p) would
+give ``P(yes) = T/2**64 + 2**-64 * p != p``. The continuation must be the conditional law of the same ``U``,
+i.e. Bernoulli(``2**64 p - T``), which is exactly what extending ``U``'s bits computes. Because ``T`` is the
+exact floor (not just a bound), the undecided band is the single word ``u == T``.
 """
 
 from __future__ import annotations

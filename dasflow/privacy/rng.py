@@ -4,14 +4,13 @@ Every sampler in :mod:`dasflow.privacy.samplers` takes one of the generators bel
 primitives defined here (uniform 64-bit words, uniform bits, uniform integers in ``[0, n)``); no sampler ever
 sees a floating-point random number.
 
-* :func:`csprng` – production. Every byte comes from ``os.urandom`` (the kernel CSPRNG, ``getrandom(2)`` on
-Linux),
-  read in one call per request and viewed as an array with ``np.frombuffer``. Nothing is buffered between
-  calls, so a forked worker process can never replay bytes its parent already handed out.
-* :func:`seeded` – tests and benchmarks only. numpy's PCG64 bit generator (its raw 64-bit output stream, which
-numpy
-  keeps stable across releases) keyed by a SHA-256 digest of the seed. A release drawn with it must be marked
-  as a test release; ``.mode`` says which kind a generator is, and callers record it with every measurement.
+* :func:`csprng` – production. Every byte comes from ``os.urandom`` (the kernel CSPRNG, ``getrandom(2)``
+  on Linux), read in one call per request and viewed as an array with ``np.frombuffer``. Nothing is buffered
+  between calls, so a forked worker process can never replay bytes its parent already handed out.
+* :func:`seeded` – tests and benchmarks only. numpy's PCG64 bit generator (its raw 64-bit output stream,
+  which numpy keeps stable across releases) keyed by a SHA-256 digest of the seed. A release drawn with it
+  must be marked as a test release; ``.mode`` says which kind a generator is, and callers record it with every
+  measurement.
 
 ``spawn(key)`` returns an independent child generator for one measurement key. In test mode the child is a
 pure function of ``(seed, key path)``: ``digest_child = SHA-256(digest_parent || key UTF-8)``, with the root
