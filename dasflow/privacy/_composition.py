@@ -46,12 +46,17 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Literal, Union, overload
 
+import numpy as np
+import numpy.typing as npt
+
 from dasflow.privacy._divergence import (
     ALPHA_GRID,
+    ALPHA_GRID_FLOAT,
     DELTA,
     Conversion,
     GeometricDivergence,
     geometric_rdp,
+    geometric_rdp_float,
     rdp_to_approx_dp,
     zcdp_to_approx_dp_analytic,
     zcdp_to_approx_dp_grid,
@@ -142,6 +147,11 @@ def _degree(degree: object) -> int:
     return degree
 
 
+@functools.lru_cache(maxsize=4096)
+def _geometric_rdp_grid_float(epsilon: Fraction, divergence: GeometricDivergence) -> npt.NDArray[np.float64]:
+    return geometric_rdp_float(ALPHA_GRID_FLOAT, float(epsilon), divergence)
+
+
 @functools.lru_cache(maxsize=65536)
 def _geometric_rdp_cached(alpha: Fraction, epsilon: Fraction, divergence: GeometricDivergence) -> Decimal:
     return geometric_rdp(alpha, epsilon, divergence)
@@ -214,6 +224,20 @@ class Spend:
             return self.degree * _geometric_rdp_cached(alpha, self.budget, divergence)
         eps = to_decimal(self.stability * self.budget)
         return self.degree * min(eps, a * eps * eps / 2)
+
+    def rdp_grid_float(self, divergence: GeometricDivergence = "exact") -> npt.NDArray[np.float64]:
+        """:meth:`rdp` over :data:`ALPHA_GRID` in float64 (only to rank the grid: ``rdp_to_approx_dp``)."""
+        a = ALPHA_GRID_FLOAT
+        if self.budget is None:
+            return np.full_like(a, np.inf)
+        if self.definition == "zcdp":
+            rho = self.rho_loss()
+            assert rho is not None
+            return a * float(rho)
+        if self.sensitivity == 1 and self.stability == 1:
+            return self.degree * _geometric_rdp_grid_float(self.budget, divergence)
+        eps = float(self.stability * self.budget)
+        return self.degree * np.minimum(eps, a * eps * eps / 2)
 
 
 @dataclass(frozen=True)
@@ -291,6 +315,18 @@ def _rdp(node: Node, alpha: Fraction, divergence: GeometricDivergence) -> Decima
     return node.degree * max(finite)
 
 
+def _rdp_grid(node: Node, divergence: GeometricDivergence) -> npt.NDArray[np.float64]:
+    if isinstance(node, Spend):
+        return node.rdp_grid_float(divergence)
+    values = [_rdp_grid(p, divergence) for p in node.parts]
+    out: npt.NDArray[np.float64]
+    if isinstance(node, Sequential):
+        out = np.sum(values, axis=0) if values else np.zeros_like(ALPHA_GRID_FLOAT)
+    else:
+        out = node.degree * np.max(values, axis=0)
+    return out
+
+
 @dataclass(frozen=True)
 class Total:
     """The composed loss of a plan.
@@ -343,8 +379,10 @@ class Total:
         name = "rdp_cks_grid" if conversion == "cks" else "rdp_mironov_grid"
         if divergence == "paper":
             return rdp_to_approx_dp(curve, d, ALPHA_GRID, sound=False, conversion=conversion,
+                                    float_curve=lambda _a: _rdp_grid(self.plan, divergence),
                                     method=f"{name}_paper_tau (SafeTab Cor 1 eq 29 + Thm 2; NOT sound)")
         return rdp_to_approx_dp(curve, d, ALPHA_GRID, conversion=conversion,
+                                float_curve=lambda _a: _rdp_grid(self.plan, divergence),
                                 method=f"{name} (exact geometric divergence; SafeTab Thm 2 + eq 40)")
 
     def as_record(self) -> dict[str, object]:

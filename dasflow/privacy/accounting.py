@@ -44,12 +44,14 @@ from dasflow.privacy._composition import (
 )
 from dasflow.privacy._divergence import (
     ALPHA_GRID,
+    ALPHA_GRID_FLOAT,
     DELTA,
     Conversion,
     GeometricDivergence,
     cks_epsilon,
     geometric_rdp,
     geometric_rdp_exact,
+    geometric_rdp_float,
     geometric_rdp_paper,
     rdp_to_approx_dp,
     zcdp_to_approx_dp,
@@ -100,6 +102,7 @@ from dasflow.privacy._moe import (
 
 __all__ = [
     "ALPHA_GRID",
+    "ALPHA_GRID_FLOAT",
     "DEFINITIONS",
     "DELTA",
     "DG_CONSTANT_EXACT",
@@ -137,6 +140,7 @@ __all__ = [
     "geometric_moe_paper",
     "geometric_rdp",
     "geometric_rdp_exact",
+    "geometric_rdp_float",
     "geometric_rdp_paper",
     "geometric_scale",
     "geometric_tail",
