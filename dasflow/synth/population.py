@@ -98,7 +98,9 @@ _KIND_LUT = lookup_table(prm.KIND_SHARES)
 _FAM_LUT = lookup_table(prm.FAMILY_MEMBER_WEIGHTS)
 _NONFAM_LUT = lookup_table(prm.NONFAMILY_MEMBER_WEIGHTS)
 _REL_ONLY = np.array([c in prm.RELATIVE_CODES for c in prm.FAMILY_MEMBER_RELSHIP])
-_REL_ONLY_CODES = prm.FAMILY_MEMBER_RELSHIP[_REL_ONLY]
+_REL_ONLY_CODES = prm.FAMILY_MEMBER_RELSHIP[_REL_ONLY].astype(np.int8)
+_FAM_CODES = prm.FAMILY_MEMBER_RELSHIP.astype(np.int8)
+_NONFAM_CODES = prm.NONFAMILY_MEMBER_RELSHIP.astype(np.int8)
 _REL_ONLY_LUT = lookup_table(prm.FAMILY_MEMBER_WEIGHTS[_REL_ONLY])
 _IS_RELATIVE = np.zeros(64, dtype=bool)
 _IS_RELATIVE[list(prm.RELATIVE_CODES)] = True
@@ -258,57 +260,93 @@ def _race_eth(bits: Bits, ctx: StateContext, county: I64) -> Arrays:
     }
 
 
+def _derived_tables() -> tuple[npt.NDArray[np.int8], npt.NDArray[np.int8]]:
+    """HHT and HHT2 for every combination of the household flags (index bits: 1 alone, 2 spouse present,
+    4 unmarried partner present, 8 a relative present, 16 own child under 18, 32 male householder)."""
+    k = np.arange(64)
+    alone, spouse, cohab, fam, kid, male = ((k >> i) & 1 == 1 for i in range(6))
+    hht = np.select([alone & male, alone, spouse, fam & male, fam, male], [4, 6, 1, 2, 3, 5], 7)
+    hht2 = np.select(
+        [
+            spouse & kid,
+            spouse,
+            cohab & kid,
+            cohab,
+            ~male & alone,
+            ~male & kid,
+            ~male & fam,
+            ~male,
+            alone,
+            kid,
+            fam,
+        ],
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
+        12,
+    )
+    return hht.astype(np.int8), hht2.astype(np.int8)
+
+
+_HHT_TABLE, _HHT2_TABLE = _derived_tables()
+_CPLT_TABLE = np.full(64, 5, dtype=np.int8)
+_CPLT_TABLE[[21, 23, 22, 24]] = [1, 2, 3, 4]
+_SAME_SEX = np.zeros(64, dtype=bool)
+_SAME_SEX[[23, 24]] = True
+_AGE_CHILD = np.zeros(64, dtype=bool)
+_AGE_CHILD[[25, 26, 27, 35]] = True
+
+
+def _group_sum(flag: B, starts: npt.NDArray[np.int32], n: int) -> npt.NDArray[np.int32]:
+    """Per-household count of a person flag (households are contiguous runs starting at ``starts``)."""
+    c = np.concatenate((np.zeros(1, np.int32), np.cumsum(flag, dtype=np.int32)))
+    ends = np.concatenate((starts[1:], np.array([n], dtype=np.int32)))
+    out: npt.NDArray[np.int32] = c[ends] - c[starts]
+    return out
+
+
 def _households(bits: Bits, ctx: StateContext, size: I64, county: I64) -> Arrays:
     H = size.size
     n = int(size.sum())
-    starts = np.cumsum(size) - size
-    hh = np.repeat(np.arange(H, dtype=np.int64), size)
-    slot = np.arange(n, dtype=np.int64) - starts[hh]
-    kind = np.where(size == 1, 0, 1 + draw(_KIND_LUT, bits, H))
+    size32 = size.astype(np.int32)
+    starts = (np.cumsum(size32) - size32).astype(np.int32)
+    hh = np.repeat(np.arange(H, dtype=np.int32), size32)
+    slot = np.arange(n, dtype=np.int32) - starts[hh]
+    kind = np.where(size == 1, 0, 1 + draw(_KIND_LUT, bits, H)).astype(np.int8)
     male_hh = bits.unif(H) < prm.HOUSEHOLDER_MALE[kind]
     kp = kind[hh]
     # relationship
     u16 = bits.u16(n)
-    rel = np.where(
-        kp == 4, prm.NONFAMILY_MEMBER_RELSHIP[_NONFAM_LUT[u16]], prm.FAMILY_MEMBER_RELSHIP[_FAM_LUT[u16]]
-    ).astype(np.int8)
-    first_rel = np.flatnonzero((slot == 1) & (kp == 3))
+    rel = np.where(kp == 4, _NONFAM_CODES[_NONFAM_LUT[u16]], _FAM_CODES[_FAM_LUT[u16]])
+    s1 = slot == 1
+    first_rel = np.flatnonzero(s1 & (kp == 3))
     rel[first_rel] = _REL_ONLY_CODES[_REL_ONLY_LUT[u16[first_rel]]]
-    partner_idx = np.flatnonzero((slot == 1) & (kp <= 2) & (kp >= 1))
+    partner_idx = np.flatnonzero(s1 & (kp <= 2) & (kp >= 1))
     up = bits.unif(partner_idx.size)
     married = kp[partner_idx] == 1
     rel[partner_idx] = np.where(
         married, np.where(up < prm.SAME_SEX_MARRIED, 23, 21), np.where(up < prm.SAME_SEX_UNMARRIED, 24, 22)
     )
     rel[starts] = 20
-    r = rel.astype(np.int64)
     # sex: householder by kind, partner by same/opposite sex, others 51 % male
     male = bits.unif(n) < 0.51
     male[starts] = male_hh
-    same_sex = (rel[partner_idx] == 23) | (rel[partner_idx] == 24)
-    male[partner_idx] = male_hh[hh[partner_idx]] == same_sex
+    male[partner_idx] = male_hh[hh[partner_idx]] == _SAME_SEX[rel[partner_idx]]
     # ages (computed per relationship group)
     hh_age = np.where(size == 1, _bracket_ages(bits, _ALONE_AGE_LUT, H), _bracket_ages(bits, _HH_AGE_LUT, H))
-    A = hh_age[hh]
-    age = np.empty(n, dtype=np.int64)
-    ua = bits.unif(n)
-
-    def setage(idx: I64, values: npt.NDArray[Any]) -> None:
-        age[idx] = values
-
-    child = np.flatnonzero(_IS_OWN_CHILD[r] | (r == 35))
-    setage(child, (ua[child] ** 1.5 * (np.clip(A[child] - 17, 0, 60) + 1)).astype(np.int64))
-    other = np.flatnonzero(r > 20)
-    other = other[~(_IS_OWN_CHILD[r[other]] | (r[other] == 35))]
-    ro = r[other]
-    Ao = A[other]
-    uo = ua[other]
+    hh_age16 = hh_age.astype(np.int16)
+    age = np.empty(n, dtype=np.int16)
+    child = np.flatnonzero(_AGE_CHILD[rel])
+    uc = bits.unif(child.size)
+    age[child] = uc * np.sqrt(uc) * (np.clip(hh_age16[hh[child]] - 17, 0, 60) + 1)
+    other = np.flatnonzero((rel > 20) & ~_AGE_CHILD[rel])
+    ro = rel[other]
+    Ao = hh_age16[hh[other]].astype(np.float32)
+    uo = bits.unif(other.size)
     zo = bits.g.standard_normal(other.size, dtype=np.float32)
     vals = np.select(
         [ro <= 24, ro == 30, (ro == 29) | (ro == 31), ro == 28, ro == 32, ro == 33],
         [
             np.clip(Ao + np.rint(zo * 5), 16, 100),
-            (uo**1.5 * 26),
+            uo * np.sqrt(uo) * 26,
             np.clip(Ao + 18 + uo * 18, 0, 110),
             np.clip(Ao + np.rint(zo * 8), 0, 100),
             np.clip(Ao - 20 - uo * 15, 16, 100),
@@ -316,70 +354,58 @@ def _households(bits: Bits, ctx: StateContext, size: I64, county: I64) -> Arrays
         ],
         np.clip(Ao + np.rint(zo * 8), 16, 95),
     )
-    setage(other, vals.astype(np.int64))
-    age[starts] = hh_age
+    age[other] = vals
+    age[starts] = hh_age16
     # Hispanic origin and race: a member shares the householder's (all of it) w.p. HOUSEHOLD_RACE_COPY
-    copy = bits.unif(n) < prm.HOUSEHOLD_RACE_COPY
-    copy[starts] = False
-    own = ~copy
-    rank = np.cumsum(own) - 1
-    src = np.where(copy, starts[hh], np.arange(n))
+    own = bits.unif(n) >= prm.HOUSEHOLD_RACE_COPY
+    own[starts] = True
+    rank = (np.cumsum(own, dtype=np.int32) - 1).astype(np.int32)
+    ri = rank[starts[hh]]
+    ri[own] = rank[own]
     re = _race_eth(bits, ctx, county[hh[own]])
-    ri = rank[src]
     cenhisp = re["cenhisp"][ri]
     cenrace = re["cenrace"][ri]
     qspan = re["qspan"][ri]
-    qrace = re["qrace"][:, ri]
+    q = re["qrace"]
+    qrace = np.zeros((8, n), dtype=np.int16)
+    for j in range(8):
+        if q[j].any():
+            qrace[j] = q[j][ri]
     # unit attributes derived from the persons
-    n_rel = np.bincount(hh[_IS_RELATIVE[r]], minlength=H)
-    own_kid = np.bincount(hh[_IS_OWN_CHILD[r] & (age < 18)], minlength=H) > 0
-    pcode = np.zeros(H, dtype=np.int64)
-    pcode[hh[partner_idx]] = r[partner_idx]
-    spouse = (pcode == 21) | (pcode == 23)
-    cohab = (pcode == 22) | (pcode == 24)
-    alone = size == 1
+    n_rel = _group_sum(_IS_RELATIVE[rel], starts, n)
+    own_kid = _group_sum(_IS_OWN_CHILD[rel] & (age < 18), starts, n) > 0
+    pcode = np.zeros(H, dtype=np.int8)
+    pcode[hh[partner_idx]] = rel[partner_idx]
     fam = n_rel > 0
-    hht = np.select([alone & male_hh, alone, spouse, fam & male_hh, fam, male_hh], [4, 6, 1, 2, 3, 5], 7)
-    hht2 = np.select(
-        [
-            spouse & own_kid,
-            spouse,
-            cohab & own_kid,
-            cohab,
-            ~male_hh & alone,
-            ~male_hh & own_kid,
-            ~male_hh & fam,
-            ~male_hh,
-            alone,
-            own_kid,
-            fam,
-        ],
-        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
-        12,
+    key = (
+        (size == 1)
+        | ((pcode == 21) | (pcode == 23)) << 1
+        | ((pcode == 22) | (pcode == 24)) << 2
+        | fam << 3
+        | own_kid << 4
+        | male_hh << 5
     )
-    cplt = np.select([pcode == 21, pcode == 23, pcode == 22, pcode == 24], [1, 2, 3, 4], 5)
-    npf = np.where(fam, n_rel + 1, 0)
     a, b, lo, hi = prm.OWNER_LOGIT
-    p_own = np.clip(a + b * (hh_age - 25), lo, hi)
+    p_own = np.clip(a + b * (hh_age16 - 25), lo, hi)
     own_t = bits.unif(H) < p_own
-    mort = bits.unif(H) < np.where(hh_age < 60, prm.MORTGAGE_SHARE_UNDER_60, prm.MORTGAGE_SHARE_60_PLUS)
+    mort = bits.unif(H) < np.where(hh_age16 < 60, prm.MORTGAGE_SHARE_UNDER_60, prm.MORTGAGE_SHARE_60_PLUS)
     ten = np.where(own_t, np.where(mort, 1, 2), np.where(bits.unif(H) < prm.NO_RENT_SHARE, 4, 3))
     return {
         "unit": hh,
         "age": age,
-        "sex": np.where(male, 1, 2),
+        "sex": 2 - male.view(np.int8),
         "rel": rel,
         "cenhisp": cenhisp,
         "qspan": qspan,
         "cenrace": cenrace,
         "qrace": qrace,
-        "npf": npf,
+        "npf": np.where(fam, n_rel.astype(np.int16) + 1, 0),
         "hhspan": cenhisp[starts],
         "hhrace": cenrace[starts],
         "ten": ten,
-        "hht": hht,
-        "hht2": hht2,
-        "cplt": cplt,
+        "hht": _HHT_TABLE[key],
+        "hht2": _HHT2_TABLE[key],
+        "cplt": _CPLT_TABLE[pcode],
     }
 
 

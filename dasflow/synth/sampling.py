@@ -38,10 +38,13 @@ class Bits:
 def lookup_table(p: npt.ArrayLike, bits: int = 16) -> npt.NDArray[np.int16]:
     """Inverse-CDF table of ``2**bits`` entries for probabilities ``p`` (normalised here)."""
     q = np.asarray(p, dtype=np.float64)
+    size = 1 << bits
     cum = np.cumsum(q / q.sum())
-    cum[-1] = 1.0
-    mid = (np.arange(1 << bits, dtype=np.float64) + 0.5) / (1 << bits)
-    return np.minimum(np.searchsorted(cum, mid, side="right"), q.size - 1).astype(np.int16)
+    # entry i covers [i, i+1) / size and takes the category whose CDF interval holds its midpoint
+    edges = np.ceil(cum * size - 0.5).astype(np.int64)
+    edges[-1] = size
+    counts = np.diff(np.concatenate(([0], np.clip(edges, 0, size))))
+    return np.repeat(np.arange(q.size, dtype=np.int16), np.maximum(counts, 0))
 
 
 def draw(table: npt.NDArray[np.int16], bits: Bits, n: int) -> npt.NDArray[np.int16]:

@@ -70,22 +70,41 @@ def _household_truth(persons: pd.DataFrame) -> pd.DataFrame:
         own_kid=rel.isin([25, 26, 27]) & (p["QAGE"] < 18),
         male_hh=(rel == 20) & (p["QSEX"] == 1),
     ).groupby("MAFID")
-    t = pd.DataFrame({
-        "size": g.size(), "nrel": g["relative"].sum(), "spouse": g["spouse"].any(),
-        "partner": g["partner"].any(), "own_kid": g["own_kid"].any(), "male": g["male_hh"].any(),
-        "c21": g["RELSHIP"].apply(lambda s: (s == 21).any()), "c23": g["RELSHIP"].apply(lambda s: (s ==
-        23).any()),
-        "c22": g["RELSHIP"].apply(lambda s: (s == 22).any()), "c24": g["RELSHIP"].apply(lambda s: (s ==
-        24).any()),
-    })
+    t = pd.DataFrame(
+        {
+            "size": g.size(),
+            "nrel": g["relative"].sum(),
+            "spouse": g["spouse"].any(),
+            "partner": g["partner"].any(),
+            "own_kid": g["own_kid"].any(),
+            "male": g["male_hh"].any(),
+            "c21": g["RELSHIP"].apply(lambda s: (s == 21).any()),
+            "c23": g["RELSHIP"].apply(lambda s: (s == 23).any()),
+            "c22": g["RELSHIP"].apply(lambda s: (s == 22).any()),
+            "c24": g["RELSHIP"].apply(lambda s: (s == 24).any()),
+        }
+    )
     alone = t["size"] == 1
     fam = t["nrel"] > 0
     m = t["male"]
     t["HHT"] = np.select([alone & m, alone, t["spouse"], fam & m, fam, m], [4, 6, 1, 2, 3, 5], 7)
     t["HHT2"] = np.select(
-        [t["spouse"] & t["own_kid"], t["spouse"], t["partner"] & t["own_kid"], t["partner"],
-         ~m & alone, ~m & t["own_kid"], ~m & fam, ~m, alone, t["own_kid"], fam],
-        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], 12)
+        [
+            t["spouse"] & t["own_kid"],
+            t["spouse"],
+            t["partner"] & t["own_kid"],
+            t["partner"],
+            ~m & alone,
+            ~m & t["own_kid"],
+            ~m & fam,
+            ~m,
+            alone,
+            t["own_kid"],
+            fam,
+        ],
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
+        12,
+    )
     t["CPLT"] = np.select([t["c21"], t["c23"], t["c22"], t["c24"]], [1, 2, 3, 4], 5)
     t["NPF"] = np.where(fam, t["nrel"] + 1, 0)
     return t
