@@ -11,7 +11,8 @@ API (kept deliberately small; SafeTab-P's benchmark reuses it)::
     timings = tumult_env.run_script(code, {"persons": "/tmp/p.parquet"}, timeout=3600)
     # `code` is Python source run by the venv interpreter. It receives the dict as JSON in the environment
     # variable TUMULT_ARGS (read it with tumult_env_args()) and must print ONE JSON object as the LAST line of
-    # stdout; run_script returns that object (plus "wall_s" and "peak_rss_mb" of the child measured here).
+    # stdout; run_script returns that object (plus "wall_s" and "peak_rss_mb" of the child process tree).
+    # The prelude also defines tumult_spark(driver_memory="3g", cores=2): a local SparkSession for Java 17.
 
 Command line: ``python benchmarks/tumult_env.py install`` (same as ensure()), ``... check`` (prints versions).
 Java 17 must be on PATH (PySpark 3.5 runs on it); the helper sets the JVM flags Spark 3.5 needs on Java 17.
@@ -19,15 +20,17 @@ Java 17 must be on PATH (PySpark 3.5 runs on it); the helper sets the JVM flags 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".bench" / "tumult-venv"
@@ -100,34 +103,56 @@ def _env(args: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+def _tree_rss(proc: psutil.Process) -> int:
+    total = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            total += p.memory_info().rss
+    return total
+
+
+def _watch(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, str, float, int]:
+    """Run ``cmd``; return (returncode, stdout, stderr, wall seconds, peak process-tree RSS in bytes)."""
+    with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
+        t0 = time.perf_counter()
+        peak = 0
+        with subprocess.Popen(cmd, env=env, stdout=out_f, stderr=err_f, text=True) as proc:
+            ps = psutil.Process(proc.pid)
+            while proc.poll() is None:
+                peak = max(peak, _tree_rss(ps))
+                if time.perf_counter() - t0 > timeout:
+                    proc.kill()
+                    proc.wait()
+                    raise RuntimeError(f"tumult script timed out after {timeout} s")
+                time.sleep(0.2)
+        wall = time.perf_counter() - t0
+        out_f.seek(0)
+        err_f.seek(0)
+        return proc.returncode, out_f.read(), err_f.read(), wall, peak
+
+
 def run_script(code: str, args: dict[str, Any] | None = None, timeout: float = 3600.0) -> dict[str, Any]:
     """Run ``code`` in the Tumult venv; return the JSON object it prints last, plus wall time and peak RSS.
 
-    ``peak_rss_mb`` is the maximum resident set size over the child processes (Python driver and the Spark
-    JVM it launched) as reported by ``getrusage(RUSAGE_CHILDREN)`` — an upper bound of the largest single
-    process, which is what the JVM usually is.
+    ``peak_rss_mb`` is the peak of the summed resident set size of the child process tree (the Python driver
+    and the Spark JVM it launches), sampled every 0.2 s.
     """
     ensure(quiet=True)
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
         fh.write(PRELUDE + "\n" + code)
         path = fh.name
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    t0 = time.perf_counter()
     try:
-        proc = subprocess.run([str(PYTHON), path], env=_env(args or {}), capture_output=True, text=True,
-                              timeout=timeout)
+        rc, stdout, stderr, wall, peak = _watch([str(PYTHON), path], _env(args or {}), timeout)
     finally:
         os.unlink(path)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    if proc.returncode != 0:
-        raise RuntimeError(f"tumult script failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    if rc != 0:
+        raise RuntimeError(f"tumult script failed ({rc}):\n{stderr[-4000:]}")
+    lines = [ln for ln in stdout.splitlines() if ln.strip()]
     if not lines:
-        raise RuntimeError(f"tumult script printed nothing:\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"tumult script printed nothing:\n{stderr[-4000:]}")
     result: dict[str, Any] = json.loads(lines[-1])
     result["wall_s"] = wall
-    result["peak_rss_mb"] = max(after, before) / 1024.0
+    result["peak_rss_mb"] = peak / 2**20
     return result
 
 
