@@ -87,9 +87,9 @@ MULTISTATE_AIANNH: tuple[tuple[str, ...], ...] = (
 
 # ---- persons / units
 GQ_SHARE_TARGET = 0.0245  # 2020: ~8.2 M of 331 M persons live in group quarters
-GQ_TRACT_SHARE = 0.15  # tracts with a sizeable GQ population
-GQ_RATE_BASE = 0.004
-GQ_RATE_BETA = (1.2, 7.0)  # mean ~0.146 in GQ tracts
+GQ_TRACT_SHARE = 0.25  # tracts with a sizeable GQ population
+GQ_RATE_BASE = 0.005
+GQ_RATE_BETA = (1.5, 17.0)  # mean ~0.081 in GQ tracts: overall ~0.0241
 VACANCY_BETA = (2.2, 20.0)  # county vacancy rates, mean ~0.099 (2020: 9.7 %)
 
 #: household size shares 1..6 and "7 or more" (2020-like); the 7+ mass follows a geometric tail up to 40
@@ -119,7 +119,7 @@ HH_AGE_SHARES = np.array([0.05, 0.17, 0.19, 0.19, 0.19, 0.13, 0.06, 0.02])
 ALONE_AGE_SHARES = np.array([0.05, 0.14, 0.11, 0.13, 0.19, 0.18, 0.13, 0.07])
 
 #: tenure: P(owner) = clip(a + b * (age - 25), lo, hi); owners with a mortgage; renters occupying without rent
-OWNER_LOGIT = (0.22, 0.0125, 0.15, 0.85)
+OWNER_LOGIT = (0.38, 0.011, 0.15, 0.88)
 MORTGAGE_SHARE_UNDER_60 = 0.78
 MORTGAGE_SHARE_60_PLUS = 0.42
 NO_RENT_SHARE = 0.03
