@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
+
+# Embedded defaults for the ephemeral Prefect API (no telemetry off this machine; a loaded machine needs more
+# than the 20 s default to start the temporary server). An operator's environment overrides them.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 from pathlib import Path
 
 from dasflow.config import load_release_config

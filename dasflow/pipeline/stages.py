@@ -229,9 +229,10 @@ def release_stage(ctx: RunContext) -> dict[str, Any]:
             raise InputError(f"{p.name}: no current post-processed estimates; run postprocess first")
         estimates = {out["name"]: post.get_parquet(key) for key, out in record["outputs"].items()}
         upstream.update({k: v["sha256"] for k, v in record["outputs"].items()})
-        for name, frame in sorted(ctx.adapter(p.name).product().tables(estimates).items()):
-            key = f"{ctx.root}/release/{p.name}/{name}"
-            data = _table_bytes(name, frame)
+        adapter = ctx.adapter(p.name)
+        for name, frame in sorted(adapter.product().tables(estimates).items()):
+            key = f"{ctx.root}/release/{p.name}/{adapter.file_name(name, ctx.config.universe)}"
+            data = _table_bytes(key, frame)
             files[key] = {"sha256": post.put(key, data), "rows": len(frame)}
     cert_key = f"{ctx.root}/release/CERTIFICATE.md"
     cert = certificate_markdown(ctx)
@@ -249,13 +250,13 @@ def release_stage(ctx: RunContext) -> dict[str, Any]:
 
 
 def _table_bytes(name: str, frame: pd.DataFrame) -> bytes:
-    """A release file: pipe-delimited .txt or comma .csv as the name says (Census conventions), else Parquet."""
+    """A release file: Parquet for ``.parquet``, else pipe-delimited text with a header (the Census
+    convention for the PHSafe and SafeTab-P ``.csv`` files)."""
     if name.endswith(".parquet"):
         buf = io.BytesIO()
         frame.to_parquet(buf, index=False)
         return buf.getvalue()
-    sep = "|" if name.endswith(".txt") else ","
-    return str(frame.to_csv(index=False, sep=sep, lineterminator="\n")).encode()
+    return str(frame.to_csv(index=False, sep="|", lineterminator="\n")).encode()
 
 
 def ledger_csv(ctx: RunContext) -> str:

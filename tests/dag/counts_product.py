@@ -102,6 +102,9 @@ class CountsAdapter:
             raise InputError("STATE not in the public state list", file=PERSONS, row=row, column="STATE")
         return {"persons": len(persons)}
 
+    def file_name(self, table: str, universe: str) -> str:
+        return table
+
 
 ADAPTER = CountsAdapter()
 register("counts", __name__)

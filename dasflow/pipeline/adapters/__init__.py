@@ -37,6 +37,10 @@ class Adapter(Protocol):
         """Fail-closed input validation: raise ``InputError`` naming file, row and column; return a summary."""
         ...
 
+    def file_name(self, table: str, universe: str) -> str:
+        """The release file name of one of the product's tables (as the Census published it)."""
+        ...
+
 
 #: product name -> module holding ``ADAPTER`` (the products dasflow ships)
 REGISTRY: dict[str, str] = {

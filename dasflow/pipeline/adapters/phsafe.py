@@ -53,6 +53,10 @@ class PHSafeAdapter:
         return {"persons": len(inputs.persons["MAFID"]), "units": len(inputs.units["MAFID"]),
                 "universe": config.universe}
 
+    def file_name(self, table: str, universe: str) -> str:
+        """``PH1_num.csv`` … (phsafe-production.md), pipe-delimited."""
+        return f"{table}.csv"
+
 
 ADAPTER = PHSafeAdapter()
 register("phsafe", __name__)

@@ -82,6 +82,10 @@ class SafeTabPAdapter:
         return {"persons": int(confidential["persons"].num_rows), "universe": public["universe"],
                 "encoded": type(persons).__name__}
 
+    def file_name(self, table: str, universe: str) -> str:
+        """``t1/t1_US.csv``, ``t2/t2_US.csv`` (safetab-p-production.md), pipe-delimited."""
+        return f"{table}/{table}_{universe}.csv"
+
 
 ADAPTER = SafeTabPAdapter()
 register("safetab-p", __name__)

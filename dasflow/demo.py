@@ -1,0 +1,84 @@
+"""``dasflow demo``: a synthetic census and a full release of every product on local disk.
+
+The synthetic data are generated once into the store (``confidential/synth/``, the public geography files
+moved to ``public/``) and the release id depends only on the demo's parameters, so running the demo again on
+the same store resumes the release instead of measuring anything twice. ``seed`` makes a seeded TEST release
+(same seed, same bytes); without it the noise comes from the OS CSPRNG.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+from dasflow.config import ReleaseConfig, parse_release_config
+from dasflow.errors import InputError
+from dasflow.io.store import LocalStore
+
+#: data seed of the synthetic census when the demo runs in production-randomness mode
+DATA_SEED = 2020
+#: the demo release's privacy cap (zCDP ρ): PHSafe 1.257281 + SafeTab-P 4.944 planned, below this cap
+DEMO_CAP_RHO = "7"
+
+
+def _config_text(name: str) -> str:
+    return resources.files("dasflow.demo_data").joinpath(name).read_text(encoding="utf-8")
+
+
+def ensure_synthetic_census(store: LocalStore, persons: int, seed: int) -> None:
+    """Generate the demo's synthetic census into the store unless it is already there (atomic: the synth
+    manifest is written last, so a half-generated dataset is regenerated)."""
+    from dasflow import synth
+    from dasflow.synth.reference import states as synth_states
+
+    root = store.local_path("confidential/synth")
+    if (root / "manifest.json").exists() and store.exists("public/phsafe/geo.csv") and \
+            store.exists("public/safetab-p/GRF-C.txt"):
+        return
+    if root.exists():
+        import shutil
+
+        shutil.rmtree(root)
+    us_states = [code for code in sorted(synth_states()) if code != "72"]  # a US release: PR is its own run
+    synth.generate(root, persons=persons, seed=seed, states=us_states, formats=("phsafe", "safetab_p"))
+    for src, dst in (("phsafe/geo.csv", "public/phsafe/geo.csv"), ("safetab_p/GRF-C.txt",
+                                                                   "public/safetab-p/GRF-C.txt")):
+        target = store.local_path(dst)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(root / src, target)
+
+
+def demo_config(store_dir: Path, persons: int, seed: int | None) -> ReleaseConfig:
+    """The demo's release config: PHSafe and SafeTab-P with their production configs, US universe."""
+    release_id = f"demo-{persons}" + (f"-seed{seed}" if seed is not None else "")
+    raw = {
+        "release_id": release_id,
+        "universe": "US",
+        "store": str(store_dir),
+        "inputs": {
+            "phsafe": "confidential/synth/phsafe/",
+            "phsafe_geo": "public/phsafe/",
+            "safetab-p": "confidential/synth/safetab_p/",
+            "safetab-p_public": "public/safetab-p/",
+        },
+        "products": [
+            {"name": "phsafe", "config_text": _config_text("phsafe-us-config.json"),
+             "source": "dasflow/demo_data/phsafe-us-config.json"},
+            {"name": "safetab-p", "config_text": _config_text("safetab-p-config.json"),
+             "source": "dasflow/demo_data/safetab-p-config.json"},
+        ],
+        "cap": {"rho": DEMO_CAP_RHO},
+        "rng": {"mode": "test", "seed": seed} if seed is not None else {"mode": "production"},
+    }
+    return parse_release_config(raw, source="dasflow demo")
+
+
+def prepare_demo(store_dir: Path, persons: int, seed: int | None) -> ReleaseConfig:
+    """Synthetic inputs in the store plus the demo release config (nothing measured yet)."""
+    if persons < 1000:
+        raise InputError(f"--persons must be at least 1000 for the demo, got {persons}", column="--persons")
+    store_dir = store_dir.absolute()
+    store = LocalStore(store_dir)
+    ensure_synthetic_census(store, persons, DATA_SEED if seed is None else seed)
+    return demo_config(store_dir, persons, seed)
