@@ -16,7 +16,7 @@ Synthetic data is not privacy noise: numpy generators seeded by SHA-256(seed, st
 See ``docs/synth.md`` for the model, its targets and the file layouts.
 """
 
-from dasflow.synth.generate import (
+from dasflow.synth.dataset import (
     CLI_FORMATS,
     FORMATS,
     Manifest,

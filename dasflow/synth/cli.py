@@ -11,7 +11,7 @@ import argparse
 import sys
 import time
 
-from dasflow.synth.generate import CLI_FORMATS, generate
+from dasflow.synth.dataset import CLI_FORMATS, generate
 
 
 def run(args: argparse.Namespace) -> int:
