@@ -1,28 +1,29 @@
-"""Exact big-integer arithmetic behind the samplers: rigorous bounds on exp(-x), 64-bit threshold tables, and
-the lazy uniform real that resolves the (probability ~2**-64) cases a 64-bit word cannot decide.
+"""Exact big-integer arithmetic behind the samplers: rigorous bounds on exp(-x), 32-bit threshold tables, and
+the lazy uniform real that resolves the (probability 2**-32) cases a 32-bit word cannot decide.
 
 Nothing here uses a float. Every function returns integers with a proven bracketing property:
 
 * :func:`exp_neg_bounds` ``(x, p) -> (lo, hi)`` with ``lo <= 2**p * exp(-x) <= hi`` for any rational ``x``.
 * :func:`floor_exp_neg` ``(x, p)`` = ``floor(2**p * exp(-x))`` exactly (refines until both bounds agree; this
   terminates because ``exp(-x)`` is irrational for rational ``x != 0``, Lindemann 1882).
-* :func:`exp_neg_table` the capped floors ``min(floor(2**64 exp(-x_k)), 2**64 - 1)`` of a quadratic sequence
+* :func:`exp_neg_table` the capped floors ``min(floor(2**32 exp(-x_k)), 2**32 - 1)`` of a quadratic sequence
   ``x_k`` (all the thresholds the samplers compare against), by an interval-arithmetic recurrence with exact
   per-entry fallback.
 * :class:`LazyUniform` a uniform real ``U`` in ``[0, 1)`` whose binary expansion is drawn 64 bits at a time
   only as far as needed to decide ``U < exp(-x)`` exactly.
 
-The threshold argument used by every sampler (see :func:`decide`): let ``U`` be the uniform real whose first
-64 bits are the word ``u`` (so ``u/2**64 <= U < (u+1)/2**64``), ``p`` a probability and ``T = min(floor(2**64
-p), 2**64-1)``. Then ``u < T`` implies ``U < (u+1)/2**64 <= T/2**64 <= p`` (decided: ``U < p``), ``u > T``
-implies ``U >= u/2**64 >= (T+1)/2**64 > p`` (decided: ``U >= p``; for ``p = 1`` this case cannot occur), and
-only ``u == T`` is undecided: then ``U`` is uniform on ``[T/2**64, (T+1)/2**64)`` and :class:`LazyUniform`
-continues with fresh bits. So ``P(U < p) = p`` exactly, with integer comparisons only.
+The threshold argument used by every sampler (see :func:`decide`), with ``W = 2**32``: let ``U`` be the
+uniform real whose first 32 bits are the word ``u`` (so ``u/W <= U < (u+1)/W``), ``p`` a probability and
+``T = min(floor(W p), W - 1)``. Then ``u < T`` implies ``U < (u+1)/W <= T/W <= p`` (decided: ``U < p``),
+``u > T`` implies ``U >= u/W >= (T+1)/W > p`` (decided: ``U >= p``; for ``p = 1`` this case cannot occur), and
+only ``u == T`` is undecided: then ``U`` is uniform on ``[T/W, (T+1)/W)`` and :class:`LazyUniform` continues
+with fresh bits. So ``P(U < p) = p`` exactly, with integer comparisons only. A 32-bit word halves the random
+bytes of a 64-bit one; a tie costs a few microseconds of big-integer work and happens with probability 2**-32.
 
 Why the tie is continued rather than re-drawn: answering an undecided word with a *fresh* Bernoulli(p) would
-give ``P(yes) = T/2**64 + 2**-64 * p != p``. The continuation must be the conditional law of the same ``U``,
-i.e. Bernoulli(``2**64 p - T``), which is exactly what extending ``U``'s bits computes. Because ``T`` is the
-exact floor (not just a bound), the undecided band is the single word ``u == T``.
+give ``P(yes) = T/W + p/W != p``. The continuation must be the conditional law of the same ``U``, i.e.
+Bernoulli(``W p - T``), which is exactly what extending ``U``'s bits computes. Because ``T`` is the exact
+floor (not just a bound), the undecided band is the single word ``u == T``.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ import numpy.typing as npt
 
 from dasflow.privacy.rng import Generator
 
-WORD_BITS = 64
+WORD_BITS = 32  # width of the uniform word that decides almost every comparison (ties: probability 2**-32)
 WORD = 1 << WORD_BITS
 MAX_WORD = WORD - 1
+EXTEND_BITS = 64  # bits appended per round when a tie is continued
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -129,24 +131,24 @@ def floor_exp_neg(x: Fraction, p: int = WORD_BITS) -> int:
 
 
 def threshold(x: Fraction) -> int:
-    """The 64-bit decision threshold ``T(x) = min(floor(2**64 exp(-x)), 2**64 - 1)`` (see module
+    """The 32-bit decision threshold ``T(x) = min(floor(2**32 exp(-x)), 2**32 - 1)`` (see module
     docstring)."""
     return min(floor_exp_neg(x), MAX_WORD)
 
 
 def exp_neg_table(
     x0: Fraction, d0: Fraction, dd: Fraction, stop_after: int, limit: int, count: int | None = None
-) -> npt.NDArray[np.uint64]:
+) -> npt.NDArray[np.uint32]:
     """Thresholds ``T(x_k)`` for ``x_k = x0 + k*d0 + dd*k*(k-1)/2``, k = 0, 1, ...
 
     The table ends at the first ``k >= stop_after`` whose threshold is 0 (that entry included); callers choose
     ``stop_after`` so that ``x_k`` is increasing from there on, hence every later threshold is 0 as well.
     ``exp(-x_{k+1}) = exp(-x_k) * c_k`` with ``c_k = exp(-(d0 + k*dd))`` and ``c_{k+1} = c_k * exp(-dd)``, run
-    in interval arithmetic at 2**-256 resolution; an entry whose bracket straddles an integer boundary
+    in interval arithmetic at 2**-192 resolution; an entry whose bracket straddles an integer boundary
     (vanishingly rare) is recomputed exactly by :func:`floor_exp_neg`. With ``count``, the table also ends
     after ``count`` entries. Raises ValueError if more than ``limit`` entries are needed.
     """
-    w = 256
+    w = 192
     shift = w - WORD_BITS
     v = exp_neg_bounds(x0, w)
     c = exp_neg_bounds(d0, w)
@@ -164,7 +166,7 @@ def exp_neg_table(
             raise ValueError(f"threshold table would exceed {limit} entries")
         v = _mul(v, c, w)
         c = _mul(c, r, w)
-    return np.array(out, dtype=np.uint64)
+    return np.array(out, dtype=np.uint32)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -193,12 +195,12 @@ class LazyUniform:
                 return True
             if self.w >= hi:
                 return False
-            self.w = (self.w << WORD_BITS) | self.g.word()
-            self.k += WORD_BITS
+            self.w = (self.w << EXTEND_BITS) | self.g.word()
+            self.k += EXTEND_BITS
 
 
 def decide(u: int, x: Fraction, g: Generator) -> bool:
-    """Exact ``U < exp(-x)`` for the uniform real whose first 64 bits are ``u`` (scalar form of the table
+    """Exact ``U < exp(-x)`` for the uniform real whose first 32 bits are ``u`` (scalar form of the table
     rule)."""
     t = threshold(x)
     if u < t:

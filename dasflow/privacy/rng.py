@@ -1,8 +1,8 @@
 """Randomness for the privacy core: the OS CSPRNG in production, a seeded generator for tests only.
 
 Every sampler in :mod:`dasflow.privacy.samplers` takes one of the generators below and uses only the integer
-primitives defined here (uniform 64-bit words, uniform bits, uniform integers in ``[0, n)``); no sampler ever
-sees a floating-point random number.
+primitives defined here (uniform 32- and 64-bit words, uniform bits, uniform integers in ``[0, n)``); no
+sampler ever sees a floating-point random number.
 
 * :func:`csprng` – production. Every byte comes from ``os.urandom`` (the kernel CSPRNG, ``getrandom(2)``
   on Linux), read in one call per request and viewed as an array with ``np.frombuffer``. Nothing is buffered
@@ -43,6 +43,7 @@ MODE_PRODUCTION: Final = "production"
 MODE_TEST: Final = "test"
 
 _U64 = np.dtype("<u8")
+_U32 = np.dtype("<u4")
 _SEED_DOMAIN: Final = b"dasflow.rng.seeded/v1:"
 
 
@@ -75,6 +76,13 @@ class Generator:
         raise NotImplementedError
 
     # --------------------------------------------------------------------------------------------------------
+    def uint32(self, size: int) -> npt.NDArray[np.uint32]:
+        """``size`` i.i.d. uniform integers in ``[0, 2**32)`` (the halves of ``ceil(size/2)`` uniform
+        words)."""
+        n = _as_size(size)
+        words = self.uint64((n + 1) // 2).astype(_U64, copy=False)
+        return words.view(_U32)[:n].astype(np.uint32, copy=False)
+
     def word(self) -> int:
         """One uniform integer in ``[0, 2**64)`` as a Python int (for scalar exact fallbacks)."""
         return int(self.uint64(1)[0])
@@ -151,6 +159,10 @@ class CSPRNGGenerator(Generator):
     def uint64(self, size: int) -> npt.NDArray[np.uint64]:
         n = _as_size(size)
         return np.frombuffer(os.urandom(8 * n), dtype=_U64).astype(np.uint64, copy=False)
+
+    def uint32(self, size: int) -> npt.NDArray[np.uint32]:
+        n = _as_size(size)
+        return np.frombuffer(os.urandom(4 * n), dtype=_U32).astype(np.uint32, copy=False)
 
     def spawn(self, key: str) -> CSPRNGGenerator:
         if not isinstance(key, str):

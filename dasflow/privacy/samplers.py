@@ -8,9 +8,9 @@ because a float cannot be told apart from float drift (``0.1 + 0.2``), which wou
 guarantee.
 
 One rule decides every random choice (proof in :mod:`dasflow.privacy._sampling_exact`): to test ``U < p`` for
-a uniform real ``U`` and ``p = exp(-x)`` with rational ``x``, compare the first 64 bits ``u`` of ``U`` with
-the integer ``T = min(floor(2**64 p), 2**64 - 1)`` computed exactly with big integers: ``u < T`` means yes,
-``u > T`` means no, and ``u == T`` (probability about ``2**-64``) is resolved by drawing further bits of ``U``
+a uniform real ``U`` and ``p = exp(-x)`` with rational ``x``, compare the first 32 bits ``u`` of ``U`` with
+the integer ``T = min(floor(2**32 p), 2**32 - 1)`` computed exactly with big integers: ``u < T`` means yes,
+``u > T`` means no, and ``u == T`` (probability ``2**-32``) is resolved by drawing further bits of ``U``
 and comparing against ever tighter rigorous integer bounds of ``2**k p``. Hence ``P(yes) = p`` exactly, using
 integer comparisons only. The thresholds for all ``x`` a sampler can meet are precomputed once per parameter
 (``lru_cache``).
@@ -54,8 +54,9 @@ Size = int | tuple[int, ...]
 
 _CHUNK = 1 << 18  # samples produced per vectorised round (bounds peak memory to a few tens of MB)
 _TABLE_LIMIT = 1 << 24  # never build a threshold table longer than this
-_SINGLE_TABLE_MAX_SCALE = Fraction(4096)  # above: two-level geometric (tables ~ sqrt(44 * scale) long)
-_TWO_POW_M64 = 2.0**-64
+_SINGLE_TABLE_MAX_SCALE = Fraction(4096)  # above: two-level geometric (tables ~ sqrt(22 * scale) long)
+_TWO_POW_MW = 2.0**-WORD_BITS
+_HALF_ULP = 2.0 ** -(WORD_BITS + 1)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -130,9 +131,9 @@ def _check_generator(g: object) -> Generator:
 def bernoulli_exp_neg(x: RationalLike, size: Size, g: Generator) -> npt.NDArray[np.bool_]:
     """i.i.d. Bernoulli(exp(-x)) booleans for rational ``x >= 0``.
 
-    Algorithm: ``T = min(floor(2**64 exp(-x)), 2**64-1)`` (exact big-integer bounds); per sample draw a
-    uniform 64-bit ``u``; ``u < T`` → True, ``u > T`` → False, ``u == T`` → continue the uniform real ``U = (u
-    + V)/2**64`` with fresh bits ``V`` until ``U < exp(-x)`` is decided.
+    Algorithm: ``T = min(floor(2**32 exp(-x)), 2**32-1)`` (exact big-integer bounds); per sample draw a
+    uniform 32-bit ``u``; ``u < T`` → True, ``u > T`` → False, ``u == T`` → continue the uniform real
+    ``U = (u + V)/2**32`` with fresh bits ``V`` until ``U < exp(-x)`` is decided.
     Exact because the outcome is the event ``U < exp(-x)`` for a uniform real ``U``, decided by integer
     comparisons against rigorous bounds only.
     """
@@ -141,9 +142,9 @@ def bernoulli_exp_neg(x: RationalLike, size: Size, g: Generator) -> npt.NDArray[
     shape = _shape(size)
     n = math.prod(shape)
     t = threshold(xr)
-    u = gen.uint64(n)
-    out = u < np.uint64(t)
-    for i in np.flatnonzero(u == np.uint64(t)):
+    u = gen.uint32(n)
+    out = u < np.uint32(t)
+    for i in np.flatnonzero(u == np.uint32(t)):
         out[i] = LazyUniform(gen, int(u[i]), WORD_BITS).less_than_exp_neg(xr)
     return out.reshape(shape)
 
@@ -158,8 +159,8 @@ class _InversionTable:
 
     scale: Fraction
     scale_f: float
-    t: npt.NDArray[np.uint64]  # T[0..mmax], non-increasing, last entry 0
-    asc: npt.NDArray[np.uint64]  # T[1..mmax] reversed (ascending) for searchsorted
+    t: npt.NDArray[np.uint32]  # T[0..mmax], non-increasing, last entry 0
+    asc: npt.NDArray[np.uint32]  # T[1..mmax] reversed (ascending) for searchsorted
     mmax: int
 
 
@@ -170,23 +171,23 @@ def _inversion_table(b: Fraction) -> _InversionTable:
 
 
 @lru_cache(maxsize=128)
-def _truncated_table(b: Fraction, t: int) -> npt.NDArray[np.uint64]:
+def _truncated_table(b: Fraction, t: int) -> npt.NDArray[np.uint32]:
     """Thresholds ``T(r/b)`` for r = 0..t-1 (acceptance of a uniform r in the two-level geometric)."""
     full = exp_neg_table(Fraction(0), 1 / b, Fraction(0), stop_after=t, limit=_TABLE_LIMIT, count=t)
-    return np.concatenate([full, np.zeros(t - len(full), dtype=np.uint64)])
+    return np.concatenate([full, np.zeros(t - len(full), dtype=np.uint32)])
 
 
 def _magnitudes_single(tab: _InversionTable, n: int, g: Generator) -> npt.NDArray[np.int64]:
     """n i.i.d. M = max{m >= 0 : U < exp(-m/b)} by inversion of a uniform real U (so P(M >= m) = exp(-m/b)).
 
-    With ``u`` the first 64 bits of ``U``: a float *guess* ``m`` (≈ -b ln(u 2**-64)) is accepted only if the
+    With ``u`` the first 32 bits of ``U``: a float *guess* ``m`` (≈ -b ln(u 2**-32)) is accepted only if the
     integer tests ``(m == 0 or u < T[m])`` and ``u > T[m+1]`` prove ``exp(-(m+1)/b) <= U < exp(-m/b)``.
     Unproved guesses are replaced by the exact count ``#{m >= 1 : u < T[m]}`` (binary search); if then ``u ==
     T[m+1]`` the lazy uniform real decides ``U < exp(-j/b)`` for j = m+1, m+2, ... exactly.
     """
-    u = g.uint64(n)
+    u = g.uint32(n)
     thr = tab.t
-    uf = u.astype(np.float64) * _TWO_POW_M64 + 2.0**-65
+    uf = u.astype(np.float64) * _TWO_POW_MW + _HALF_ULP
     guess = np.floor(-tab.scale_f * np.log(uf))
     np.clip(guess, 0, tab.mmax - 1, out=guess)
     m = guess.astype(np.int64)
@@ -208,15 +209,15 @@ def _magnitudes_single(tab: _InversionTable, n: int, g: Generator) -> npt.NDArra
 def _magnitudes(b: Fraction, n: int, g: Generator) -> npt.NDArray[np.int64]:
     """n i.i.d. one-sided geometric magnitudes with P(M >= m) = exp(-m/b), b > 0.
 
-    For ``b <= 4096``: :func:`_magnitudes_single` (one table of about 44.4 b entries). Above, the memoryless
-    split ``M = t V + R`` with integer ``t ≈ sqrt(44 b)``: ``V`` is geometric with P(V >= v) = exp(-v t / b)
+    For ``b <= 4096``: :func:`_magnitudes_single` (one table of about 22.2 b entries). Above, the memoryless
+    split ``M = t V + R`` with integer ``t ≈ sqrt(22 b)``: ``V`` is geometric with P(V >= v) = exp(-v t / b)
     (the same sampler at scale ``b/t``) and ``R`` independent on {0..t-1} with P(R = r) ∝ exp(-r/b), drawn as
     a uniform integer accepted with probability exp(-r/b). Since P(V=v)P(R=r) ∝ exp(-(tv+r)/b), M is exactly
     geometric.
     """
     if b <= _SINGLE_TABLE_MAX_SCALE:
         return _magnitudes_single(_inversion_table(b), n, g)
-    t = isqrt(int(44 * b)) + 1
+    t = isqrt(int(22 * b)) + 1
     v = _magnitudes(b / t, n, g)
     r = np.empty(n, dtype=np.int64)
     acc_table = _truncated_table(b, t)
@@ -233,7 +234,7 @@ def _magnitudes(b: Fraction, n: int, g: Generator) -> npt.NDArray[np.int64]:
 
 def _accept(
     k: npt.NDArray[np.int64],
-    table: npt.NDArray[np.uint64],
+    table: npt.NDArray[np.uint32],
     x_of: object,
     g: Generator,
 ) -> npt.NDArray[np.bool_]:
@@ -244,7 +245,7 @@ def _accept(
     """
     idx = np.minimum(k, len(table) - 1)
     thr = table[idx]
-    u = g.uint64(k.size)
+    u = g.uint32(k.size)
     acc = u < thr
     ties = np.flatnonzero(u == thr)
     if ties.size:
@@ -296,7 +297,7 @@ def two_sided_geometric(scale: RationalLike, size: Size, g: Generator) -> npt.ND
     noise (zeros). Variance ``2a/(1-a)²``.
 
     Algorithm (exact): M = max{m >= 0 : U < exp(-m/b)} for a uniform real U, i.e. P(M >= m) = exp(-m/b),
-    decided by comparing U's 64-bit prefix with the exact integer thresholds ``floor(2**64 exp(-m/b))`` (ties:
+    decided by comparing U's 32-bit prefix with the exact integer thresholds ``floor(2**32 exp(-m/b))`` (ties:
     more bits of U); for b > 4096, M = tV + R as in :func:`_magnitudes`. A fair sign bit S; (S = -, M = 0) is
     rejected; X = ±M. Exact because each accepted value k has probability ∝ (1-a) a^|k| / 2 (see
     :func:`_two_sided`).
@@ -316,7 +317,7 @@ class _GaussianPlan:
     sigma2: Fraction
     t: int  # proposal scale floor(sigma) + 1
     mu: Fraction  # sigma2 / t
-    accept: npt.NDArray[np.uint64]  # T((k - mu)^2 / (2 sigma2)) for k = 0..K (last entry 0)
+    accept: npt.NDArray[np.uint32]  # T((k - mu)^2 / (2 sigma2)) for k = 0..K (last entry 0)
     rate: float  # approximate overall acceptance (batch sizing only)
 
 
@@ -325,19 +326,19 @@ def _gaussian_plan(s2: Fraction) -> _GaussianPlan:
     t = isqrt(s2.numerator * s2.denominator) // s2.denominator + 1  # floor(sqrt(p/q)) = floor(isqrt(pq)/q)
     mu = s2 / t
     two_s2 = 2 * s2
-    if 10.5 * math.sqrt(float(s2)) > _TABLE_LIMIT:  # the table has ~ sigma2/t + 9.42 sigma entries
+    if 7.8 * math.sqrt(float(s2)) > _TABLE_LIMIT:  # the table has ~ sigma2/t + 6.66 sigma entries
         raise ValueError(
             f"sigma2 = {s2} is too large for the tabulated exact sampler (its acceptance table would exceed "
-            f"{_TABLE_LIMIT} entries, i.e. sigma > 1.6e6)"
+            f"{_TABLE_LIMIT} entries, i.e. sigma > 2.1e6)"
         )
     try:
         table = exp_neg_table(
             mu * mu / two_s2, (1 - 2 * mu) / two_s2, 1 / s2, stop_after=math.ceil(mu) + 1, limit=_TABLE_LIMIT
         )
-    except ValueError as exc:  # ~10.4 σ entries: σ > 1.6e6
+    except ValueError as exc:  # ~7.7 σ entries: σ > 2.1e6
         raise ValueError(
             f"sigma2 = {s2} is too large for the tabulated exact sampler (its acceptance table would exceed "
-            f"{_TABLE_LIMIT} entries, i.e. sigma > 1.6e6)"
+            f"{_TABLE_LIMIT} entries, i.e. sigma > 2.1e6)"
         ) from exc
     a = math.exp(-1 / t)
     sigma = math.sqrt(float(s2))
@@ -363,7 +364,8 @@ def discrete_gaussian(sigma2: RationalLike, size: Size, g: Generator) -> npt.NDA
     :func:`bernoulli_exp_neg` with the thresholds for every |Y| = 0..K precomputed (for |Y| > K the threshold
     is 0; ties use the exact x). CKS prove the accepted Y is exactly N_Z(0, σ²); our Bernoulli and geometric
     draws are exact, so the output is. Expected proposals per sample < 1.5 (about 1.3 for σ >= 1).
-    Integer sizes: thresholds and |Y| fit in uint64/int64 for any σ² < 1e30; x is a Python Fraction.
+    Integer sizes: thresholds are uint32, |Y| <= ~23 t fits int64 with a huge margin, x is a Python Fraction;
+    σ > 2.1e6 (σ² > 4.6e12) is refused (the acceptance table, ~7.7 σ entries, would exceed 2**24).
     """
     s2 = as_rational(sigma2, "sigma2")
     gen = _check_generator(g)

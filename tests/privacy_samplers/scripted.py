@@ -1,4 +1,4 @@
-"""A test generator that returns scripted 64-bit words first, then a seeded stream (to force tie paths)."""
+"""A test generator with scripted first 32-bit decision words, then a seeded stream (forces tie paths)."""
 
 from __future__ import annotations
 
@@ -11,19 +11,24 @@ from dasflow.privacy import rng
 
 
 class ScriptedGenerator(rng.Generator):
+    """``uint32`` returns the scripted words first; every other primitive comes from ``rng.seeded(seed)``."""
+
     def __init__(self, words: list[int], seed: int = 0) -> None:
         self.mode = "test"
         self.key = "scripted"
         self.queue: deque[int] = deque(words)
         self.rest = rng.seeded(seed)
 
-    def uint64(self, size: int) -> npt.NDArray[np.uint64]:
-        out = self.rest.uint64(size)
+    def uint32(self, size: int) -> npt.NDArray[np.uint32]:
+        out = self.rest.uint32(size).copy()
         for i in range(size):
             if not self.queue:
                 break
-            out[i] = np.uint64(self.queue.popleft())
+            out[i] = np.uint32(self.queue.popleft())
         return out
+
+    def uint64(self, size: int) -> npt.NDArray[np.uint64]:
+        return self.rest.uint64(size)
 
     def random_bytes(self, n: int) -> bytes:
         return self.rest.random_bytes(n)

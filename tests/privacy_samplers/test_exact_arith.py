@@ -1,4 +1,4 @@
-"""The exact arithmetic under the samplers: exp bounds, 64-bit thresholds, tables, lazy uniform reals, tie
+"""The exact arithmetic under the samplers: exp bounds, 32-bit thresholds, tables, lazy uniform reals, tie
 paths.
 
 These are the pieces whose exactness the sampler docstrings rely on (ST9, W9: integer-only decisions).
@@ -53,8 +53,8 @@ def test_exp_neg_bounds_bracket_and_are_tight(x: Fraction, p: int) -> None:
 
 @pytest.mark.parametrize("x", XS)
 def test_threshold_is_exact_floor(x: Fraction) -> None:
-    ref = exp_neg_decimal(x, 64)
-    want = min(int(ref.to_integral_value(rounding=decimal.ROUND_FLOOR)), 2**64 - 1)
+    ref = exp_neg_decimal(x, 32)
+    want = min(int(ref.to_integral_value(rounding=decimal.ROUND_FLOOR)), 2**32 - 1)
     assert ex.threshold(x) == want
 
 
@@ -88,10 +88,10 @@ def test_lazy_uniform_from_zero_bits_is_bernoulli_exp(x: Fraction) -> None:
 
 @pytest.mark.parametrize("x", [Fraction(1), Fraction(1, 3)])
 def test_tie_resolution_has_the_conditional_probability(x: Fraction) -> None:
-    """Force u == T: the answer must be True with probability frac(2**64 exp(-x)), the conditional law of
+    """Force u == T: the answer must be True with probability frac(2**32 exp(-x)), the conditional law of
     U."""
     t = ex.threshold(x)
-    frac = float(exp_neg_decimal(x, 64) - t)
+    frac = float(exp_neg_decimal(x, 32) - t)
     n = 4000
     out = samplers.bernoulli_exp_neg(x, n, ScriptedGenerator([t] * n, seed=3))
     assert stats.binomtest(int(out.sum()), n, frac).pvalue > ALPHA
@@ -106,7 +106,7 @@ def test_decide_matches_table_rule() -> None:
     assert ex.decide(t - 1, x, g) is True
     assert ex.decide(t + 1, x, g) is False
     assert ex.decide(t, x, g) in (True, False)
-    assert ex.decide(2**64 - 1, Fraction(0), g) is True  # p = 1: the tie at 2**64-1 resolves to True
+    assert ex.decide(2**32 - 1, Fraction(0), g) is True  # p = 1: the tie at 2**32-1 resolves to True
 
 
 def _definition_magnitude(u: int, thr: list[int]) -> int:
@@ -120,8 +120,8 @@ def test_vectorised_inversion_equals_definition(b: Fraction) -> None:
     including words at and next to every threshold (where a tie goes to the lazy real)."""
     tab = samplers._inversion_table(b)
     thr = [int(v) for v in tab.t]
-    special = sorted({w for v in thr for w in (v - 1, v, v + 1) if 0 <= w < 2**64} | {0, 2**64 - 1})
-    words = special + [int(w) for w in rng.seeded(4).uint64(3000)]
+    special = sorted({w for v in thr for w in (v - 1, v, v + 1) if 0 <= w < 2**32} | {0, 2**32 - 1})
+    words = special + [int(w) for w in rng.seeded(4).uint32(3000)]
     m = samplers._magnitudes_single(tab, len(words), ScriptedGenerator(words, seed=5))
     for u, got in zip(words, m.tolist(), strict=True):
         want = _definition_magnitude(u, thr)

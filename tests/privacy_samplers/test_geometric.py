@@ -26,7 +26,7 @@ def test_st10_variance_oracle() -> None:
     assert abs(float(geometric_law(Fraction(1)).variance) - 1.841347) < 5e-7
 
 
-@pytest.mark.parametrize("b", [*SCALES, Fraction(10 ** 5), Fraction(123456789, 10)], ids=str)
+@pytest.mark.parametrize("b", [*SCALES, Fraction(10**5), Fraction(123456789, 10)], ids=str)
 def test_p1_goodness_of_fit_and_moments(b: Fraction) -> None:
     """P1/ST10: chi-square against the exact pmf, mean 0 and variance 2a/(1-a)² within Monte-Carlo error.
     b = 1e5 and 1.2e7 exercise the two-level (M = tV + R) path."""
