@@ -149,8 +149,11 @@ def fill_groups(
     return gg[order], ss[order]
 
 
-def _bracket_ages(bits: Bits, table: npt.NDArray[np.int16], n: int) -> I64:
-    b = draw(table, bits, n)
+def _householder_ages(bits: Bits, alone: B) -> I64:
+    """Householder ages: an age bracket (one-person households are older), then uniform within it."""
+    n = alone.size
+    u = bits.u16(n)
+    b = np.where(alone, _ALONE_AGE_LUT[u], _HH_AGE_LUT[u])
     lo, hi = prm.HH_AGE_EDGES[b], prm.HH_AGE_EDGES[b + 1]
     out: I64 = (lo + (bits.unif(n) * (hi - lo)).astype(np.int64)).astype(np.int64)
     return out
@@ -309,29 +312,35 @@ def _households(bits: Bits, ctx: StateContext, size: I64, county: I64) -> Arrays
     size32 = size.astype(np.int32)
     starts = (np.cumsum(size32) - size32).astype(np.int32)
     hh = np.repeat(np.arange(H, dtype=np.int32), size32)
-    slot = np.arange(n, dtype=np.int32) - starts[hh]
     kind = np.where(size == 1, 0, 1 + draw(_KIND_LUT, bits, H)).astype(np.int8)
     male_hh = bits.unif(H) < prm.HOUSEHOLDER_MALE[kind]
-    kp = kind[hh]
-    # relationship
+    # relationship: family-member codes for everybody, then the householder, partners, the first relative of
+    # an "other family" household and the members of nonfamily households (all located by household, not by a
+    # scan of the persons)
     u16 = bits.u16(n)
-    rel = np.where(kp == 4, _NONFAM_CODES[_NONFAM_LUT[u16]], _FAM_CODES[_FAM_LUT[u16]])
-    s1 = slot == 1
-    first_rel = np.flatnonzero(s1 & (kp == 3))
+    rel = _FAM_CODES[_FAM_LUT[u16]]
+    nonfam = np.flatnonzero(kind == 4)
+    if nonfam.size:
+        m = size32[nonfam] - 1
+        idx = np.repeat(starts[nonfam] + 1 - np.cumsum(m) + m, m) + np.arange(int(m.sum()), dtype=np.int32)
+        rel[idx] = _NONFAM_CODES[_NONFAM_LUT[u16[idx]]]
+    first_rel = starts[kind == 3] + 1
     rel[first_rel] = _REL_ONLY_CODES[_REL_ONLY_LUT[u16[first_rel]]]
-    partner_idx = np.flatnonzero(s1 & (kp <= 2) & (kp >= 1))
+    couple = np.flatnonzero((kind == 1) | (kind == 2))
+    partner_idx = starts[couple] + 1
     up = bits.unif(partner_idx.size)
-    married = kp[partner_idx] == 1
     rel[partner_idx] = np.where(
-        married, np.where(up < prm.SAME_SEX_MARRIED, 23, 21), np.where(up < prm.SAME_SEX_UNMARRIED, 24, 22)
+        kind[couple] == 1,
+        np.where(up < prm.SAME_SEX_MARRIED, 23, 21),
+        np.where(up < prm.SAME_SEX_UNMARRIED, 24, 22),
     )
     rel[starts] = 20
     # sex: householder by kind, partner by same/opposite sex, others 51 % male
-    male = bits.unif(n) < 0.51
+    male = bits.bernoulli(0.51, n)
     male[starts] = male_hh
-    male[partner_idx] = male_hh[hh[partner_idx]] == _SAME_SEX[rel[partner_idx]]
+    male[partner_idx] = male_hh[couple] == _SAME_SEX[rel[partner_idx]]
     # ages (computed per relationship group)
-    hh_age = np.where(size == 1, _bracket_ages(bits, _ALONE_AGE_LUT, H), _bracket_ages(bits, _HH_AGE_LUT, H))
+    hh_age = _householder_ages(bits, size == 1)
     hh_age16 = hh_age.astype(np.int16)
     age = np.empty(n, dtype=np.int16)
     child = np.flatnonzero(_AGE_CHILD[rel])
@@ -375,7 +384,7 @@ def _households(bits: Bits, ctx: StateContext, size: I64, county: I64) -> Arrays
     n_rel = _group_sum(_IS_RELATIVE[rel], starts, n)
     own_kid = _group_sum(_IS_OWN_CHILD[rel] & (age < 18), starts, n) > 0
     pcode = np.zeros(H, dtype=np.int8)
-    pcode[hh[partner_idx]] = rel[partner_idx]
+    pcode[couple] = rel[partner_idx]
     fam = n_rel > 0
     key = (
         (size == 1)

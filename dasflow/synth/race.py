@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from dasflow.synth import params as prm
 from dasflow.synth.reference import NOT_HISPANIC_QSPAN, cenrace_table, race_codes
-from dasflow.synth.sampling import Bits, draw, lookup_table
+from dasflow.synth.sampling import Bits, draw, lookup_table, lookup_tables
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -117,9 +117,9 @@ def race_tables(g: np.random.Generator, state: str, n_counties: int) -> RaceTabl
     alpha = np.broadcast_to(seven[None, :, :] * prm.COUNTY_RACE_CONCENTRATION, (n_counties, 2, 7))
     x = g.gamma(alpha) + 1e-300
     x /= x.sum(axis=2, keepdims=True)
-    luts = np.stack([lookup_table(x[k, h], 16) for k in range(n_counties) for h in range(2)]).astype(np.int8)
+    luts = lookup_tables(x.reshape(n_counties * 2, 7), 16)
     multi = (lookup_table(base[0, 6:], 16), lookup_table(base[1, 6:], 16))
-    return RaceTables(luts.ravel(), multi, x)
+    return RaceTables(luts, multi, x)
 
 
 def draw_cenrace(

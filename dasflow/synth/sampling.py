@@ -47,6 +47,20 @@ def lookup_table(p: npt.ArrayLike, bits: int = 16) -> npt.NDArray[np.int16]:
     return np.repeat(np.arange(q.size, dtype=np.int16), np.maximum(counts, 0))
 
 
+def lookup_tables(p: npt.NDArray[np.float64], bits: int = 16) -> npt.NDArray[np.int8]:
+    """Row-wise ``lookup_table`` of a (rows, k) probability matrix (k <= 127), concatenated: row r occupies
+    entries ``r * 2**bits .. (r + 1) * 2**bits - 1``."""
+    q = np.asarray(p, dtype=np.float64)
+    rows, k = q.shape
+    size = 1 << bits
+    cum = np.cumsum(q / q.sum(axis=1, keepdims=True), axis=1)
+    edges = np.clip(np.ceil(cum * size - 0.5).astype(np.int64), 0, size)
+    edges[:, -1] = size
+    counts = np.diff(np.concatenate((np.zeros((rows, 1), np.int64), edges), axis=1), axis=1)
+    cats = np.tile(np.arange(k, dtype=np.int8), rows)
+    return np.repeat(cats, np.maximum(counts, 0).ravel())
+
+
 def draw(table: npt.NDArray[np.int16], bits: Bits, n: int) -> npt.NDArray[np.int16]:
     """n categories from a ``lookup_table`` (its size fixes the precision)."""
     out: npt.NDArray[np.int16]
