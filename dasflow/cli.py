@@ -38,7 +38,8 @@ HANDLERS: dict[str, tuple[str, str]] = {
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dasflow", description="dasflow: the census disclosure avoidance system as a resumable, auditable DAG")
+    p = argparse.ArgumentParser(
+        prog="dasflow", description="dasflow: the census disclosure avoidance system as a resumable, auditable DAG")
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("demo", help="synthetic census + a full release of every product on local disk")

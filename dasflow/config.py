@@ -53,7 +53,7 @@ class CapConfig(BaseModel):
     def _exact(cls, v: Any) -> Any:
         if v is None:
             return v
-        if isinstance(v, bool) or isinstance(v, float):
+        if isinstance(v, bool | float):
             raise ValueError(f"cap must be an exact decimal string or integer, not {v!r}")
         text = str(v)
         if text != "Infinity":

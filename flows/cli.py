@@ -13,12 +13,12 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 from pathlib import Path
 
 from dasflow.config import load_release_config
-from dasflow.pipeline import stages
-from dasflow.pipeline.run import RunContext, open_run
-from dasflow.privacy.ledger import Ledger
-from dasflow.privacy.composition import compose_plan
 from dasflow.errors import LedgerRefusal
 from dasflow.io.store import open_store
+from dasflow.pipeline import stages
+from dasflow.pipeline.run import RunContext, open_run
+from dasflow.privacy.composition import compose_plan
+from dasflow.privacy.ledger import Ledger
 
 
 def _report(ctx: RunContext, seconds: float) -> None:

@@ -8,7 +8,8 @@ outputs there itself, and returns a JSON-sized summary. Retries are for transien
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
+from uuid import UUID
 
 from prefect import task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
@@ -64,8 +65,8 @@ def preprocess_task(release_id: str, store_uri: str, product: str) -> dict[str, 
 def measure_task(release_id: str, store_uri: str, product: str) -> dict[str, Any]:
     """Measure-once for every planned key of the product, with a progress bar in the Prefect UI."""
     ctx = open_run(release_id, store_uri)
-    artifact_id = create_progress_artifact(progress=0.0, key=_artifact_key("measure", release_id, product),
-                                           description=f"{product}: planned keys measured")
+    artifact_id = cast(UUID, create_progress_artifact(progress=0.0, key=_artifact_key("measure", release_id, product),
+                                                      description=f"{product}: planned keys measured"))
 
     def progress(done: int, total: int, key: str) -> None:
         if artifact_id is not None and (done == total or done % max(1, total // 50) == 0):

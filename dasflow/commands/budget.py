@@ -14,7 +14,7 @@ import argparse
 import json
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from dasflow.errors import InputError
 from dasflow.privacy import accounting
@@ -45,7 +45,7 @@ def _detect(path: Path) -> str:
 
 
 def _total(definitions: list[tuple[str, Fraction | None]]) -> Row:
-    spends = [accounting.Spend(definition=d, budget="Infinity" if b is None else b, label=f"k{i}")
+    spends = [accounting.Spend(definition=cast(accounting.Definition, d), budget=b, label=f"k{i}")
               for i, (d, b) in enumerate(definitions)]
     if not spends:
         return {"rho": "0", "epsilon_pure": None, "epsilon_at_delta": "0", "conversion": "empty plan"}
@@ -76,7 +76,8 @@ def safetab_budget(path: Path) -> dict[str, Any]:
         cfg = parse_config(accounting.load_json_exact(path.read_text(encoding="utf-8")), source=str(path))
     rows: list[Row] = []
     totals: dict[str, Row] = {}
-    for universe, runs in (("US", cfg.run_us), ("PR", cfg.run_pr)):
+    universes: tuple[tuple[Literal["US", "PR"], bool], ...] = (("US", cfg.run_us), ("PR", cfg.run_pr))
+    for universe, runs in universes:
         if not runs:
             continue
         parts: list[tuple[str, Fraction | None]] = []

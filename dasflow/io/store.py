@@ -95,7 +95,8 @@ class ObjectStore(ABC):
         return self.put(key, data), table.num_rows
 
     def get_parquet(self, key: str) -> pd.DataFrame:
-        return pq.read_table(io.BytesIO(self.get(key))).to_pandas()
+        frame: pd.DataFrame = pq.read_table(io.BytesIO(self.get(key))).to_pandas()
+        return frame
 
     def restricted(self, forbidden_prefixes: Iterable[str]) -> ObjectStore:
         """A view of this store that refuses every key under ``forbidden_prefixes``."""

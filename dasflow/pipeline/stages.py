@@ -65,7 +65,8 @@ def planned(ctx: RunContext, product: str) -> list[tuple[MeasurementSpec, Measur
         cfg = ctx.product_config(product)
         public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, cfg)
         ctx._plans[product] = [(ledger_spec(product, s), s) for s in adapter.product().plan(cfg, public)]
-    return ctx._plans[product]
+    pairs: list[tuple[MeasurementSpec, MeasurementSpec]] = ctx._plans[product]
+    return pairs
 
 
 def product_specs(ctx: RunContext, product: str) -> list[MeasurementSpec]:
@@ -145,19 +146,18 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
     missing = [s.key for s, _ in pairs if s.key not in plan]
     if missing:
         raise LedgerRefusal(f"{product}: keys not in the frozen plan: {missing[:5]}; refused before any noise")
-    prepared: dict[str, pd.DataFrame] | None = None
+    cache: dict[str, dict[str, pd.DataFrame]] = {}  # prepared frames, loaded only if something is drawn
     adapter = ctx.adapter(product)
     g = base_rng(ctx)
     attempt = new_token()
     drawn = 0
     done: dict[str, NoisyMeasurement] = {}
     for i, (spec, native) in enumerate(pairs):
-        if ctx.ledger.committed(spec.key) is None and prepared is None:
-            prepared = load_prepared(ctx, product)
 
         def draw(spec: MeasurementSpec = spec, native: MeasurementSpec = native) -> NoisyMeasurement:
-            assert prepared is not None
-            return measure_one(adapter.product(), prepared, native, g.spawn(spec.key), done)
+            if "prepared" not in cache:
+                cache["prepared"] = load_prepared(ctx, product)
+            return measure_one(adapter.product(), cache["prepared"], native, g.spawn(spec.key), done)
 
         measurement, fresh = ctx.ledger.measure_once(spec, draw, attempt=attempt)
         done[native.key] = dataclasses.replace(measurement, spec=native)

@@ -9,6 +9,8 @@ Nothing here uses a float. Every function returns integers with a proven bracket
 * :func:`exp_neg_table` the capped floors ``min(floor(2**32 exp(-x_k)), 2**32 - 1)`` of a quadratic sequence
   ``x_k`` (all the thresholds the samplers compare against), by an interval-arithmetic recurrence with exact
   per-entry fallback.
+* :func:`folded_survival_table` the same thresholds for ``P(|X| >= m) = 2 a**m / (1 + a)`` of the two-sided
+  geometric (``a = exp(-1/b)``), so that ``|X|`` is drawn by inversion with no rejection.
 * :class:`LazyUniform` a uniform real ``U`` in ``[0, 1)`` whose binary expansion is drawn 64 bits at a time
   only as far as needed to decide ``U < exp(-x)`` exactly.
 
@@ -28,6 +30,7 @@ floor (not just a bound), the undecided band is the single word ``u == T``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 from functools import lru_cache
 
@@ -130,6 +133,53 @@ def floor_exp_neg(x: Fraction, p: int = WORD_BITS) -> int:
         extra *= 2
 
 
+Bounds = Callable[[int], tuple[int, int]]  # p -> (lo, hi) with lo <= 2**p * value <= hi
+
+
+def floor_of(bounds: Bounds, p: int = WORD_BITS) -> int:
+    """Exactly ``floor(2**p * v)`` for an irrational (or exactly bracketed) ``v`` given by its ``bounds``."""
+    extra = 32
+    while True:
+        lo, hi = bounds(p + extra)
+        if lo >> extra == hi >> extra:
+            return lo >> extra
+        extra *= 2
+
+
+def folded_survival_bounds(b: Fraction, m: int, p: int) -> tuple[int, int]:
+    """Bounds on ``2**p * S(m)``, ``S(m) = 2 a**m / (1 + a)`` with ``a = exp(-1/b)``, m >= 1.
+
+    ``S(m) = P(|X| >= m)`` for the two-sided geometric X. With ``e, A`` bracketing ``2**q exp(-m/b)`` and
+    ``2**q a``: ``2**q S(m) = 2 (2**q e^{-m/b}) 2**q / (2**q + 2**q a)``, bracketed by putting the low end of
+    the numerator over the high end of the denominator and vice versa (all terms positive); 4 guard bits.
+    """
+    q = p + 4
+    e_lo, e_hi = exp_neg_bounds(Fraction(m) / b, q)
+    a_lo, a_hi = exp_neg_bounds(1 / b, q)
+    one = 1 << q
+    lo = ((2 * e_lo) << q) // (one + a_hi)
+    hi = -((-((2 * e_hi) << q)) // (one + a_lo))
+    return lo >> 4, _ceil_shift(hi, 4)
+
+
+def folded_survival(b: Fraction, m: int) -> Bounds:
+    """:func:`folded_survival_bounds` for fixed ``(b, m)`` as a bounds function of the precision."""
+
+    def bounds(p: int) -> tuple[int, int]:
+        return folded_survival_bounds(b, m, p)
+
+    return bounds
+
+
+def exp_neg(x: Fraction) -> Bounds:
+    """:func:`exp_neg_bounds` for fixed ``x`` as a bounds function of the precision."""
+
+    def bounds(p: int) -> tuple[int, int]:
+        return exp_neg_bounds(x, p)
+
+    return bounds
+
+
 def threshold(x: Fraction) -> int:
     """The 32-bit decision threshold ``T(x) = min(floor(2**32 exp(-x)), 2**32 - 1)`` (see module
     docstring)."""
@@ -169,6 +219,34 @@ def exp_neg_table(
     return np.array(out, dtype=np.uint32)
 
 
+def folded_survival_table(b: Fraction, limit: int) -> npt.NDArray[np.uint32]:
+    """Thresholds ``T[0] = 2**32 - 1`` and ``T[m] = min(floor(2**32 S(m)), 2**32 - 1)`` for m >= 1 up to and
+    including the first zero, where ``S(m) = 2 a**m / (1 + a)`` (see :func:`folded_survival_bounds`).
+
+    Same interval recurrence as :func:`exp_neg_table` (``exp(-m/b)`` times the bracketed constant
+    ``2/(1+a)``), with exact per-entry recomputation when a bracket straddles an integer.
+    """
+    w = 192
+    shift = w - WORD_BITS
+    one = 1 << w
+    a = exp_neg_bounds(1 / b, w)
+    c = ((2 * one) << w) // (one + a[1]), -((-((2 * one) << w)) // (one + a[0]))  # 2/(1+a) at scale 2**w
+    v = _mul(a, c, w)  # S(1)
+    out: list[int] = [MAX_WORD]
+    m = 1
+    while True:
+        lo, hi = v[0] >> shift, v[1] >> shift
+        t = lo if lo == hi else floor_of(folded_survival(b, m))
+        out.append(min(t, MAX_WORD))
+        if t == 0:
+            break
+        m += 1
+        if m >= limit:
+            raise ValueError(f"threshold table would exceed {limit} entries")
+        v = _mul(v, a, w)
+    return np.array(out, dtype=np.uint32)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Lazy uniform real
 # ------------------------------------------------------------------------------------------------------------
@@ -189,8 +267,12 @@ class LazyUniform:
         self.k = k
 
     def less_than_exp_neg(self, x: Fraction) -> bool:
+        return self.less_than(exp_neg(x))
+
+    def less_than(self, bounds: Bounds) -> bool:
+        """Exact ``U < v`` for the irrational ``v`` bracketed by ``bounds`` (same rule as above)."""
         while True:
-            lo, hi = exp_neg_bounds(x, self.k)
+            lo, hi = bounds(self.k)
             if self.w + 1 <= lo:
                 return True
             if self.w >= hi:

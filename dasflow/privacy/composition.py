@@ -48,8 +48,7 @@ class PlanTotal:
 
 def compose_plan(specs: Iterable[MeasurementSpec]) -> PlanTotal:
     """Sequential composition of the planned keys (see the module docstring)."""
-    spends = [accounting.Spend(definition=s.privacy_defn, budget="Infinity" if s.budget is None else s.budget,
-                               label=s.key) for s in specs]
+    spends = [accounting.Spend(definition=s.privacy_defn, budget=s.budget, label=s.key) for s in specs]
     if not spends:
         return PlanTotal(Fraction(0), Fraction(0), True, 0, Decimal(0), "empty plan")
     total = accounting.compose(spends, DELTA, rdp=False)

@@ -120,7 +120,7 @@ class Ledger:
             raise LedgerRefusal(
                 f"plan total epsilon = {frac_str(total.epsilon)} exceeds the release cap epsilon = {cap.epsilon}"
             )
-        record = {
+        record: dict[str, Any] = {
             "release_id": self.release_id,
             "cap": {"rho": frac_str(cap.rho), "epsilon": frac_str(cap.epsilon) if cap.epsilon else None},
             "entries": [spec_record(s) for s in specs],
@@ -144,7 +144,8 @@ class Ledger:
             try:
                 record = json.loads(self.store.get(f"{self.root}/plan.json"))
             except StoreError:
-                raise LedgerRefusal(f"release {self.release_id} has no frozen plan: nothing may be measured")
+                raise LedgerRefusal(
+                    f"release {self.release_id} has no frozen plan: nothing may be measured") from None
             self._plan = {e["key"]: e for e in record["entries"]}
         return self._plan
 

@@ -35,8 +35,12 @@ import numpy.typing as npt
 
 from dasflow.privacy._sampling_exact import (
     WORD_BITS,
+    Bounds,
     LazyUniform,
+    exp_neg,
     exp_neg_table,
+    folded_survival,
+    folded_survival_table,
     threshold,
 )
 from dasflow.privacy.rng import Generator
@@ -150,24 +154,41 @@ def bernoulli_exp_neg(x: RationalLike, size: Size, g: Generator) -> npt.NDArray[
 
 
 # ------------------------------------------------------------------------------------------------------------
-# One-sided geometric magnitudes: P(M >= m) = exp(-m/b)
+# Geometric magnitudes by inversion: P(M >= m) = S(m)
 # ------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _InversionTable:
-    """Thresholds ``T[m] = T(m/b)`` for m = 0..mmax (``T[mmax] == 0``) of the magnitude law P(M >= m) =
-    exp(-m/b)."""
+    """Thresholds ``T[m] = min(floor(2**32 S(m)), 2**32 - 1)`` for m = 0..mmax (``T[mmax] == 0``) of a
+    magnitude law with survival function S (S(0) = 1), plus exact bounds of S for ties.
+
+    * one-sided (``folded=False``): ``S(m) = a**m`` — M is geometric, P(M = m) = (1-a) a^m;
+    * folded (``folded=True``): ``S(m) = 2 a**m / (1 + a)`` for m >= 1 — M is |X| of the two-sided geometric.
+
+    In both ``a = exp(-1/b)``, so ``S(m) = c a**m`` with ``c = 1`` or ``2/(1+a)`` and the inverse is
+    ``m = floor(-b ln(U/c))``.
+    """
 
     scale: Fraction
+    folded: bool
     scale_f: float
+    log_c: float  # ln c, only for the float guess
     t: npt.NDArray[np.uint32]  # T[0..mmax], non-increasing, last entry 0
     asc: npt.NDArray[np.uint32]  # T[1..mmax] reversed (ascending) for searchsorted
     mmax: int
 
+    def survival(self, m: int) -> Bounds:
+        return folded_survival(self.scale, m) if self.folded else exp_neg(m / self.scale)
+
 
 @lru_cache(maxsize=128)
-def _inversion_table(b: Fraction) -> _InversionTable:
-    t = exp_neg_table(Fraction(0), 1 / b, Fraction(0), stop_after=1, limit=_TABLE_LIMIT)
-    return _InversionTable(b, float(b), t, np.ascontiguousarray(t[1:][::-1]), len(t) - 1)
+def _inversion_table(b: Fraction, folded: bool) -> _InversionTable:
+    if folded:
+        t = folded_survival_table(b, _TABLE_LIMIT)
+        log_c = math.log(2 / (1 + math.exp(-1 / float(b))))
+    else:
+        t = exp_neg_table(Fraction(0), 1 / b, Fraction(0), stop_after=1, limit=_TABLE_LIMIT)
+        log_c = 0.0
+    return _InversionTable(b, folded, float(b), log_c, t, np.ascontiguousarray(t[1:][::-1]), len(t) - 1)
 
 
 @lru_cache(maxsize=128)
@@ -178,17 +199,22 @@ def _truncated_table(b: Fraction, t: int) -> npt.NDArray[np.uint32]:
 
 
 def _magnitudes_single(tab: _InversionTable, n: int, g: Generator) -> npt.NDArray[np.int64]:
-    """n i.i.d. M = max{m >= 0 : U < exp(-m/b)} by inversion of a uniform real U (so P(M >= m) = exp(-m/b)).
+    """n i.i.d. M = max{m >= 0 : U < S(m)} by inversion of a uniform real U, so that P(M >= m) = S(m).
 
-    With ``u`` the first 32 bits of ``U``: a float *guess* ``m`` (≈ -b ln(u 2**-32)) is accepted only if the
-    integer tests ``(m == 0 or u < T[m])`` and ``u > T[m+1]`` prove ``exp(-(m+1)/b) <= U < exp(-m/b)``.
-    Unproved guesses are replaced by the exact count ``#{m >= 1 : u < T[m]}`` (binary search); if then ``u ==
-    T[m+1]`` the lazy uniform real decides ``U < exp(-j/b)`` for j = m+1, m+2, ... exactly.
+    With ``u`` the first 32 bits of ``U``: a float *guess* ``m`` (≈ -b ln(u 2**-32 / c)) is accepted only if
+    the integer tests ``(m == 0 or u < T[m])`` and ``u > T[m+1]`` prove ``S(m+1) <= U < S(m)``. Unproved
+    guesses are replaced by the exact count ``#{m >= 1 : u < T[m]}`` (binary search); if then ``u == T[m+1]``
+    the lazy uniform real decides ``U < S(j)`` for j = m+1, m+2, ... exactly. The float never decides a
+    sample.
     """
     u = g.uint32(n)
     thr = tab.t
     uf = u.astype(np.float64) * _TWO_POW_MW + _HALF_ULP
-    guess = np.floor(-tab.scale_f * np.log(uf))
+    guess = np.log(uf)
+    if tab.folded:
+        guess -= tab.log_c
+    guess *= -tab.scale_f
+    np.floor(guess, out=guess)
     np.clip(guess, 0, tab.mmax - 1, out=guess)
     m = guess.astype(np.int64)
     ok = ((m == 0) | (u < thr[m])) & (u > thr[m + 1])
@@ -200,7 +226,7 @@ def _magnitudes_single(tab: _InversionTable, n: int, g: Generator) -> npt.NDArra
         for j in np.flatnonzero(ub == thr[exact + 1]):
             lazy = LazyUniform(g, int(ub[j]), WORD_BITS)
             k = int(exact[j]) + 1
-            while lazy.less_than_exp_neg(k / tab.scale):
+            while lazy.less_than(tab.survival(k)):
                 k += 1
             m[bad[j]] = k - 1
     return m
@@ -216,7 +242,7 @@ def _magnitudes(b: Fraction, n: int, g: Generator) -> npt.NDArray[np.int64]:
     geometric.
     """
     if b <= _SINGLE_TABLE_MAX_SCALE:
-        return _magnitudes_single(_inversion_table(b), n, g)
+        return _magnitudes_single(_inversion_table(b, False), n, g)
     t = isqrt(int(22 * b)) + 1
     v = _magnitudes(b / t, n, g)
     r = np.empty(n, dtype=np.int64)
@@ -255,17 +281,30 @@ def _accept(
     return acc
 
 
-def _two_sided(b: Fraction, n: int, g: Generator) -> tuple[npt.NDArray[np.int64], int]:
-    """Up to n two-sided geometric samples from n proposals: magnitude M, sign S; reject (S negative, M = 0).
+def _two_sided(b: Fraction, n: int, g: Generator) -> npt.NDArray[np.int64]:
+    """Two-sided geometric samples, P(X = k) = (1-a)/(1+a) a^|k| with a = exp(-1/b), from n proposals.
 
-    P(X = k) ∝ exp(-|k|/b): for k > 0 only (M=k, S=+) contributes, for k < 0 only (M=|k|, S=-), and for k = 0
-    only (M=0, S=+), each with probability (1-a) a^|k| / 2, a = exp(-1/b). Returns the accepted values
-    (i.i.d.).
+    ``b <= 4096`` (no rejection, returns n samples): ``|X|`` by inversion of the folded survival function
+    ``P(|X| >= m) = 2 a^m / (1 + a)`` (m >= 1), then a fair sign: P(X = ±k) = P(|X| = k)/2 = (1-a)/(1+a) a^k
+    for k >= 1, and P(X = 0) = 1 - 2a/(1+a) = (1-a)/(1+a).
+    ``b > 4096``: M one-sided geometric (:func:`_magnitudes`), a fair sign S, and (S = -, M = 0) rejected
+    (rate (1-a)/2 < 1.3e-4): each accepted k has probability (1-a) a^|k| / 2, so the accepted values are
+    i.i.d. with the law above.
     """
+    if b <= _SINGLE_TABLE_MAX_SCALE:
+        m = _magnitudes_single(_inversion_table(b, True), n, g)
+        signed: npt.NDArray[np.int64] = np.where(g.bits(n).astype(bool), -m, m)
+        return signed
     m = _magnitudes(b, n, g)
     s = g.bits(n).astype(bool)
     keep = ~(s & (m == 0))
-    return np.where(s, -m, m)[keep], n
+    accepted: npt.NDArray[np.int64] = np.where(s, -m, m)[keep]
+    return accepted
+
+
+def _proposal_rate(b: Fraction) -> float:
+    """Expected accepted fraction of :func:`_two_sided` (a float, only to size batches)."""
+    return 1.0 if b <= _SINGLE_TABLE_MAX_SCALE else 1 - (1 - math.exp(-1 / float(b))) / 2
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -296,20 +335,18 @@ def two_sided_geometric(scale: RationalLike, size: Size, g: Generator) -> npt.ND
     ``scale`` is a rational b >= 0 (b = Δ/ε for an ε-DP count of L1 sensitivity Δ); ``scale == 0`` means no
     noise (zeros). Variance ``2a/(1-a)²``.
 
-    Algorithm (exact): M = max{m >= 0 : U < exp(-m/b)} for a uniform real U, i.e. P(M >= m) = exp(-m/b),
-    decided by comparing U's 32-bit prefix with the exact integer thresholds ``floor(2**32 exp(-m/b))`` (ties:
-    more bits of U); for b > 4096, M = tV + R as in :func:`_magnitudes`. A fair sign bit S; (S = -, M = 0) is
-    rejected; X = ±M. Exact because each accepted value k has probability ∝ (1-a) a^|k| / 2 (see
-    :func:`_two_sided`).
+    Algorithm (exact, b <= 4096): |X| = max{m >= 0 : U < S(m)} for a uniform real U, with the survival
+    function S(m) = P(|X| >= m) = 2 a^m / (1 + a) (m >= 1), decided by comparing U's 32-bit prefix with the
+    exact integer thresholds ``floor(2**32 S(m))`` (ties: more bits of U); then a fair sign. No rejection, no
+    float decision. For b > 4096 a one-sided geometric M = tV + R (:func:`_magnitudes`) with a sign and the
+    rejection of (-, 0). Why each is exact: :func:`_two_sided`.
     """
     b = as_rational(scale, "scale")
     gen = _check_generator(g)
     shape = _shape(size)
     if b == 0:
         return np.zeros(shape, dtype=np.int64)
-    a = math.exp(-1 / float(b))
-    rate = 1 - (1 - a) / 2
-    return _fill(shape, lambda n: _two_sided(b, n, gen)[0], rate)
+    return _fill(shape, lambda n: _two_sided(b, n, gen), _proposal_rate(b))
 
 
 @dataclass(frozen=True)
@@ -346,7 +383,7 @@ def _gaussian_plan(s2: Fraction) -> _GaussianPlan:
     ks = np.arange(0, len(table), dtype=np.float64)
     w = np.where(ks == 0, (1 - a) / (1 + a), 2 * (1 - a) / (1 + a) * a**ks)
     acc = float(np.sum(w * np.exp(-((ks - float(mu)) ** 2) / (2 * sigma * sigma))))
-    keep = 1 - (1 - a) / 2  # proposals surviving the (negative sign, zero) rejection of _two_sided
+    keep = _proposal_rate(Fraction(t))  # proposals surviving _two_sided's own rejection (if any)
     return _GaussianPlan(s2, t, mu, table, max(acc * keep, 0.05))
 
 
@@ -380,7 +417,7 @@ def discrete_gaussian(sigma2: RationalLike, size: Size, g: Generator) -> npt.NDA
         return (k - plan.mu) ** 2 / two_s2
 
     def draw(n: int) -> npt.NDArray[np.int64]:
-        y, _ = _two_sided(tb, n, gen)
+        y = _two_sided(tb, n, gen)
         return y[_accept(np.abs(y), plan.accept, x_of, gen)]
 
     return _fill(shape, draw, plan.rate)

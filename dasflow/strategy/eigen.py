@@ -32,8 +32,9 @@ import numpy.typing as npt
 import scipy.linalg
 
 from dasflow.strategy._blas import single_threaded_blas
+from dasflow.strategy.error import row_normalized
 from dasflow.strategy.program1 import WeightingResult, solve_weighting
-from dasflow.strategy.workloads import KronWorkload, Workload
+from dasflow.strategy.workloads import DenseWorkload, KronWorkload, Workload
 
 FloatArray = npt.NDArray[np.float64]
 Method = Literal["full", "principal", "separation"]
@@ -161,13 +162,20 @@ def eigen_design(
     complete: bool = True,
     gap_tol: float = 1e-6,
     max_iter: int = 20000,
+    normalize_rows: bool = False,
     cache: bool = True,
 ) -> EigenStrategy:
     """Eigen-Design strategy for a workload (or its Gram G). Data-independent; cached by hash of (G, options).
 
     ``tol``: relative eigenvalue cut (§4.1); ``gap_tol``: Program 1's relative duality gap target (reported in
-    ``solve``; a larger gap is reported, not hidden: ``solve.converged`` is False).
+    ``solve``; a larger gap is reported, not hidden: ``solve.converged`` is False). ``normalize_rows``: design
+    for the row-normalised workload (relative-error heuristic, §1; needs materialisable rows); report relative
+    error on the original W with :func:`dasflow.strategy.error.expected_relative_error`.
     """
+    if normalize_rows:
+        if not isinstance(workload, Workload):
+            raise ValueError("normalize_rows needs the workload's rows, not only its Gram")
+        workload = DenseWorkload(row_normalized(workload.matrix()), name=f"normalized {workload.name}")
     G = workload.gram() if isinstance(workload, Workload) else np.asarray(workload, dtype=np.float64)
     key = _key(G, tol, method, fraction, group_size, complete, gap_tol, max_iter)
     if cache and key in _CACHE:

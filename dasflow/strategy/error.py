@@ -150,3 +150,33 @@ def svdb(G: FloatArray, eigenvalues: FloatArray | None = None) -> float:
 def lower_bound_tse(G: FloatArray, P: float = 1.0) -> float:
     """Lower bound on the TSE of every strategy (same P): P · svdb(W)."""
     return P * svdb(G)
+
+
+#: Sanity floor of the relative error (project choice, E17; the paper states none): a query whose true answer is
+#: below one person is measured against 1, so empty cells do not make the average infinite.
+RELATIVE_ERROR_FLOOR = 1.0
+
+
+def row_normalized(W: Matrix) -> FloatArray:
+    """W with every non-zero row scaled to unit L2 norm (the paper's relative-error pre-scaling, §1)."""
+    D = _dense(W)
+    norms = np.linalg.norm(D, axis=1)
+    norms[norms == 0] = 1.0
+    return np.asarray(D / norms[:, None], dtype=np.float64)
+
+
+def expected_relative_error(W: Matrix, A: Matrix, x: npt.ArrayLike, P: float = 1.0, *,
+                            floor: float = RELATIVE_ERROR_FLOOR) -> float:
+    """Mean over workload queries of ``RMS error_i / max(|w_i x|, floor)`` on the ORIGINAL W (E17).
+
+    Evaluation only: it reads a data vector ``x``, so it must never feed strategy selection (E16).
+    """
+    D = _dense(W)
+    Am = _dense(A)
+    AtA = Am.T @ Am
+    if not supports(D.T @ D, AtA):
+        raise ValueError("strategy does not support the workload")
+    pinv, _ = _psd_pinv(AtA)
+    var = P * l2_sensitivity(Am) ** 2 * np.einsum("ij,jk,ik->i", D, pinv, D)
+    truth = np.abs(D @ np.asarray(x, dtype=np.float64))
+    return float(np.mean(np.sqrt(np.clip(var, 0.0, None)) / np.maximum(truth, floor)))

@@ -13,7 +13,7 @@ from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import freeze_config, open_run
 from dasflow.privacy.ledger import encode_nmf
-from tests.dag import counts_product  # noqa: F401  (registers the product)
+from tests.dag import counts_product
 from tests.dag.helpers import local_release, release_config, release_files
 
 

@@ -9,7 +9,6 @@ import pytest
 
 from dasflow.config import parse_release_config
 from dasflow.io.store import LocalStore
-from dasflow.pipeline import stages
 from dasflow.pipeline.run import freeze_config
 from dasflow.privacy import accounting
 from dasflow.products.safetab_p import parse_config

@@ -9,8 +9,16 @@ from collections.abc import Iterator
 import pandas as pd
 import pytest
 
-from dasflow.io.store import ForbiddenKey, LocalStore, ObjectStore, S3Store, StoreError, open_store, sha256_bytes
-from tests.servers import moto_server, s3_client, seaweedfs_server, make_bucket
+from dasflow.io.store import (
+    ForbiddenKey,
+    LocalStore,
+    ObjectStore,
+    S3Store,
+    StoreError,
+    open_store,
+    sha256_bytes,
+)
+from tests.servers import make_bucket, moto_server, s3_client, seaweedfs_server
 
 pytestmark = pytest.mark.xdist_group("s3servers")
 

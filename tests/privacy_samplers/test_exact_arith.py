@@ -11,6 +11,7 @@ import decimal
 from decimal import Decimal
 from fractions import Fraction
 
+import numpy as np
 import pytest
 from scipy import stats
 
@@ -114,11 +115,32 @@ def _definition_magnitude(u: int, thr: list[int]) -> int:
     return sum(1 for v in thr[1:] if u < v)
 
 
+def folded_survival_decimal(b: Fraction, m: int, p: int) -> Decimal:
+    a = HP.exp(HP.divide(-Decimal(b.denominator), Decimal(b.numerator)))
+    return HP.multiply(HP.power(2, p), HP.divide(HP.multiply(2, HP.power(a, m)), HP.add(1, a)))
+
+
+@pytest.mark.parametrize("b", [Fraction(1, 3), Fraction(1, 2), Fraction(7, 3), Fraction(50)])
+def test_folded_survival_table_and_bounds(b: Fraction) -> None:
+    """T[m] = floor(2**32 · 2a^m/(1+a)) exactly for every m; the bounds bracket the 400-digit value tightly."""
+    table = ex.folded_survival_table(b, 10**6)
+    assert int(table[0]) == 2**32 - 1 and table[-1] == 0 and table[-2] != 0
+    step = max(1, len(table) // 120)
+    for m in sorted({*range(1, len(table), step), len(table) - 2, len(table) - 1}):
+        ref = folded_survival_decimal(b, m, 32)
+        assert int(table[m]) == min(int(ref.to_integral_value(rounding=decimal.ROUND_FLOOR)), 2**32 - 1), m
+    for m in (1, 2, 17):
+        for p in (0, 64, 300):
+            lo, hi = ex.folded_survival_bounds(b, m, p)
+            assert Decimal(lo) <= folded_survival_decimal(b, m, p) <= Decimal(hi) and hi - lo <= 3
+
+
+@pytest.mark.parametrize("folded", [False, True])
 @pytest.mark.parametrize("b", [Fraction(1, 3), Fraction(2), Fraction(50)])
-def test_vectorised_inversion_equals_definition(b: Fraction) -> None:
+def test_vectorised_inversion_equals_definition(b: Fraction, folded: bool) -> None:
     """Float-guessed indices are always verified: the result equals the integer definition for every word,
     including words at and next to every threshold (where a tie goes to the lazy real)."""
-    tab = samplers._inversion_table(b)
+    tab = samplers._inversion_table(b, folded)
     thr = [int(v) for v in tab.t]
     special = sorted({w for v in thr for w in (v - 1, v, v + 1) if 0 <= w < 2**32} | {0, 2**32 - 1})
     words = special + [int(w) for w in rng.seeded(4).uint32(3000)]
@@ -127,3 +149,16 @@ def test_vectorised_inversion_equals_definition(b: Fraction) -> None:
         want = _definition_magnitude(u, thr)
         tie = want + 1 < len(thr) and u == thr[want + 1]
         assert got == want or (tie and got >= want + 1), (u, got, want)
+
+
+@pytest.mark.parametrize("m", [0, 1, 3])
+def test_folded_tie_resolution_has_the_conditional_probability(m: int) -> None:
+    """Force u == T[m+1] for |X|: P(|X| >= m+1 | tie) must be frac(2**32 S(m+1)) (S the folded survival)."""
+    b = Fraction(2)
+    tab = samplers._inversion_table(b, True)
+    t = int(tab.t[m + 1])
+    frac = float(folded_survival_decimal(b, m + 1, 32) - t)
+    n = 3000
+    got = samplers._magnitudes_single(tab, n, ScriptedGenerator([t] * n, seed=m))
+    assert set(np.unique(got).tolist()) <= {m, m + 1}
+    assert stats.binomtest(int(np.sum(got == m + 1)), n, frac).pvalue > ALPHA

@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from dasflow.io.store import LocalStore, ObjectStore
+from dasflow.io.store import LocalStore, ObjectStore, RestrictedStore
 
 
 def local_file(store: ObjectStore, key: str) -> Path:
@@ -16,10 +16,9 @@ def local_file(store: ObjectStore, key: str) -> Path:
     (named by the content hash, so a changed object is fetched again; the cache is private to this user)."""
     if isinstance(store, LocalStore):
         return store.local_path(key)
-    inner = getattr(store, "inner", None)
-    if isinstance(inner, LocalStore):
+    if isinstance(store, RestrictedStore) and isinstance(store.inner, LocalStore):
         store.exists(key)  # a restricted view refuses forbidden keys here
-        return inner.local_path(key)
+        return store.inner.local_path(key)
     data = store.get(key)
     cache = Path(tempfile.gettempdir()) / f"dasflow-cache-{os.getuid()}"
     cache.mkdir(mode=0o700, exist_ok=True)
@@ -36,8 +35,7 @@ def local_dir(store: ObjectStore, prefix: str) -> Path:
     """A local directory holding every object directly under ``prefix`` (the folder itself for a local store;
     for S3, a download cache keyed by the objects' content hashes)."""
     prefix = prefix if prefix.endswith("/") else prefix + "/"
-    base = store.inner if not isinstance(store, LocalStore) and isinstance(getattr(store, "inner", None),
-                                                                            LocalStore) else store
+    base = store.inner if isinstance(store, RestrictedStore) else store
     if isinstance(base, LocalStore):
         store.list(prefix)  # a restricted view refuses forbidden prefixes here
         return base.local_path(prefix.rstrip("/"))

@@ -90,9 +90,11 @@ def _labels(prepared: Prepared, spec: MeasurementSpec, groups: IntArray) -> dict
     n_it = len(its)
     return {
         "GROUP": groups,
-        "REGION_ID": pd.Categorical.from_codes(groups // n_it, categories=pd.Index(regions, dtype=object)),
+        "REGION_ID": pd.Categorical.from_codes((groups // n_it).astype(np.int32),
+                                               categories=pd.Index(regions, dtype=object), validate=False),
         "REGION_TYPE": _constant(d["region_type"], len(groups)),
-        "ITERATION_CODE": pd.Categorical.from_codes(groups % n_it, categories=pd.Index(its, dtype=object)),
+        "ITERATION_CODE": pd.Categorical.from_codes((groups % n_it).astype(np.int32),
+                                                    categories=pd.Index(its, dtype=object), validate=False),
     }
 
 
@@ -156,36 +158,39 @@ def measure_stage2(prepared: Prepared, spec: MeasurementSpec, rng: Any) -> Noisy
     sparse = prepared[sparse_key(d["universe"], d["region_type"], d["iteration_level"])]
     totals = group_totals(sparse, n_groups)
     stat = stat_levels(stage1[NOISY_COLUMN].to_numpy(dtype=np.int64), d["thresholds"])
-    parts: list[pd.DataFrame] = []
+    names = ("g", "st", "sex", "start", "end", "noisy", "var")
+    cols: dict[str, list[npt.NDArray[Any]]] = {k: [] for k in names}
 
-    def part(groups: IntArray, st: int, sex: IntArray, start: IntArray, end: IntArray, true: IntArray,
-             noise: Fraction, variance: Fraction | float) -> None:
-        frame = pd.DataFrame(_labels(prepared, spec, groups))
-        frame["STAT_LEVEL"] = np.full(len(groups), st, dtype=np.int8)
-        frame["SEX"] = sex.astype(np.int8)
-        frame["AGESTART"] = start.astype(np.int16)
-        frame["AGEEND"] = end.astype(np.int16)
-        frame[NOISY_COLUMN] = true + draw(spec, noise, len(groups), rng)
-        frame[VARIANCE_COLUMN] = _variance_column(variance, len(groups))
-        parts.append(frame)
+    def part(groups: IntArray, st: int, sex: IntArray | int, start: IntArray | int, end: IntArray | int,
+             true: IntArray, noise: Fraction, variance: Fraction | float) -> None:
+        n = len(groups)
+        cols["g"].append(groups)
+        cols["st"].append(np.full(n, st, dtype=np.int8))
+        cols["sex"].append(np.broadcast_to(np.asarray(sex, dtype=np.int8), (n,)))
+        cols["start"].append(np.broadcast_to(np.asarray(start, dtype=np.int16), (n,)))
+        cols["end"].append(np.broadcast_to(np.asarray(end, dtype=np.int16), (n,)))
+        cols["noisy"].append(true + draw(spec, noise, n, rng))
+        cols["var"].append(np.full(n, float(variance), dtype=np.float64))
 
-    zero = np.zeros(0, dtype=np.int64)
     # TotalOnly groups: one count with the group's whole budget ρ_i/s
-    part(to, TOTAL_ONLY_STAT, np.zeros(len(to), np.int64), np.full(len(to), -1), np.full(len(to), -1),
-         totals[to], d["total_only_noise"], d["total_only_variance"])
+    part(to, TOTAL_ONLY_STAT, 0, -1, -1, totals[to], d["total_only_noise"], d["total_only_variance"])
     g0 = two[stat == 0]
-    part(g0, 0, np.zeros(len(g0), np.int64), np.full(len(g0), -1), np.full(len(g0), -1), totals[g0],
-         spec.noise, spec.variance)
+    part(g0, 0, 0, -1, -1, totals[g0], spec.noise, spec.variance)
+    del totals
     for k in (1, 2, 3):
         gk = two[stat == k]
         bins = np.array(AGE_BINS[k], dtype=np.int64)
         nb = len(bins) + 1
         cells = binned_cells(sparse, gk, bins)  # (groups, sex, bin)
         starts, ends = age_ranges(k)
-        n = len(gk) * 2 * nb
-        part(np.repeat(gk, 2 * nb) if len(gk) else zero, k,
-             np.tile(np.repeat(np.array([1, 2]), nb), len(gk)), np.tile(starts, 2 * len(gk)),
-             np.tile(ends, 2 * len(gk)), cells.reshape(n), spec.noise, spec.variance)
-    table = pd.concat(parts, ignore_index=True)
+        part(np.repeat(gk, 2 * nb), k, np.tile(np.repeat(np.array([1, 2]), nb), len(gk)),
+             np.tile(starts, 2 * len(gk)), np.tile(ends, 2 * len(gk)), cells.reshape(len(gk) * 2 * nb),
+             spec.noise, spec.variance)
+    groups = np.concatenate(cols["g"])
+    table = pd.DataFrame(_labels(prepared, spec, groups))
+    for name, key in (("STAT_LEVEL", "st"), ("SEX", "sex"), ("AGESTART", "start"), ("AGEEND", "end"),
+                      (NOISY_COLUMN, "noisy"), (VARIANCE_COLUMN, "var")):
+        table[name] = np.concatenate(cols[key])
+        cols[key] = []
     table[MECHANISM_COLUMN] = _constant(spec.mechanism, len(table))
     return NoisyMeasurement(spec, table, getattr(rng, "mode", "unknown"))

@@ -28,7 +28,6 @@ import pandas as pd
 
 from dasflow.products.base import NOISY_COLUMN, Estimates, Mechanism, NoisyMeasurement
 from dasflow.products.safetab_p.config import SafeTabPConfig
-from dasflow.products.safetab_p.measure import TOTAL_ONLY_STAT
 from dasflow.products.safetab_p.plan import AGE_BINS
 from dasflow.products.safetab_p.regions import UNSUPPRESSED_REGION_TYPES
 
@@ -73,32 +72,37 @@ def suppression_threshold(mechanism: Mechanism, noise: Fraction, n_terms: int, c
     return float(i - m)
 
 
+def _thresholds(m: NoisyMeasurement, cfg: SafeTabPConfig) -> npt.NDArray[np.float64]:
+    """Suppression threshold per STAT_LEVEL + 1 (index 0 = TotalOnly); −inf where nothing is suppressed."""
+    d = m.spec.detail
+    out = np.full(5, -math.inf)
+    if d["region_type"] in UNSUPPRESSED_REGION_TYPES:
+        return out
+    chance = cfg.zero_suppression_chance
+    out[0] = suppression_threshold(m.spec.mechanism, d["total_only_noise"], 1, chance)
+    out[1] = suppression_threshold(m.spec.mechanism, m.spec.noise, 1, chance)
+    for k, bins in AGE_BINS.items():
+        out[k + 1] = suppression_threshold(m.spec.mechanism, m.spec.noise, 2 * (len(bins) + 1), chance)
+    return out
+
+
 def _t1_t2(m: NoisyMeasurement, cfg: SafeTabPConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
     tab = m.table
-    d = m.spec.detail
     stat = tab["STAT_LEVEL"].to_numpy()
     noisy = tab[NOISY_COLUMN].to_numpy(dtype=np.int64)
     keys = ["REGION_ID", "REGION_TYPE", "ITERATION_CODE"]
+    thr = _thresholds(m, cfg)
     single = stat <= 0
-    t1_single = tab.loc[single, ["GROUP", *keys]].copy()
-    t1_single["COUNT"] = noisy[single]
-    t1_single["_STAT"] = stat[single]
+    keep = single & (noisy > thr[stat.astype(np.int64) + 1])  # suppression before building any frame
+    t1_single = tab.loc[keep, keys].copy()
+    t1_single["COUNT"] = noisy[keep]
     cells = tab.loc[~single, ["GROUP", *keys, "STAT_LEVEL", "SEX", "AGESTART", "AGEEND", NOISY_COLUMN]]
     summed = cells.groupby("GROUP", sort=False, observed=True).agg(
         REGION_ID=("REGION_ID", "first"), REGION_TYPE=("REGION_TYPE", "first"),
         ITERATION_CODE=("ITERATION_CODE", "first"), COUNT=(NOISY_COLUMN, "sum"),
         _STAT=("STAT_LEVEL", "first"))
-    t1 = pd.concat([t1_single, summed.reset_index()], ignore_index=True)
-    if d["region_type"] not in UNSUPPRESSED_REGION_TYPES and len(t1):
-        thr = {TOTAL_ONLY_STAT: suppression_threshold(m.spec.mechanism, d["total_only_noise"], 1,
-                                                      cfg.zero_suppression_chance),
-               0: suppression_threshold(m.spec.mechanism, m.spec.noise, 1, cfg.zero_suppression_chance)}
-        for k, bins in AGE_BINS.items():
-            thr[k] = suppression_threshold(m.spec.mechanism, m.spec.noise, 2 * (len(bins) + 1),
-                                           cfg.zero_suppression_chance)
-        t = t1["_STAT"].map(thr).to_numpy(dtype=np.float64)
-        t1 = t1[t1["COUNT"].to_numpy() > t]
-    t1 = t1[T1_COLUMNS]
+    summed = summed[summed["COUNT"].to_numpy() > thr[summed["_STAT"].to_numpy().astype(np.int64) + 1]]
+    t1 = pd.concat([t1_single, summed.reset_index()[T1_COLUMNS]], ignore_index=True)
     marg = cells.groupby(["GROUP", "SEX"], sort=False, observed=True).agg(
         REGION_ID=("REGION_ID", "first"), REGION_TYPE=("REGION_TYPE", "first"),
         ITERATION_CODE=("ITERATION_CODE", "first"), COUNT=(NOISY_COLUMN, "sum")).reset_index()
@@ -108,7 +112,7 @@ def _t1_t2(m: NoisyMeasurement, cfg: SafeTabPConfig) -> tuple[pd.DataFrame, pd.D
     t2c["AGESTART"] = t2c["AGESTART"].astype(str)
     t2c["AGEEND"] = t2c["AGEEND"].astype(str)
     t2 = pd.concat([t2c[["GROUP", *T2_COLUMNS]], marg[["GROUP", *T2_COLUMNS]]], ignore_index=True)
-    return t1, t2[T2_COLUMNS]
+    return t1[T1_COLUMNS], t2[T2_COLUMNS]
 
 
 def postprocess(measurements: Mapping[str, NoisyMeasurement], cfg: SafeTabPConfig) -> Estimates:

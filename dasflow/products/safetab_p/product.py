@@ -78,8 +78,8 @@ def load_public(parameters_dir: str | Path, data_dir: str | Path, universe: Univ
     it_dir = find_iteration_dir(parameters_dir, data_dir)
     index = load_iterations(it_dir) if it_dir is not None else packaged_iterations()
     grfc_path = Path(data_dir) / GRFC_FILE
-    geo = load_geography(read_pipe_file(grfc_path, GRFC_COLUMNS, extra_columns=True), universe, cfg.state_filter_us,
-                         str(grfc_path))
+    grfc = read_pipe_file(grfc_path, GRFC_COLUMNS, extra_columns=True)
+    geo = load_geography(grfc, universe, cfg.state_filter_us, str(grfc_path))
     return {"config": cfg, "iterations": index, "geography": geo, "universe": universe}
 
 

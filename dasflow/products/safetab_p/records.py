@@ -144,7 +144,7 @@ class PersonArrays:
     ``sex`` is 0 (male) / 1 (female); ``age`` 0..115; ``eth`` the QSPAN code index.
     """
 
-    region: dict[str, IntArray]
+    region: dict[str, npt.NDArray[np.int32]]
     combo: IntArray
     combo_codes: IntArray
     eth: IntArray
@@ -255,6 +255,6 @@ def encode_persons(table: pa.Table, geo: Geography, index: IterationIndex, max_r
                "TABBLK")
     sel = np.flatnonzero(keep)
     combo, combos = encode_combos(race[sel])
-    region = {rt: geo.region_of[rt][pos[sel]] for rt in geo.region_ids}
+    region = {rt: geo.region_of[rt][pos[sel]].astype(np.int32) for rt in geo.region_ids}
     sex = (pc.cast(sex_col, pa.int8()).to_numpy()[sel] - 1).astype(np.int8)
     return PersonArrays(region, combo, combos, eth[sel], sex, age[sel].astype(np.int16))

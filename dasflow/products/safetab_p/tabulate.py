@@ -46,9 +46,9 @@ class PersonCounts:
     """Persons of one region type counted by (region, combination | QSPAN code, cell); level-independent."""
 
     def __init__(self, persons: PersonArrays, region_type: str) -> None:
-        r = persons.region[region_type]
-        keep = r >= 0
-        r = r[keep]
+        reg = persons.region[region_type]
+        keep = reg >= 0
+        r = reg[keep].astype(np.int64)
         cell = persons.sex[keep].astype(np.int64) * N_AGES + persons.age[keep]
         n_combo = max(len(persons.combo_codes), 1)
         k1, self.race_count = count_keys((r * n_combo + persons.combo[keep]) * N_CELLS + cell)

@@ -96,15 +96,18 @@ class GroupMeasurement:
     variance: Sequence[Fraction | float]
 
 
-def _smallest_int(a: IntArray) -> npt.NDArray[np.integer[Any]]:
-    if a.size == 0:
-        return a.astype(np.int32)
-    lo, hi = int(a.min()), int(a.max())
-    for dt in (np.int16, np.int32):
+def _fit(out: npt.NDArray[np.integer[Any]], values: IntArray) -> npt.NDArray[np.integer[Any]]:
+    """Widen the answer array (int16 → int32 → int64) when ``values`` do not fit (memory: int16 first)."""
+    if values.size == 0:
+        return out
+    lo, hi = int(values.min()), int(values.max())
+    for dt in (np.int16, np.int32, np.int64):
         info = np.iinfo(dt)
         if info.min <= lo and hi <= info.max:
-            return a.astype(dt)
-    return a
+            if np.iinfo(out.dtype).bits < info.bits:
+                return out.astype(dt)
+            return out
+    return out
 
 
 def measure_group(spine: Spine, strategy: Strategy, level: int, group: QueryGroup, hist: Histogram,
@@ -117,10 +120,10 @@ def measure_group(spine: Spine, strategy: Strategy, level: int, group: QueryGrou
     gam = spine.gamma_num[level][units]
     params = {int(v): noise_parameter(strategy, Fraction(int(v), spine.denominator), group.alpha)
               for v in np.unique(gam)}
-    out = np.empty((units.size, R), dtype=np.int64)
+    out: npt.NDArray[np.integer[Any]] = np.empty((units.size, R), dtype=np.int16)
     hpos = np.searchsorted(units, hist.unit)
     hpos_c = np.minimum(hpos, max(units.size - 1, 0))
-    in_measured = (units.size > 0) & (units[hpos_c] == hist.unit) if units.size else np.zeros(0, bool)
+    in_measured = (units[hpos_c] == hist.unit) if units.size else np.zeros(hist.unit.size, dtype=bool)
     step = max(1, chunk_cells // max(R, 1))
     for s in range(0, units.size, step):
         e = min(units.size, s + step)
@@ -138,7 +141,8 @@ def measure_group(spine: Spine, strategy: Strategy, level: int, group: QueryGrou
             else:
                 noise = samplers.two_sided_geometric(param, size, g)
             true[m] += np.asarray(noise, dtype=np.int64).reshape(m.size, R)
+        out = _fit(out, true)
         out[s:e] = true
     noise_of = [params[int(v)] for v in gam]
     var_of = {k: noise_variance(strategy, p) for k, p in params.items()}
-    return GroupMeasurement(level, group, units, _smallest_int(out), noise_of, [var_of[int(v)] for v in gam])
+    return GroupMeasurement(level, group, units, out, noise_of, [var_of[int(v)] for v in gam])
