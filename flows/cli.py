@@ -24,7 +24,8 @@ from dasflow.privacy.ledger import Ledger
 def _report(ctx: RunContext, seconds: float) -> None:
     root = ctx.store.uri.rstrip("/") + "/" + ctx.root
     spent = ctx.ledger.spent().as_record()
-    print(f"release {ctx.release_id} done in {seconds:.1f} s ({'TEST release' if ctx.config.is_test else 'production'})")
+    kind = "TEST release" if ctx.config.is_test else "production"
+    print(f"release {ctx.release_id} done in {seconds:.1f} s ({kind})")
     print(f"  tables:      {root}/release/")
     print(f"  certificate: {root}/release/CERTIFICATE.md")
     print(f"  ledger:      {root}/ledger/  (audit: {root}/release/ledger.csv)")

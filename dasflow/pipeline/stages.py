@@ -275,16 +275,20 @@ def certificate_markdown(ctx: RunContext) -> str:
     if ctx.config.is_test:
         lines.append("**TEST RELEASE — seeded randomness; not a production release and never publishable as one.**")
         lines.append("")
+    randomness = (f"seeded test generator (seed {ctx.config.rng.seed})" if ctx.config.is_test
+                  else "OS CSPRNG (production)")
+    cap = f"rho = {plan['cap']['rho']}" + (f", epsilon = {plan['cap']['epsilon']}" if plan["cap"].get("epsilon") else "")
+    pure = f", epsilon = {total['epsilon_pure']}" if total.get("all_pure") else ""
     lines += [
         f"# Privacy certificate: release `{ctx.release_id}`",
         "",
         f"- universe: {ctx.config.universe}",
-        f"- randomness: {'seeded test generator (seed ' + str(ctx.config.rng.seed) + ')' if ctx.config.is_test else 'OS CSPRNG (production)'}",
+        f"- randomness: {randomness}",
         f"- code version: `{code_version()}`",
         f"- frozen config SHA-256: `{ctx.config_sha256}`",
-        f"- cap: rho = {plan['cap']['rho']}" + (f", epsilon = {plan['cap']['epsilon']}" if plan['cap'].get('epsilon') else ""),
-        f"- planned total: rho = {total['rho']}" + (f", epsilon = {total['epsilon_pure']}" if total.get("all_pure") else "")
-        + f"; (epsilon, delta = 1e-10): epsilon = {total['epsilon_at_delta']} ({total['conversion']})",
+        f"- cap: {cap}",
+        f"- planned total: rho = {total['rho']}{pure}; (epsilon, delta = 1e-10): epsilon = "
+        f"{total['epsilon_at_delta']} ({total['conversion']})",
         f"- spent (committed entries): rho = {spent['rho']} over {spent['entries']} entries",
         "",
         "| product | key | level | definition | mechanism | sensitivity | budget | noise | variance | cells |",
