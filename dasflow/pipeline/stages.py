@@ -277,7 +277,8 @@ def certificate_markdown(ctx: RunContext) -> str:
         lines.append("")
     randomness = (f"seeded test generator (seed {ctx.config.rng.seed})" if ctx.config.is_test
                   else "OS CSPRNG (production)")
-    cap = f"rho = {plan['cap']['rho']}" + (f", epsilon = {plan['cap']['epsilon']}" if plan["cap"].get("epsilon") else "")
+    cap_eps = plan["cap"].get("epsilon")
+    cap = f"rho = {plan['cap']['rho']}" + (f", epsilon = {cap_eps}" if cap_eps else "")
     pure = f", epsilon = {total['epsilon_pure']}" if total.get("all_pure") else ""
     lines += [
         f"# Privacy certificate: release `{ctx.release_id}`",
