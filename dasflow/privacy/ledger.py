@@ -69,6 +69,11 @@ def spec_record(spec: MeasurementSpec) -> dict[str, Any]:
     }
 
 
+#: column order of the audit export (plan fields, then the key's state and its NMF hash)
+AUDIT_COLUMNS = ("product", "key", "level", "privacy_defn", "mechanism", "sensitivity", "budget", "noise",
+                 "variance", "cells")
+
+
 def _dumps(obj: Any) -> bytes:
     return (json.dumps(obj, sort_keys=True, indent=1) + "\n").encode("utf-8")
 
@@ -226,7 +231,7 @@ class Ledger:
                 state = "committed"
             elif self.store.exists(self._entry(key, "reserved")):
                 state = "reserved"
-            row = dict(entry)
+            row = {col: entry[col] for col in AUDIT_COLUMNS if col in entry}
             row["state"] = state
             row["nmf_sha256"] = commit.sha256 if commit else ""
             rows.append(row)
