@@ -109,9 +109,7 @@ def test_existing_dataset_refused(tmp_path: Path) -> None:
         synth.generate(tmp_path / "d", 2000, 1, states="44")
 
 
-def test_interrupted_run_leaves_no_complete_looking_dataset(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_interrupted_run_leaves_no_complete_looking_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = {"n": 0}
     real = ParquetWriter.write_chunk
 
@@ -153,19 +151,11 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert (out / "phsafe" / "persons.csv").exists() and (out / "safetab_p" / "GRF-C.txt").exists()
     assert (out / "manifest.json").exists()
     assert "3,000 persons" in capsys.readouterr().out
-    assert (
-        main(
-            ["synth", "--persons", "3000", "--states", "44,99", "--seed", "5", "--out", str(tmp_path / "bad")]
-        )
-        == 2
-    )
+    assert main(["synth", "--persons", "3000", "--states", "44,99", "--seed", "5", "--out", str(tmp_path / "bad")]) == 2
     assert "unknown state" in capsys.readouterr().err
     assert main(["synth", "--persons", "-1", "--seed", "5", "--out", str(tmp_path / "bad")]) == 2
     assert not (tmp_path / "bad").exists()
-    assert (
-        main(["synth", "--persons", "2000", "--states", "11", "--seed", "5", "--out", str(tmp_path / "p")])
-        == 0
-    )
+    assert main(["synth", "--persons", "2000", "--states", "11", "--seed", "5", "--out", str(tmp_path / "p")]) == 0
     assert sorted(p.name for p in (tmp_path / "p" / "parquet").iterdir()) == [
         "geo",
         "grfc",
