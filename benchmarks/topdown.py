@@ -1,0 +1,222 @@
+"""TopDown end to end on a synthetic state (dasflow.synth): spine optimisation, measurement and estimation per
+level, peak RSS, and a scipy relaxed-QP baseline on a subset of the same parents in the same run.
+
+    .venv/bin/python benchmarks/topdown.py --persons 5000000 --state 01 --seed 7 [--json out.json]
+
+The baseline solves the *same* continuous per-family problem (WLS over the family's active variables with
+x ≥ 0 and Σ_c x_c = t per cell) with scipy.optimize.minimize(method="SLSQP"), then our exact integer allocation,
+on the first ``--baseline-parents`` multi-child families of the chosen level; our solver runs on exactly those
+families too (estimate_families on the subset), and the ratio and objective gap are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dasflow import synth  # noqa: E402
+from dasflow.privacy import rng  # noqa: E402
+from dasflow.products.topdown.estimate import (  # noqa: E402
+    EstimatorOptions,
+    GroupAnswers,
+    Histogram,
+    _Ops,
+    estimate_families,
+)
+from dasflow.products.topdown.product import TopDown, TopDownConfig, l1_report  # noqa: E402
+from dasflow.products.topdown.solvers import allocate_integer  # noqa: E402
+from dasflow.products.topdown.spine import preset  # noqa: E402
+from dasflow.products.topdown.strategy import PL94_GEOLEVEL_SHARES, make_strategy  # noqa: E402
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def build_inputs(state: str, persons: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Block geography (with GQ-type presence, an invariant from the unit file) and person records."""
+    ctx = synth.state_context(state, persons, seed)
+    geo = ctx.geo
+    county = geo.county_fips[geo.tract_county][geo.block_tract].astype(np.int64)
+    tract = geo.tract_code[geo.block_tract].astype(np.int64)
+    geoid = pd.Series([state] * geo.n_blocks) + pd.Series(county).map("{:03d}".format) + \
+        pd.Series(tract).map("{:06d}".format) + pd.Series(geo.block_code.astype(np.int64)).map("{:04d}".format)
+    gq_bits = np.zeros((geo.n_blocks, 7), dtype=np.int8)
+    parts = []
+    for _, chunk in synth.iter_state_chunks(state, persons, seed):
+        ub = chunk.unit_block.astype(np.int64)
+        hh = chunk.unit_hhgq.astype(np.int64)
+        gq = hh > 0
+        gq_bits[ub[gq], hh[gq] - 1] = 1
+        pu = chunk.person_unit
+        parts.append(pd.DataFrame({
+            "BLOCK": ub[pu], "HHGQ": hh[pu].astype(np.int8),
+            "VOTINGAGE": (chunk.qage >= 18).astype(np.int8),
+            "HISPANIC": (chunk.cenhisp - 1).astype(np.int8), "CENRACE": (chunk.cenrace - 1).astype(np.int8),
+        }))
+    people = pd.concat(parts, ignore_index=True)
+    gq_str = pd.Series(["".join(map(str, r)) for r in gq_bits.tolist()])
+    blocks = pd.DataFrame({
+        "GEOID": geoid.to_numpy(),
+        "AIANNHCE": pd.Series(geo.block_aiannh.astype(np.int64)).map("{:04d}".format).to_numpy(),
+        "PLACEFP": pd.Series(geo.block_place.astype(np.int64)).map("{:05d}".format).to_numpy(),
+        "COUSUBFP": pd.Series(geo.block_cousub.astype(np.int64)).map("{:05d}".format).to_numpy(),
+        "GQ_TYPES": gq_str.to_numpy(),
+    })
+    people.insert(0, "GEOID", blocks["GEOID"].to_numpy()[people.pop("BLOCK").to_numpy()])
+    return blocks, people
+
+
+def baseline(td: TopDown, sp: Any, ms: dict[str, Any], est: dict[str, pd.DataFrame], level: str,
+             n_parents: int) -> dict[str, Any]:
+    """scipy SLSQP relaxed QP + exact allocation vs our solver, on the same families."""
+    from scipy.optimize import minimize
+
+    st = td.config.strategy
+    l = sp.levels.index(level)
+    ph = est[f"internal/{sp.levels[l - 1]}"]
+    parent_hist = Histogram(ph["UNIT"].to_numpy(), ph["CELL"].to_numpy(), ph["COUNT"].to_numpy())
+    groups = []
+    for g in st.per_level[l].groups:
+        t = ms[f"topdown/{level}/{g.name}"].table
+        groups.append(GroupAnswers(g.name, g.row_index(st.schema), g.n_rows(st.schema), t["UNIT"].to_numpy(),
+                                   np.stack(t["NOISY"].to_list()),
+                                   np.array([float(v) for v in t["VARIANCE"]]),
+                                   set(g.keep) == set(st.schema.names)))
+    fan = sp.fanout(l - 1)
+    cand = np.flatnonzero(fan > 1)
+    cand = cand[np.isin(cand, parent_hist.unit)][:n_parents]
+    t0 = time.perf_counter()
+    ours = estimate_families(sp, l, cand, parent_hist, groups)
+    t_ours = time.perf_counter() - t0
+    t_base = 0.0
+    gaps = []
+    fails = 0
+    for p in cand:
+        kids = np.flatnonzero(sp.parent[l] == p)
+        sel = parent_hist.unit == p
+        cells, tvals = parent_hist.cell[sel], parent_hist.count[sel]
+        C, K = kids.size, cells.size
+        var_child = np.repeat(kids, K)
+        var_cell = np.tile(cells, C)
+        weights = [1.0 / g.variance[g.position(var_child)] for g in groups]
+        ops = _Ops(var_child, var_cell, groups, weights)
+        A_eq = np.zeros((K, C * K))
+        for c in range(C):
+            A_eq[np.arange(K), c * K + np.arange(K)] = 1.0
+        x0 = np.repeat(tvals[None, :] / C, C, axis=0).ravel().astype(float)
+        t1 = time.perf_counter()
+        res = minimize(lambda v: 0.5 * ops.objective(v), x0, jac=ops.grad, method="SLSQP",
+                       bounds=[(0, None)] * (C * K),
+                       constraints=[{"type": "eq", "fun": lambda v: A_eq @ v - tvals, "jac": lambda v: A_eq}],
+                       options={"maxiter": 500, "ftol": 1e-9})
+        s_c = np.sum(weights, axis=0).reshape(C, K).T
+        X = allocate_integer(res.x.reshape(C, K).T, s_c, tvals.astype(np.int64), np.ones((K, C), bool))
+        t_base += time.perf_counter() - t1
+        if not res.success:
+            fails += 1
+        mine = np.zeros((C, K))
+        m = np.isin(ours.hist.unit, kids)
+        ci = np.searchsorted(kids, ours.hist.unit[m])
+        ki = np.searchsorted(cells, ours.hist.cell[m])
+        mine[ci, ki] = ours.hist.count[m]
+        obj_base = ops.objective(X.T.ravel().astype(float))
+        obj_ours = ops.objective(mine.ravel())
+        gaps.append((obj_ours - obj_base) / max(abs(obj_base), 1e-9))
+    return {"level": level, "parents": int(cand.size), "ours_s": t_ours, "scipy_slsqp_s": t_base,
+            "speedup": t_base / max(t_ours, 1e-9), "baseline_failures": fails,
+            "median_rel_objective_gap_ours_minus_base": float(np.median(gaps)) if gaps else None,
+            "max_rel_objective_gap": float(np.max(gaps)) if gaps else None}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--persons", type=int, default=5_000_000)
+    ap.add_argument("--state", default="01")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--rho", default="63/25")
+    ap.add_argument("--baseline-parents", type=int, default=40)
+    ap.add_argument("--baseline-level", default="block")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    out: dict[str, Any] = {"persons": args.persons, "state": args.state, "seed": args.seed, "rho": args.rho,
+                           "cpu_count": psutil.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                                     time.gmtime())}
+    t = time.perf_counter()
+    blocks, persons = build_inputs(args.state, args.persons, args.seed)
+    out["synth_s"] = time.perf_counter() - t
+    out["blocks"] = len(blocks)
+    beta = list(PL94_GEOLEVEL_SHARES)
+    sc = preset("pl94_persons", beta, 12)
+    st = make_strategy(sc.levels, beta, Fraction(args.rho))
+    td = TopDown(TopDownConfig(spine=sc, strategy=st, options=EstimatorOptions()))
+    t_all = time.perf_counter()
+    t = time.perf_counter()
+    sp = td.spine({"blocks": blocks})
+    out["spine_s"] = time.perf_counter() - t
+    out["spine_levels"] = sp.diagnostics["levels"]
+    osed = sp.diagnostics["osed"]
+    out["osed_max_before_after"] = [int(osed["OSED_BEFORE"].max()), int(osed["OSED_AFTER"].max())]
+    out["osed_mean_before_after"] = [float(osed["OSED_BEFORE"].mean()), float(osed["OSED_AFTER"].mean())]
+    pub = {"spine": sp, "invariants": {"total": len(persons)}}
+    t = time.perf_counter()
+    specs = td.plan(td.config, pub)
+    out["plan_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    prep = td.prepare({"persons": persons}, pub)
+    out["prepare_s"] = time.perf_counter() - t
+    del persons
+    g = rng.seeded(args.seed)
+    ms = {}
+    per_level_measure: dict[str, float] = {}
+    for s in specs:
+        t = time.perf_counter()
+        ms[s.key] = td.measure(prep, s, g)
+        per_level_measure[s.level] = per_level_measure.get(s.level, 0.0) + time.perf_counter() - t
+    out["measure_s_per_level"] = per_level_measure
+    out["noisy_answers"] = int(sum(s.cells for s in specs))
+    t = time.perf_counter()
+    est = td.postprocess(ms, pub)
+    out["estimate_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    tables = td.tables(est)
+    out["tables_s"] = time.perf_counter() - t
+    out["end_to_end_s"] = time.perf_counter() - t_all
+    diag = est["diagnostics"]
+    out["estimate_per_level"] = diag.to_dict(orient="records")
+    out["l1_per_level_test_mode"] = l1_report(est, prep, sp.levels)
+    out["table_rows"] = {k: len(v) for k, v in tables.items()}
+    out["peak_rss_mb_before_baseline"] = peak_rss_mb()
+    out["baseline"] = baseline(td, sp, ms, est, args.baseline_level, args.baseline_parents)
+    # full-US extrapolation from per-unit costs (serial, one core): scale each level by US/state units
+    us_blocks = 8_132_968
+    scale = us_blocks / len(blocks)
+    per_level_cost = {r["level"]: r["seconds"] for r in out["estimate_per_level"]}
+    meas_scaled = sum(per_level_measure.values()) * scale
+    est_scaled = sum(v * (1 if k == "US" else scale) for k, v in per_level_cost.items())
+    out["us_extrapolation_serial_s"] = {"spine": out["spine_s"] * scale, "measure": meas_scaled,
+                                        "estimate": est_scaled,
+                                        "total": out["spine_s"] * scale + meas_scaled + est_scaled
+                                        + (out["prepare_s"] + out["tables_s"]) * scale}
+    out["peak_rss_mb"] = peak_rss_mb()
+    text = json.dumps(out, indent=1, default=str)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
