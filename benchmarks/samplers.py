@@ -203,6 +203,16 @@ def run(n: int, repeats: int, opendp_repeats: int) -> str:
         f"{'met' if dg304 >= 5 else 'MISSED'}**.",
         f"- ≥ 50× OpenDP's throughput: **worst ratio {worst_ratio:,.0f}× — "
         f"{'met' if worst_ratio >= 50 else 'MISSED'}** (every row above).",
+        "",
+        "Notes:",
+        "- Per-core figures are CPU time of this single-threaded process. On a busy shared machine the wall "
+        "clock also counts time spent waiting for a core (the wall column); on an idle core the two agree.",
+        "- CSPRNG mode reads `os.urandom` (kernel ChaCha20), which is roughly a third of its CPU time; the "
+        "seeded column (PCG64) shows the sampler arithmetic alone.",
+        "- OpenDP gets σ (or b) as a float; its time includes the Python → Rust vector round trip, which on its "
+        "own (FFI-only line) costs a few percent of OpenDP's sampling time.",
+        "- Setup builds the exact per-scale threshold tables once (big-integer interval arithmetic; cached "
+        "with `lru_cache`); it is not included in the rates.",
     ]
     return "\n".join(lines)
 
@@ -214,14 +224,17 @@ def main() -> int:
     ap.add_argument("--opendp-repeats", type=int, default=3)
     ap.add_argument("--out", default=None, help="also write the report (with machine, date, command) here")
     args = ap.parse_args()
+    load_before = os.getloadavg()[0]
     table = run(args.n, args.repeats, args.opendp_repeats)
+    load_after = os.getloadavg()[0]
     print(table)
     if args.out:
         cmd = "OMP_NUM_THREADS=1 .venv/bin/python benchmarks/samplers.py " + " ".join(sys.argv[1:])
         text = (
             "# Exact samplers: dasflow vs OpenDP\n\n"
             f"- Date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}\n"
-            f"- Machine: {_machine()} (shared with other jobs: timings are noisy)\n"
+            f"- Machine: {_machine()} (shared with other jobs: timings are noisy; 1-min load average "
+            f"{load_before:.1f} before, {load_after:.1f} after the run)\n"
             f"- Command: `{cmd}`\n\n"
             f"{table}\n"
         )
