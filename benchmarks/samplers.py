@@ -207,7 +207,7 @@ def run(n: int, repeats: int, opendp_repeats: int) -> str:
         "Notes:",
         "- Per-core figures are CPU time of this single-threaded process. On a busy shared machine the wall "
         "clock also counts time spent waiting for a core (the wall column); on an idle core the two agree.",
-        "- CSPRNG mode reads `os.urandom` (kernel ChaCha20), which is roughly a third of its CPU time; the "
+        "- CSPRNG mode reads `os.urandom` (kernel ChaCha20), which is roughly 40% of its CPU time here; the "
         "seeded column (PCG64) shows the sampler arithmetic alone.",
         "- OpenDP gets σ (or b) as a float; its time includes the Python → Rust vector round trip, which on its "
         "own (FFI-only line) costs a few percent of OpenDP's sampling time.",
