@@ -313,7 +313,8 @@ def tabulate_households(
 ) -> tuple[IntArray, ...]:
     """Validated per-level (regions, k) counts from a households table with STATE, COUNTY, SIZE columns.
 
-    Bad input raises ``InputError`` naming the file, the first bad row and the column (nothing is noised).
+    Bad input raises ``InputError`` naming the file, the first bad row (1-based, header = row 1) and the column;
+    nothing is noised.
     """
     for col in ("STATE", "COUNTY", "SIZE"):
         if col not in households.columns:
@@ -321,11 +322,11 @@ def tabulate_households(
     size = pd.to_numeric(households["SIZE"], errors="coerce")
     bad = size.isna() | (size != np.floor(size)) | (size < 1)
     if bool(bad.any()):
-        row = int(np.flatnonzero(bad.to_numpy())[0])
+        row = int(np.flatnonzero(bad.to_numpy())[0])  # 0-based data row
         raise InputError(
             f"SIZE must be an integer >= 1 (occupied unit), got {households['SIZE'].iloc[row]!r}",
             file=source,
-            row=row,
+            row=row + 2,  # 1-based with the header as row 1
             column="SIZE",
         )
     key = households["STATE"].astype(str) + "\x00" + households["COUNTY"].astype(str)
@@ -337,7 +338,7 @@ def tabulate_households(
             f"(STATE, COUNTY) = ({households['STATE'].iloc[row]!r}, {households['COUNTY'].iloc[row]!r}) "
             "is not in the public geography",
             file=source,
-            row=row,
+            row=row + 2,
             column="COUNTY",
         )
     s = np.minimum(size.to_numpy(dtype=np.int64), k)
