@@ -247,6 +247,89 @@ def dgauss_rho_for_moe(moe: object, constant: object = DG_CONSTANT_PAPER) -> Fra
     return parse_positive(constant, "constant") / (m * m)
 
 
+# --- CDFs and quantiles (SafeTab-P production zero suppression) --------------------------------------------
+
+@high_precision
+def geometric_cdf(t: int, scale: object) -> Decimal:
+    """P(Y ≤ t) for Y ∼ L_Z(b): t ≥ 0: 1 − e^{−(t+1)/b}/(1 + e^{−1/b}); t < 0: e^{t/b}/(1 + e^{−1/b})
+    (geometric series; consistent with SafeTab eq. 34). b = 0 → point mass at 0."""
+    b = _scale(scale)
+    if b == 0:
+        return Decimal(1) if t >= 0 else Decimal(0)
+    inv = to_decimal(1 / b)
+    den = 1 + HP.exp(-inv)
+    if t >= 0:
+        return 1 - HP.exp(-(t + 1) * inv) / den
+    return HP.exp(t * inv) / den
+
+
+@high_precision
+def dgauss_cdf(t: int, sigma2: object) -> Decimal:
+    """P(X ≤ t) for X ∼ N_Z(σ²), by exact summation (σ² = 0 → point mass at 0)."""
+    s2 = _scale(sigma2, "sigma2")
+    if s2 == 0:
+        return Decimal(1) if t >= 0 else Decimal(0)
+    w = _dgauss_weights(s2)
+    norm = w[0] + 2 * sum(w[1:], Decimal(0))
+    head = w[0] + sum(w[1:], Decimal(0))  # P(X ≤ 0)·norm
+    below = head + sum(w[1 : t + 1], Decimal(0)) if t >= 0 else sum(w[-t:], Decimal(0))
+    return min(Decimal(1), below / norm)
+
+
+def noise_quantile(mechanism: Mechanism, noise: object, p: object) -> int | None:
+    """The smallest integer t with P(noise ≤ t) ≥ p, for noise N_Z(σ²) (``"dgauss"``, ``noise`` = σ²) or
+    L_Z(b) (``"geometric"``, ``noise`` = b). ``p = 0`` → ``None`` (t = −∞); σ² or b = 0 (no noise) → 0.
+
+    This is the SafeTab-P production zero-suppression threshold (spec safetab-p-production.md: T1 counts at or
+    below t are dropped, t the ``zero_suppression_chance`` quantile of the query's noise). The discrete
+    distributions have no exact p-quantile in general; the smallest t reaching p is the conservative choice
+    (a true zero is suppressed with probability ≥ p).
+    """
+    prob = parse_rational(p, "p")
+    if prob > 1:
+        raise ValueError(f"p={p!r}: must be <= 1")
+    if prob == 0:
+        return None
+    if prob == 1:
+        raise ValueError(f"p={p!r}: the noise is unbounded, no finite quantile")
+    target = to_decimal(prob)
+    if mechanism == "geometric":
+        def cdf(t: int) -> Decimal:
+            return geometric_cdf(t, noise)
+        spread = max(Fraction(1), _scale(noise))
+    elif mechanism == "dgauss":
+        s2 = _scale(noise, "sigma2")
+        w = _dgauss_weights(s2) if s2 > 0 else [Decimal(1)]
+        norm = w[0] + 2 * sum(w[1:], Decimal(0))
+        half_above = sum(w[1:], Decimal(0))  # P(X ≥ 1)·norm
+
+        def cdf(t: int) -> Decimal:
+            if s2 == 0:
+                return Decimal(1) if t >= 0 else Decimal(0)
+            if t >= 0:
+                return (w[0] + half_above + sum(w[1 : t + 1], Decimal(0))) / norm
+            return sum(w[-t:], Decimal(0)) / norm
+        spread = max(Fraction(1), s2)
+    else:
+        raise ValueError(f"mechanism={mechanism!r}: must be 'geometric' or 'dgauss'")
+    lo, hi = -1, 1
+    step = max(1, int(spread))
+    while cdf(lo) >= target:
+        lo -= step
+        step *= 2
+    step = max(1, int(spread))
+    while cdf(hi) < target:
+        hi += step
+        step *= 2
+    while hi - lo > 1:  # invariant: cdf(lo) < target <= cdf(hi)
+        mid = (lo + hi) // 2
+        if cdf(mid) >= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 # --- SafeTab level calibration (Table 4) and per-level MOEs (§5.3)
 
 @dataclass(frozen=True)
