@@ -50,16 +50,10 @@ def parse_states(states_arg: str | Sequence[str] | None) -> list[str]:
     known = states()
     if states_arg is None:
         return list(known)
-    items = (
-        [s.strip() for s in states_arg.split(",")]
-        if isinstance(states_arg, str)
-        else [str(s) for s in states_arg]
-    )
+    items = [s.strip() for s in states_arg.split(",")] if isinstance(states_arg, str) else [str(s) for s in states_arg]
     items = [s.zfill(2) if s.isdigit() and len(s) == 1 else s for s in items if s != ""]
     if not items:
-        raise InputError(
-            "no state given (expected comma-separated 2-digit FIPS codes, e.g. 06,72)", column="--states"
-        )
+        raise InputError("no state given (expected comma-separated 2-digit FIPS codes, e.g. 06,72)", column="--states")
     bad = [s for s in items if s not in known]
     if bad:
         raise InputError(
@@ -94,9 +88,7 @@ def mafid_range(state: str) -> tuple[int, int]:
     return lo, hi - lo
 
 
-def validate_request(
-    persons: int, seed: int, state_list: Sequence[str], formats: Sequence[str]
-) -> dict[str, int]:
+def validate_request(persons: int, seed: int, state_list: Sequence[str], formats: Sequence[str]) -> dict[str, int]:
     """Fail before anything is written: bad sizes, unknown formats, MAFID space exhausted."""
     if isinstance(persons, bool) or not isinstance(persons, int | np.integer):
         raise InputError(f"persons must be an integer, got {persons!r}", column="--persons")
@@ -106,9 +98,7 @@ def validate_request(
         raise InputError(f"seed must be a non-negative integer, got {seed!r}", column="--seed")
     bad = [f for f in formats if f not in WRITERS]
     if bad or not formats:
-        raise InputError(
-            f"unknown output format(s) {bad or formats!r}; known: {', '.join(FORMATS)}", column="--format"
-        )
+        raise InputError(f"unknown output format(s) {bad or formats!r}; known: {', '.join(FORMATS)}", column="--format")
     split = apportion(int(persons), state_list)
     for s, n in split.items():
         _, cap = mafid_range(s)

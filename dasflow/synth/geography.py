@@ -67,8 +67,7 @@ class StateGeography:
             "places": int(np.unique(self.block_place[self.block_place != NO_PLACE]).size),
             "county_subdivisions": int(
                 np.unique(
-                    self.county_fips[self.tract_county][self.block_tract].astype(np.int64) * 100000
-                    + self.block_cousub
+                    self.county_fips[self.tract_county][self.block_tract].astype(np.int64) * 100000 + self.block_cousub
                 ).size
             ),
             "aiannh_areas": int(np.unique(self.block_aiannh[self.block_aiannh != NO_AIANNH]).size),
@@ -146,14 +145,10 @@ def build_state_geography(state: str, persons: int, seed: int) -> StateGeography
     blk_start_bg = np.concatenate(([0], np.cumsum(nblk)))
     block_tract = bg_tract[blk_bg]
     block_group = bg_digit[blk_bg]
-    block_code = (block_group.astype(np.int16) * 1000 + (np.arange(B) - blk_start_bg[blk_bg] + 1)).astype(
-        np.int16
-    )
+    block_code = (block_group.astype(np.int16) * 1000 + (np.arange(B) - blk_start_bg[blk_bg] + 1)).astype(np.int16)
     bgw = g.lognormal(0.0, prm.BLOCK_GROUP_LOGNORMAL_SIGMA, bg_tract.size)
     bw = g.lognormal(0.0, prm.BLOCK_LOGNORMAL_SIGMA, B) * bgw[blk_bg] * (g.random(B) >= prm.EMPTY_BLOCK_SHARE)
-    tract_block_start = np.concatenate(([0], np.cumsum(np.bincount(block_tract, minlength=T)))).astype(
-        np.int64
-    )
+    tract_block_start = np.concatenate(([0], np.cumsum(np.bincount(block_tract, minlength=T)))).astype(np.int64)
     tsum = np.add.reduceat(bw, tract_block_start[:-1])
     bw[tract_block_start[:-1][tsum == 0]] = 1.0
     tsum = np.add.reduceat(bw, tract_block_start[:-1])
@@ -170,12 +165,8 @@ def build_state_geography(state: str, persons: int, seed: int) -> StateGeography
     pl_start = np.minimum(pl_start, pl_codes.size - 1)
     in_place = g.random(T) < prm.PLACE_TRACT_SHARE
     pick = np.floor(g.random(T) ** 1.5 * npl[tract_county]).astype(np.int64)
-    tplace = np.where(
-        in_place, pl_codes[np.minimum(pl_start[tract_county] + pick, pl_codes.size - 1)], NO_PLACE
-    )
-    block_place = np.where(g.random(B) < prm.PLACE_EDGE_BLOCK_SHARE, NO_PLACE, tplace[block_tract]).astype(
-        np.int32
-    )
+    tplace = np.where(in_place, pl_codes[np.minimum(pl_start[tract_county] + pick, pl_codes.size - 1)], NO_PLACE)
+    block_place = np.where(g.random(B) < prm.PLACE_EDGE_BLOCK_SHARE, NO_PLACE, tplace[block_tract]).astype(np.int32)
     # county subdivisions: contiguous runs of tracts
     ncs = np.minimum(np.clip(1 + g.poisson(cpop / prm.PERSONS_PER_COUSUB), 1, None), nt)
     cs_codes = _unique_codes(g, int(ncs.sum()), 100, 99_000, 3)

@@ -112,9 +112,7 @@ _GQ_TYPE_CODES_FLAT = np.array([c for t in prm.GQ_TYPE_CODES for c in t], dtype=
 _GQ_TYPE_CODE_START = np.cumsum([0] + [len(t) for t in prm.GQ_TYPE_CODES])
 
 
-def fill_groups(
-    g: np.random.Generator, totals: I64, mean: float, sampler: Callable[[I64], I64]
-) -> tuple[I64, I64]:
+def fill_groups(g: np.random.Generator, totals: I64, mean: float, sampler: Callable[[I64], I64]) -> tuple[I64, I64]:
     """Split each ``totals[i]`` into positive sizes drawn by ``sampler(group ids)``; the last size of a
     group is
     trimmed so the sizes sum to the total exactly. Returns (group id, size) sorted by group."""
@@ -233,9 +231,7 @@ def generate_chunk(ctx: StateContext, t0: int, t1: int, seed: int, unit_offset: 
         unit_hht2=np.concatenate((p_hh["hht2"], nu)).astype(np.int8),
         unit_cplt=np.concatenate((p_hh["cplt"], nu)).astype(np.int8),
         person_unit=np.concatenate((p_hh["unit"], p_gq["unit"])),
-        rtype=np.concatenate(
-            (np.full(p_hh["unit"].size, 3, np.int8), np.full(p_gq["unit"].size, 5, np.int8))
-        ),
+        rtype=np.concatenate((np.full(p_hh["unit"].size, 3, np.int8), np.full(p_gq["unit"].size, 5, np.int8))),
         qage=np.concatenate((p_hh["age"], p_gq["age"])).astype(np.int16),
         qsex=np.concatenate((p_hh["sex"], p_gq["sex"])).astype(np.int8),
         relship=np.concatenate((p_hh["rel"], p_gq["rel"])).astype(np.int8),
@@ -251,7 +247,8 @@ Arrays = dict[str, npt.NDArray[Any]]
 
 
 def _race_eth(bits: Bits, ctx: StateContext, county: I64) -> Arrays:
-    hisp = bits.unif(county.size) < ctx.county_hisp[county]
+    thr = np.minimum(np.rint(ctx.county_hisp * 65536), 65535).astype(np.uint16)  # P(Hispanic) to 2**-16
+    hisp = bits.u16(county.size) < thr[county]
     cenrace = draw_cenrace(bits, ctx.race, county, hisp)
     qspan = draw_qspan(bits, hisp, ctx.geo.state == "72")
     qrace = draw_detailed(bits, cenrace, hisp, qspan)
@@ -418,9 +415,7 @@ def _households(bits: Bits, ctx: StateContext, size: I64, county: I64) -> Arrays
     }
 
 
-def _gq_persons(
-    bits: Bits, ctx: StateContext, fac_size: I64, fac_type: I64, county: I64, unit_base: int
-) -> Arrays:
+def _gq_persons(bits: Bits, ctx: StateContext, fac_size: I64, fac_type: I64, county: I64, unit_base: int) -> Arrays:
     F = fac_size.size
     fac = np.repeat(np.arange(F, dtype=np.int64), fac_size)
     n = fac.size

@@ -122,9 +122,7 @@ def race_tables(g: np.random.Generator, state: str, n_counties: int) -> RaceTabl
     return RaceTables(luts, multi, x)
 
 
-def draw_cenrace(
-    bits: Bits, tables: RaceTables, county: I64, hisp: npt.NDArray[np.bool_]
-) -> npt.NDArray[np.int8]:
+def draw_cenrace(bits: Bits, tables: RaceTables, county: I64, hisp: npt.NDArray[np.bool_]) -> npt.NDArray[np.int8]:
     """CENRACE (1..63) given the county index and Hispanic origin of each person."""
     n = county.size
     row = county * 2 + hisp
@@ -155,34 +153,51 @@ def draw_qspan(bits: Bits, hispanic: npt.NDArray[np.bool_], puerto_rico: bool) -
     return out
 
 
+@cache
+def _popcount() -> npt.NDArray[np.int8]:
+    return np.array([bin(m).count("1") for m in range(64)], dtype=np.int8)
+
+
+def _codes_by_race(bits: Bits, race: npt.NDArray[np.int8]) -> npt.NDArray[np.int16]:
+    """One detailed code per person from the table of ``race`` (0..5): a stable radix sort groups the persons
+    by race so each table is drawn once."""
+    tables = race_code_tables()
+    order = np.argsort(race, kind="stable")
+    counts = np.bincount(race, minlength=6)
+    codes = np.concatenate([tables[r].draw(bits, int(counts[r])) for r in range(6)])
+    out = np.empty(race.size, dtype=np.int16)
+    out[order] = codes
+    return out
+
+
 def draw_detailed(
     bits: Bits, cenrace: npt.NDArray[np.int8], hispanic: npt.NDArray[np.bool_], qspan: npt.NDArray[np.int16]
 ) -> npt.NDArray[np.int16]:
     """(8, n) QRACE1..QRACE8 (row j = QRACE{j+1}; 0 = Null): one code per major race of CENRACE, in
-    MAJOR_RACES order, plus with a
-    small probability a second code of the first race. A Hispanic SOR person often reports the origin
-    write-in."""
+    MAJOR_RACES order, plus with a small probability a second code of the first race. A Hispanic person
+    reporting Some Other Race often gives the origin write-in (a 2xxx code, which is SOR) as the race code."""
     _, code_to_mask = cenrace_table()
     mask = code_to_mask[cenrace]
     n = cenrace.size
     out = np.zeros((8, n), dtype=np.int16)
-    pos = np.zeros(n, dtype=np.int64)
-    tables = race_code_tables()
-    for r in range(6):
-        idx = np.flatnonzero((mask >> r) & 1)
-        codes = tables[r].draw(bits, idx.size)
-        if r == 5:
-            use = hispanic[idx] & (bits.unif(idx.size) < prm.HISP_SOR_USES_ORIGIN_CODE)
-            codes = np.where(use, qspan[idx], codes)
+    first = _first_race()[mask]
+    out[0] = _codes_by_race(bits, first)
+    k = _popcount()[mask]
+    pos = np.ones(n, dtype=np.int8)
+    multi = np.flatnonzero(k > 1)
+    mm = mask[multi]
+    for r in range(1, 6):
+        idx = multi[((mm >> r) & 1 == 1) & (first[multi] < r)]
+        codes = race_code_tables()[r].draw(bits, idx.size)
         out[pos[idx], idx] = codes
         pos[idx] += 1
+    # Hispanic SOR persons: the SOR code is the last one (SOR is the last major race)
+    sor = np.flatnonzero((mask >> 5) & hispanic)
+    use = sor[bits.unif(sor.size) < prm.HISP_SOR_USES_ORIGIN_CODE]
+    out[pos[use] - 1, use] = qspan[use]
     extra = np.flatnonzero(bits.bernoulli(prm.EXTRA_CODE_SAME_RACE, n))
     if extra.size:
-        first = _first_race()[mask[extra]]
-        codes = np.zeros(extra.size, dtype=np.int16)
-        for r in range(6):
-            sel = np.flatnonzero(first == r)
-            codes[sel] = tables[r].draw(bits, sel.size)
+        codes = _codes_by_race(bits, first[extra])
         keep = (codes != out[0, extra]) & (codes != out[1, extra]) & (pos[extra] < 8)
         e = extra[keep]
         out[pos[e], e] = codes[keep]

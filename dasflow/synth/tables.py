@@ -28,9 +28,7 @@ from dasflow.synth.reference import states
 
 
 def _const_str(value: str, n: int) -> pa.Array:
-    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int8)), pa.array([value])).cast(
-        pa.string()
-    )
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int8)), pa.array([value])).cast(pa.string())
 
 
 def persons_table(c: Chunk) -> pa.Table:
@@ -70,9 +68,7 @@ def units_table(c: Chunk) -> pa.Table:
     )
 
 
-def block_columns(
-    geo: StateGeography, block: npt.NDArray[np.int64]
-) -> dict[str, npt.NDArray[np.integer[Any]]]:
+def block_columns(geo: StateGeography, block: npt.NDArray[np.int64]) -> dict[str, npt.NDArray[np.integer[Any]]]:
     """Integer geography columns for the given block indices."""
     t = geo.block_tract[block]
     return {
