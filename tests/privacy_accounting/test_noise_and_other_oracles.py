@@ -103,3 +103,38 @@ def test_e4_eigen_design_error_factors() -> None:
     assert round(acc.gaussian_error_factor(Fraction(1, 2), Fraction(1, 10**4)), 2) == Decimal("79.23")
     assert acc.laplace_error_factor(Fraction(1, 2)) == 8
     assert acc.zcdp_error_factor(Fraction(1, 4)) == 2 == acc.gaussian_sigma2(Fraction(1, 4), 1)
+
+
+def _combine(*variances: Fraction) -> Fraction:
+    """Inverse-variance (WLS) combination of independent unbiased estimates."""
+    return 1 / sum((1 / v for v in variances), Fraction(0))
+
+
+def test_s12_s17_remark1_bypass_rules_from_the_calibrations() -> None:
+    """Spine Remark 1 / Theorem 2 / S12 / S17, computed from the noise calibrations (total query only):
+    Laplace (ε = 2, scale 2/(εγ) = 1/γ, variance 2b² = 2/γ²): before the bypass 2c/(cγp² + γc²), after
+    2c/(γc + γp)², and 'after ≤ before' ⟺ γc ≥ (c−1)γp/2 (equal shares: bypass c ∈ {1, 2, 3}, not 4).
+    Gaussian (ρ = 1, TopDown σ² = 1/(ργ)): before c/(cγp + γc), after c/(γc + γp): never lower, equal iff c = 1
+    (zCDP bypasses single-child parents only)."""
+    def laplace_var(share: Fraction) -> Fraction:
+        b = acc.geometric_scale(2 * share, 2)
+        return 2 * b * b
+
+    def gauss_var(share: Fraction) -> Fraction:
+        return acc.gaussian_sigma2_sq(share, 2)
+
+    shares = [Fraction(k, 12) for k in range(1, 12)]
+    for c in range(1, 6):
+        for gp in shares:
+            for gc in shares:
+                before = _combine(laplace_var(gp), c * laplace_var(gc))
+                after = c * laplace_var(gc + gp)
+                assert before == Fraction(2 * c) / (c * gp**2 + gc**2)
+                assert after == Fraction(2 * c) / (gc + gp) ** 2
+                assert (after <= before) == (gc >= (c - 1) * gp / 2)
+                g_before = _combine(gauss_var(gp), c * gauss_var(gc))
+                g_after = c * gauss_var(gc + gp)
+                assert g_before == Fraction(c) / (c * gp + gc) and g_after == Fraction(c) / (gc + gp)
+                assert (g_after == g_before) == (c == 1) and g_after >= g_before
+    equal = Fraction(1, 4)
+    assert [c for c in range(1, 6) if equal >= (c - 1) * equal / 2] == [1, 2, 3]
