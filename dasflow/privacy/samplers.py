@@ -322,7 +322,7 @@ def _fill(shape: tuple[int, ...], draw: object, rate: float) -> npt.NDArray[np.i
     filled = 0
     while filled < total:
         need = min(total - filled, _CHUNK)
-        got: npt.NDArray[np.int64] = draw(int(need / rate * 1.05) + 16)
+        got: npt.NDArray[np.int64] = draw(need if rate >= 1 else int(need / rate * 1.05) + 16)
         got = got[: total - filled]
         out[filled : filled + got.size] = got
         filled += got.size
