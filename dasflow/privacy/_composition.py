@@ -62,6 +62,7 @@ from dasflow.privacy._divergence import (
     zcdp_to_approx_dp_grid,
 )
 from dasflow.privacy._exact import (
+    PRECISION,
     RationalLike,
     high_precision,
     parse_budget,
@@ -185,6 +186,19 @@ class Spend:
     @property
     def mechanism(self) -> str:
         return "discrete_gaussian" if self.definition == "zcdp" else "two_sided_geometric"
+
+    def as_record(self) -> dict[str, object]:
+        """A JSON-ready description (exact values as strings) for manifests and ledgers."""
+        return {
+            "label": self.label,
+            "definition": self.definition,
+            "mechanism": self.mechanism,
+            "budget": "Infinity" if self.budget is None else str(self.budget),
+            "sensitivity": str(self.sensitivity),
+            "stability": str(self.stability),
+            "degree": self.degree,
+            "noise": str(self.noise()) if self.budget != 0 else None,
+        }
 
     def noise(self) -> Fraction:
         """σ² = Δ²/(2ρ) (discrete Gaussian) or b = Δ/ε (two-sided geometric); 0 for an infinite budget."""
@@ -394,6 +408,9 @@ class Total:
             "delta": str(self.delta),
             "conversions": [c.as_record() for c in self.conversions],
             "best": None if best is None else best.as_record(),
+            "alpha_grid": "1.01, 1.02, ..., 10.00 (SafeTab App. F.2)",
+            "precision_digits": PRECISION,
+            "geometric_divergence": "exact discrete (default); paper tau only on request, marked unsound",
             "composition": "zcdp (pure-DP parts as eps^2/2)" if not self.is_pure else "puredp and zcdp",
         }
 

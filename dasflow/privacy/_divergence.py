@@ -98,8 +98,8 @@ def geometric_rdp_paper(alpha: RationalLike, epsilon: RationalLike) -> Decimal:
     """
     a = to_decimal(_alpha(alpha))
     eps_f = parse_rational(epsilon, "epsilon")
-    if eps_f <= 0:
-        raise ValueError(f"epsilon={epsilon!r}: must be > 0 for a finite divergence")
+    if eps_f == 0:
+        return Decimal(0)  # the limit ε → 0 of eq. (29): c·(t1 + t2) → α/(2α−1) + (α−1)/(2α−1) = 1
     e = to_decimal(eps_f)
     ee = HP.exp(e)
     c = HP.divide(ee - 1, ee + 1)

@@ -28,6 +28,8 @@ import math
 import sys
 from collections.abc import Callable
 from decimal import (
+    MAX_EMAX,
+    MIN_EMIN,
     ROUND_CEILING,
     ROUND_FLOOR,
     ROUND_HALF_EVEN,
@@ -43,7 +45,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 #: Working precision (significant decimal digits) of every transcendental evaluation in the accountant.
 PRECISION = 50
 #: The high-precision context. Use its methods (``HP.ln``, ``HP.exp``, ``HP.sqrt``, ``HP.divide`` ...).
-HP = Context(prec=PRECISION)
+HP = Context(prec=PRECISION, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")

@@ -155,3 +155,22 @@ def test_float_prepass_finds_the_exact_grid_minimum() -> None:
     slow_z = acc.rdp_to_approx_dp(lambda a: acc.to_decimal(a * Fraction("1.41")), acc.DELTA)
     fast_z = acc.zcdp_to_approx_dp_grid(Fraction("1.41"))
     assert (fast_z.epsilon, fast_z.alpha) == (slow_z.epsilon, slow_z.alpha)
+
+
+def test_records_and_edge_values() -> None:
+    """Spend/Total records are JSON-ready with exact strings; ε = 0 gives zero divergence in both modes (the
+    limit of eq. 29); huge ε does not overflow the 50-digit context; Var N_Z(σ²) = σ² to 40 digits at the
+    σ² = 50 switch to the closed form."""
+    spend = acc.Spend("zcdp", Fraction(1, 3), sensitivity=Fraction(22), label="PH1_num/usa_*")
+    record = json.loads(json.dumps(spend.as_record()))
+    assert record == {"label": "PH1_num/usa_*", "definition": "zcdp", "mechanism": "discrete_gaussian",
+                      "budget": "1/3", "sensitivity": "22", "stability": "1", "degree": 1, "noise": "726"}
+    assert acc.Spend("zcdp", Fraction(0)).as_record()["noise"] is None
+    total = json.loads(json.dumps(acc.compose([spend], rdp=False).as_record()))
+    assert total["precision_digits"] == 50 and total["alpha_grid"].startswith("1.01")
+    assert acc.geometric_rdp_paper(2, 0) == 0 == acc.geometric_rdp_exact(2, 0)
+    big = acc.geometric_rdp_exact(10, 10**5)
+    assert abs(big - Decimal(10**5)) < 1  # D_α → ε as ε grows
+    below = acc.discrete_gaussian_variance(Fraction(4999, 100))
+    assert abs(below - Decimal("49.99")) < Decimal("1e-40")
+    assert acc.discrete_gaussian_variance(50) == 50
