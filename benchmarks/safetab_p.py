@@ -148,13 +148,16 @@ def run_one(n: int) -> dict[str, Any]:
     persons_table = synth_persons(n, grfc, seed=n)
     t_synth = time.perf_counter() - t0
     t0 = time.perf_counter()
+    c0 = time.process_time()
     persons = encode_persons(persons_table, geo, index, cfg.max_race_codes, cfg.state_filter_us, "synthetic")
     t_encode = time.perf_counter() - t0
+    cpu_encode = time.process_time() - c0
     del persons_table
     specs = {s.key: s for s in plan(cfg, index, geo)}
     g = rng_mod.seeded(2020)
     keys: list[dict[str, Any]] = []
     for rt, lv in cfg.tabulated("US"):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         counts = PersonCounts(persons, rt)
         sparse = tabulate_level(counts, index.levels[lv])
@@ -179,12 +182,14 @@ def run_one(n: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         est = postprocess({s2.key: m2}, cfg)
         t_post = time.perf_counter() - t0
+        cpu = time.process_time() - c0
         n_groups = len(geo.region_ids[rt]) * level.n_iterations
         keys.append({"region_type": rt, "level": lv, "groups": n_groups, "sparse_rows": len(sparse),
                      "stage2_rows": len(m2.table), "t1_rows": len(est["t1"]), "t2_rows": len(est["t2"]),
-                     "count_s": t_count, "stage1_s": t_s1, "stage2_s": t_s2, "post_s": t_post})
+                     "count_s": t_count, "stage1_s": t_s1, "stage2_s": t_s2, "post_s": t_post,
+                     "key_cpu_s": cpu})
         del counts, sparse, prepared, m1, m2, est
-    return {"persons": n, "synth_s": t_synth, "encode_s": t_encode, "keys": keys, "peak_rss_mb": _rss_mb()}
+    return {"persons": n, "synth_s": t_synth, "encode_s": t_encode, "encode_cpu_s": cpu_encode, "keys": keys, "peak_rss_mb": _rss_mb()}
 
 
 def dasflow_peer_key(n: int, rt: str = "STATE", lv: int = 2) -> dict[str, Any]:

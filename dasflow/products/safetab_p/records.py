@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -171,7 +172,7 @@ def _code_column(col: pa.ChunkedArray, index: IterationIndex, source: str, colum
     return idx.astype(np.int64)
 
 
-def encode_combos(race: IntArray) -> tuple[IntArray, IntArray]:
+def encode_combos(race: npt.NDArray[np.integer[Any]]) -> tuple[IntArray, IntArray]:
     """(n, k) code indices with −1 padding → (per-person combination id, distinct sorted combinations).
 
     Duplicated codes within a person collapse (set semantics). Vectorised: rows are sorted, duplicates masked,
@@ -179,22 +180,22 @@ def encode_combos(race: IntArray) -> tuple[IntArray, IntArray]:
     """
     n, k = race.shape
     big = np.int64(1 << 11)
-    s = np.sort(np.where(race < 0, big - 1, race), axis=1)
+    s = np.sort(np.where(race < 0, np.int16(big - 1), race).astype(np.int16), axis=1)  # codes < 2047
     dup = np.zeros_like(s, dtype=bool)
     dup[:, 1:] = s[:, 1:] == s[:, :-1]
-    s[dup] = big - 1
+    s[dup] = np.int16(big - 1)
     s = np.sort(s, axis=1)
     key = np.zeros(n, dtype=np.int64)
     for j in range(min(k, 5)):
-        key = key * big + s[:, j]
+        key = key * big + s[:, j].astype(np.int64)
     if k > 5:
         first, _ = pd.factorize(key, sort=False)
         key2 = np.zeros(n, dtype=np.int64)
         for j in range(5, k):
-            key2 = key2 * big + s[:, j]
+            key2 = key2 * big + s[:, j].astype(np.int64)
         key = first.astype(np.int64) * (big ** (k - 5)) + key2
     combo, uniq_pos = _factorize_first(key)
-    rows = s[uniq_pos]
+    rows = s[uniq_pos].astype(np.int64)
     return combo, np.where(rows == big - 1, -1, rows)
 
 
@@ -221,7 +222,8 @@ def encode_persons(table: pa.Table, geo: Geography, index: IterationIndex, max_r
     cr = table.column("CENRACE")
     _first_bad(pc.invert(pc.match_substring_regex(cr, r"^(0[1-9]|[1-5]\d|6[0-3])$")), cr,
                "CENRACE must be 01..63", source, "CENRACE")
-    race = np.stack([_code_column(table.column(c), index, source, c) for c in RACE_COLUMNS], axis=1)
+    race = np.stack([_code_column(table.column(c), index, source, c).astype(np.int16) for c in RACE_COLUMNS],
+                    axis=1)
     null = race < 0
     _first_bad(null[:, 0], table.column("QRACE1"), "a person needs at least one race code", source, "QRACE1")
     after_null = null[:, :-1] & ~null[:, 1:]
