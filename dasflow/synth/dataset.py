@@ -146,7 +146,9 @@ def check_out_dir(out_dir: Path, formats: Sequence[str]) -> None:
     clash = [FORMAT_ROOTS[f] for f in formats if (out_dir / FORMAT_ROOTS[f]).exists()]
     if clash:
         raise InputError(
-            f"output directory already has {', '.join(clash)}; choose an empty directory", file=str(out_dir)
+            f"output directory already has {', '.join(clash)} but no manifest.json (an interrupted run?); "
+            "remove them or choose an empty directory",
+            file=str(out_dir),
         )
 
 

@@ -109,6 +109,13 @@ def test_existing_dataset_refused(tmp_path: Path) -> None:
         synth.generate(tmp_path / "d", 2000, 1, states="44")
 
 
+def test_leftover_format_directory_refused(tmp_path: Path) -> None:
+    (tmp_path / "d" / "parquet").mkdir(parents=True)
+    with pytest.raises(InputError, match="interrupted run"):
+        synth.generate(tmp_path / "d", 2000, 1, states="44")
+    assert not (tmp_path / "d" / "manifest.json").exists()
+
+
 def test_interrupted_run_leaves_no_complete_looking_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = {"n": 0}
     real = ParquetWriter.write_chunk
