@@ -175,7 +175,11 @@ def eigen_design(
     if normalize_rows:
         if not isinstance(workload, Workload):
             raise ValueError("normalize_rows needs the workload's rows, not only its Gram")
-        workload = DenseWorkload(row_normalized(workload.matrix()), name=f"normalized {workload.name}")
+        try:
+            rows = workload.matrix()
+        except NotImplementedError as exc:
+            raise ValueError("normalize_rows needs the workload's rows; this workload is implicit") from exc
+        workload = DenseWorkload(row_normalized(rows), name=f"normalized {workload.name}")
     G = workload.gram() if isinstance(workload, Workload) else np.asarray(workload, dtype=np.float64)
     key = _key(G, tol, method, fraction, group_size, complete, gap_tol, max_iter)
     if cache and key in _CACHE:

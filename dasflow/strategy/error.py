@@ -22,6 +22,8 @@ import numpy.typing as npt
 import scipy.linalg
 import scipy.sparse as sp
 
+from dasflow.strategy._blas import single_threaded_blas
+
 FloatArray = npt.NDArray[np.float64]
 Neighbours = Literal["add_remove", "replace_one"]
 #: a dense array or a scipy sparse matrix/array (scipy ships no type stubs, so this is Any to mypy)
@@ -102,7 +104,8 @@ def l1_sensitivity(A: Matrix, neighbours: Neighbours = "add_remove") -> float:
 
 def _psd_pinv(M: FloatArray, rtol: float = 1e-10) -> tuple[FloatArray, FloatArray]:
     """Pseudo-inverse of a symmetric PSD matrix and the projector on its range."""
-    w, V = scipy.linalg.eigh(M, check_finite=False)
+    with single_threaded_blas():
+        w, V = scipy.linalg.eigh(M, driver="evd", check_finite=False)
     keep = w > rtol * max(float(w.max()), 0.0)
     Vk = V[:, keep]
     return (Vk / w[keep]) @ Vk.T, Vk @ Vk.T
@@ -130,10 +133,12 @@ def tse(A: Matrix, G: FloatArray, P: float = 1.0, *, norm: Literal["l2", "l1"] =
     """
     D = _dense(A)
     AtA = D.T @ D
-    if not supports(G, AtA):
+    pinv, proj = _psd_pinv(AtA)
+    R = np.eye(G.shape[0]) - proj
+    if float(np.sum((R @ G) * R)) > 1e-16 * float(np.trace(G)):
         raise ValueError("strategy does not support the workload: rowspace(W) is not inside rowspace(A)")
     sens = l2_sensitivity(D, neighbours) if norm == "l2" else l1_sensitivity(D, neighbours)
-    return P * sens**2 * trace_term(G, AtA)
+    return P * sens**2 * float(np.sum(pinv * G))
 
 
 def rms(total_squared_error: float, rows: int) -> float:
