@@ -125,7 +125,7 @@ class FamilyResult:
 class EstimatorOptions:
     """Solver knobs (post-processing only; they never touch privacy)."""
 
-    tol: float = 1e-3
+    tol: float = 1e-2
     max_iter: int = 3000
     batch_vars: int = 2_000_000
     bottom_up: bool = True
@@ -186,21 +186,27 @@ def _fista(v0: FloatArray, ops: _Ops, s_var: FloatArray, step: FloatArray, famil
     yv = v0.copy()
     tk = np.ones(n_fam)
     conv = np.zeros(n_fam, dtype=bool)
+    # variables are grouped by family (non-decreasing family index): segment reductions via reduceat
+    starts = np.searchsorted(family_of_var, np.arange(n_fam))
+    nonempty = starts < family_of_var.size
+    st = starts[nonempty]
     it = 0
     for it in range(1, opts.max_iter + 1):  # noqa: B007
         g = ops.grad(yv)
         x_new = project(yv - step * g / s_var)
         diff = x_new - yv
         res = np.zeros(n_fam)
-        np.maximum.at(res, family_of_var, np.abs(diff))
+        res[nonempty] = np.maximum.reduceat(np.abs(diff), st)
         conv = res <= opts.tol
         if conv.all():
             x = x_new
             break
         t_new = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * tk * tk))
-        mom = ((tk - 1.0) / t_new)
+        mom = (tk - 1.0) / t_new
         dx = x_new - x
-        restart = np.bincount(family_of_var, weights=diff * dx, minlength=n_fam) > 0
+        inner = np.zeros(n_fam)
+        inner[nonempty] = np.add.reduceat(diff * dx, st)
+        restart = inner > 0
         mom = np.where(restart, 0.0, mom)
         t_new = np.where(restart, 1.0, t_new)
         yv = x_new + mom[family_of_var] * dx
@@ -330,20 +336,23 @@ def _solve_batch(spine: Spine, level: int, bp: IntArray, p_unit: IntArray, p_cel
         status["exact"] = bp.size
     else:
         x0, _ = weighted_simplex_projection(z0, S, tf, mask)
-
-        def project(v: FloatArray) -> FloatArray:
-            M = np.zeros((K, C))
-            M[mask] = v
-            X, _ = weighted_simplex_projection(M, S, tf, mask)
-            return X[mask]
-
         try:
             ops = _Ops(var_child, var_cell, groups, weights)
-            L = ops.row_sum_bound(s_var)
-            Lf = np.zeros(bp.size)
-            np.maximum.at(Lf, var_fam, L)
-            step = 1.0 / np.maximum(Lf, 1e-300)[var_fam]
-            v, conv, iters = _fista(x0[mask], ops, s_var, step, var_fam, bp.size, project, opts)
+            # metric D = diag(Gershgorin row sums of H): H ⪯ D (non-negative symmetric H), so step 1 in
+            # the D-metric is a valid FISTA step and the projection is the D-weighted simplex projection
+            d_var = ops.row_sum_bound(np.ones(var_child.size))
+            DM = np.ones((K, C))
+            DM[mask] = d_var
+
+            def project(v: FloatArray) -> FloatArray:
+                M = np.zeros((K, C))
+                M[mask] = v
+                X, _ = weighted_simplex_projection(M, DM, tf, mask)
+                out: FloatArray = X[mask]
+                return out
+
+            v, conv, iters = _fista(x0[mask], ops, d_var, np.ones(var_child.size), var_fam, bp.size,
+                                    project, opts)
             if not np.all(np.isfinite(v)):
                 raise FloatingPointError("non-finite iterate")
             nconv = int(conv.sum())
@@ -382,6 +391,10 @@ def estimate_root(spine: Spine, groups: Sequence[GroupAnswers], n_cells: int, to
         z0 = np.full(n_cells, (total or 0) / n_cells)
     mask = np.ones((1, n_cells), dtype=bool)
     S = np.full((1, n_cells), s)
+    if not (len(groups) == 1 and det):
+        ops = _Ops(root, cells, groups, weights)
+        d = ops.row_sum_bound(np.ones(n_cells))   # Gershgorin metric, as in the family solve
+        S = d[None, :]
 
     def project(v: FloatArray) -> FloatArray:
         if total is None:
@@ -397,9 +410,7 @@ def estimate_root(spine: Spine, groups: Sequence[GroupAnswers], n_cells: int, to
         status["exact"] = 1
         w = float(weights[0][0])
     else:
-        ops = _Ops(root, cells, groups, weights)
-        L = float(ops.row_sum_bound(np.full(n_cells, s)).max())
-        v, conv, iters = _fista(project(z0), ops, np.full(n_cells, s), np.full(n_cells, 1.0 / L),
+        v, conv, iters = _fista(project(z0), ops, S[0], np.ones(n_cells),
                                 np.zeros(n_cells, dtype=np.int64), 1, project, opts)
         status["converged" if conv[0] else "max_iter"] = 1
         z = v
@@ -463,7 +474,8 @@ def combine_bottom_up(spine: Spine, measurements: Sequence[Sequence[GroupAnswers
             cz[ch.units] = ch.answers
             cv[ch.units] = ch.variance
             sz = np.zeros((nu, g.n_rows))
-            np.add.at(sz, par, cz)
+            has = np.bincount(par, minlength=nu) > 0
+            sz[has] = np.add.reduceat(cz, np.searchsorted(par, np.flatnonzero(has)), axis=0)
             sv = np.bincount(par, weights=cv, minlength=nu)
             oz = np.zeros((nu, g.n_rows))
             ov = np.full(nu, np.inf)
