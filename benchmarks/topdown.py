@@ -26,19 +26,19 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dasflow import synth  # noqa: E402
-from dasflow.privacy import rng  # noqa: E402
-from dasflow.products.topdown.estimate import (  # noqa: E402
+from dasflow import synth
+from dasflow.privacy import rng
+from dasflow.products.topdown.estimate import (
     EstimatorOptions,
     GroupAnswers,
     Histogram,
     _Ops,
     estimate_families,
 )
-from dasflow.products.topdown.product import TopDown, TopDownConfig, l1_report  # noqa: E402
-from dasflow.products.topdown.solvers import allocate_integer  # noqa: E402
-from dasflow.products.topdown.spine import preset  # noqa: E402
-from dasflow.products.topdown.strategy import PL94_GEOLEVEL_SHARES, make_strategy  # noqa: E402
+from dasflow.products.topdown.product import TopDown, TopDownConfig, l1_report
+from dasflow.products.topdown.solvers import allocate_integer
+from dasflow.products.topdown.spine import preset
+from dasflow.products.topdown.strategy import PL94_GEOLEVEL_SHARES, make_strategy
 
 
 def peak_rss_mb() -> float:
@@ -118,9 +118,10 @@ def baseline(td: TopDown, sp: Any, ms: dict[str, Any], est: dict[str, pd.DataFra
             A_eq[np.arange(K), c * K + np.arange(K)] = 1.0
         x0 = np.repeat(tvals[None, :] / C, C, axis=0).ravel().astype(float)
         t1 = time.perf_counter()
-        res = minimize(lambda v: 0.5 * ops.objective(v), x0, jac=ops.grad, method="SLSQP",
+        res = minimize(lambda v, o=ops: 0.5 * o.objective(v), x0, jac=ops.grad, method="SLSQP",
                        bounds=[(0, None)] * (C * K),
-                       constraints=[{"type": "eq", "fun": lambda v: A_eq @ v - tvals, "jac": lambda v: A_eq}],
+                       constraints=[{"type": "eq", "fun": lambda v, a=A_eq, tv=tvals: a @ v - tv,
+                                     "jac": lambda v, a=A_eq: a}],
                        options={"maxiter": 500, "ftol": 1e-9})
         s_c = np.sum(weights, axis=0).reshape(C, K).T
         X = allocate_integer(res.x.reshape(C, K).T, s_c, tvals.astype(np.int64), np.ones((K, C), bool))
