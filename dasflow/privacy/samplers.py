@@ -8,7 +8,8 @@ because a float cannot be told apart from float drift (``0.1 + 0.2``), which wou
 guarantee.
 
 One rule decides every random choice (proof in :mod:`dasflow.privacy._sampling_exact`): to test ``U < p`` for
-a uniform real ``U`` and ``p = exp(-x)`` with rational ``x``, compare the first 32 bits ``u`` of ``U`` with
+a uniform real ``U`` and ``p = exp(-x)`` with rational ``x`` (or the two-sided geometric's survival
+probability ``p = 2 exp(-m/b) / (1 + exp(-1/b))``), compare the first 32 bits ``u`` of ``U`` with
 the integer ``T = min(floor(2**32 p), 2**32 - 1)`` computed exactly with big integers: ``u < T`` means yes,
 ``u > T`` means no, and ``u == T`` (probability ``2**-32``) is resolved by drawing further bits of ``U``
 and comparing against ever tighter rigorous integer bounds of ``2**k p``. Hence ``P(yes) = p`` exactly, using
@@ -24,6 +25,7 @@ exp(-1/scale)``, and slightly *less* than ``σ²`` respectively.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
@@ -261,7 +263,7 @@ def _magnitudes(b: Fraction, n: int, g: Generator) -> npt.NDArray[np.int64]:
 def _accept(
     k: npt.NDArray[np.int64],
     table: npt.NDArray[np.uint32],
-    x_of: object,
+    x_of: Callable[[int], Fraction],
     g: Generator,
 ) -> npt.NDArray[np.bool_]:
     """Vectorised Bernoulli(exp(-x_of(k))) per element, with ``table[min(k, len-1)] = T(x_of(k))``.
@@ -275,7 +277,6 @@ def _accept(
     acc = u < thr
     ties = np.flatnonzero(u == thr)
     if ties.size:
-        assert callable(x_of)
         for i in ties:
             acc[i] = LazyUniform(g, int(u[i]), WORD_BITS).less_than_exp_neg(x_of(int(k[i])))
     return acc
