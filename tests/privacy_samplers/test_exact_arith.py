@@ -13,6 +13,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from dasflow.privacy import _sampling_exact as ex
@@ -162,3 +164,20 @@ def test_folded_tie_resolution_has_the_conditional_probability(m: int) -> None:
     got = samplers._magnitudes_single(tab, n, ScriptedGenerator([t] * n, seed=m))
     assert set(np.unique(got).tolist()) <= {m, m + 1}
     assert stats.binomtest(int(np.sum(got == m + 1)), n, frac).pvalue > ALPHA
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(
+    num=st.integers(min_value=-(10**6), max_value=10**7),
+    den=st.integers(min_value=1, max_value=10**6),
+    p=st.integers(min_value=0, max_value=300),
+)
+def test_exp_neg_bounds_property(num: int, den: int, p: int) -> None:
+    """For arbitrary rationals x in [-1, 1e7] and precisions: lo <= 2**p exp(-x) <= hi (400-digit reference)."""
+    x = Fraction(num, den)
+    if x < -50:
+        x = x / 10**5  # keep 2**p exp(-x) within the reference's 400 digits
+    lo, hi = ex.exp_neg_bounds(x, p)
+    ref = exp_neg_decimal(x, p)
+    assert Decimal(lo) <= ref <= Decimal(hi)
+    assert hi - lo <= 2
