@@ -117,6 +117,16 @@ def _geometric_moe_real(b: Fraction, p: Fraction) -> Decimal:
     return to_decimal(b) * HP.ln(2 / (to_decimal(p) * (1 + HP.exp(inv))))
 
 
+def geometric_moe_value(scale: object, confidence: object = Fraction(95, 100)) -> Decimal:
+    """The unrounded b·ln(2/(p(1 + e^{1/b}))) (SafeTab eq. 35); at 90 % this is PHSafe's puredp-mode MOE
+    b·ln(20/(1 + e^{1/b})) (phsafe.md §3 'Variance tracking' [NS]). b = 0 → 0."""
+    b = _scale(scale)
+    p = 1 - _confidence(confidence)
+    if b == 0:
+        return Decimal(0)
+    return _geometric_moe_real(b, p)
+
+
 def geometric_moe_paper(scale: object, confidence: object = Fraction(95, 100)) -> int:
     """The paper's MOE ⌊b·ln(2/(p(1 + e^{1/b})))⌋, p = 1 − confidence (SafeTab eq. 35; 95 %: eq. 36)."""
     b = _scale(scale)

@@ -84,3 +84,15 @@ def test_st19_monte_carlo_coverage_with_exact_samplers() -> None:
         emp = float(np.mean(np.abs(draws) <= moe))
         assert abs(emp - exact) <= 5 * math.sqrt(exact * (1 - exact) / N_DRAWS), (moe, emp, exact)
         assert exact < 0.95
+
+
+def test_geometric_moe_value_phsafe_puredp() -> None:
+    """PHSafe puredp mode [NS]: 90 % MOE = b·ln(20/(1 + e^{1/b})); the SafeTab formula is its floor at 95 %;
+    the exact ±m coverage crosses the confidence level between ⌊value⌋ and ⌈value⌉ (eq. 34 is exact)."""
+    for b in (Fraction(22, 1), Fraction(2, 1), Fraction(900, 427)):
+        value = acc.geometric_moe_value(b, Fraction(9, 10))
+        bf = float(b)
+        assert math.isclose(float(value), bf * math.log(20 / (1 + math.exp(1 / bf))), rel_tol=1e-14)
+        m = int(value)
+        assert acc.geometric_coverage(m, b) <= Decimal("0.9") <= acc.geometric_coverage(m + 1, b)
+        assert int(acc.geometric_moe_value(b)) == acc.geometric_moe_paper(b)
