@@ -32,16 +32,30 @@ def test_json_nan_rejected() -> None:
         acc.load_json_exact('{"rho": NaN}')
 
 
+# An excerpt of the 2020 SafeTab-P production config.json (Census format, spec safetab-p.md §8), as text.
+_SAFETAB_CONFIG = """{
+  "max_race_codes": 8,
+  "privacy_budget_p_level_1_usa": 0.008, "privacy_budget_p_level_1_state": 0.008,
+  "privacy_budget_p_level_1_county": 0.008, "privacy_budget_p_level_1_tract": 0.008,
+  "privacy_budget_p_level_1_place": 0.008, "privacy_budget_p_level_1_aiannh": 0,
+  "privacy_budget_p_level_2_usa": 2.134, "privacy_budget_p_level_2_state": 2.134,
+  "privacy_budget_p_level_2_county": 0.159, "privacy_budget_p_level_2_tract": 0.159,
+  "privacy_budget_p_level_2_place": 0.159, "privacy_budget_p_level_2_aiannh": 0.159,
+  "privacy_budget_p_stage_1_fraction": 0.1,
+  "zero_suppression_chance": 0.9999
+}"""
+
+
 def test_production_config_budgets_parse() -> None:
-    """The SafeTab-P toy config (Census format) parses exactly: every privacy_budget_p_* is a Fraction."""
-    with open("/work/shared/data/safetab-p/toy/input_dir_zcdp/config.json") as fh:
-        text = fh.read()
-    cfg = acc.load_json_exact(text)
+    """A Census-format config parses exactly: every privacy_budget_p_* is a Fraction; the US total is exactly
+    4.944 (safetab-p.md §8), γ = 1/10, the zero-suppression chance 9999/10000."""
+    cfg = acc.load_json_exact(_SAFETAB_CONFIG)
     budgets = {k: acc.parse_budget(v, k) for k, v in cfg.items() if k.startswith("privacy_budget_p_level")}
-    assert budgets["privacy_budget_p_level_2_usa"] == Fraction("0.534")
-    assert budgets["privacy_budget_p_level_2_tract"] == Fraction("2.43")
-    assert acc.parse_fraction_open(cfg["privacy_budget_p_stage_1_fraction"], "gamma") == Fraction(1, 10)
+    assert budgets["privacy_budget_p_level_2_usa"] == Fraction("2.134")
     assert all(isinstance(b, Fraction) for b in budgets.values())
+    assert sum((b for b in budgets.values() if b is not None), Fraction(0)) == Fraction("4.944")
+    assert acc.parse_fraction_open(cfg["privacy_budget_p_stage_1_fraction"], "gamma") == Fraction(1, 10)
+    assert acc.parse_fraction_open(cfg["zero_suppression_chance"], "chance") == Fraction(9999, 10000)
 
 
 @pytest.mark.parametrize("value,expected", [
