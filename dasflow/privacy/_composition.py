@@ -10,8 +10,7 @@ A plan is a tree of three node kinds:
     Δ²/(2ρ) (CKS 2020 Thm 14; SafeTab Alg. 5, PHSafe L3) or b = Δ/ε (SafeTab Alg. 4; Ghosh et al.). Its
     loss w.r.t. the protected dataset:
       - zCDP: z · c² · ρ   (stability scaling c² under zCDP: PHSafe Lemma 2; parallel composition with
-        degree z:
-        SafeTab Lemma 10, eqs. 25-28);
+        degree z: SafeTab Lemma 10, eqs. 25-28);
       - pure DP: z · c · ε (group privacy / PINQ stability; SafeTab Lemma 9, eqs. 19-23);
       - pure DP inside a zCDP account: z · (c·ε)²/2 (an ε-DP mechanism is ε²/2-zCDP, Bun & Steinke 2016
         Prop. 1.4; SafeTab §3 note), then Lemma 10 for the degree.
@@ -21,8 +20,7 @@ A plan is a tree of three node kinds:
     Generalized parallel composition (SafeTab App. B.2, Lemmas 9, 10, 12): the parts run on subsets of a
     family of maximum degree z (each record reaches at most ``degree`` subsets, and each subset runs one of
     the parts), so the loss is z × max over parts — for ε, for ρ, and pointwise in α for RDP (SafeTab
-    Theorem 2, eq. 30-32:
-    ``s · max[τ(α, γρ_i/s) + τ(α, (1−γ)ρ_i/s), τ(α, ρ_i/s)]``).
+    Theorem 2, eq. 30-32: ``s · max[τ(α, γρ_i/s) + τ(α, (1−γ)ρ_i/s), τ(α, ρ_i/s)]``).
 
 ``compose(plan)`` returns a :class:`Total`: the exact ρ (pure parts contribute ε²/2), the exact ε when every
 spend is pure DP, and (ε, δ) conversions (δ = 10⁻¹⁰ unless given), each with its method named:
@@ -267,8 +265,7 @@ class Sequential:
 
 @dataclass(frozen=True)
 class Parallel:
-    """Generalized parallel composition with degree z: loss = z × max over parts (SafeTab Lemmas 9, 10,
-    12)."""
+    """Generalized parallel composition, degree z: loss = z × max over parts (SafeTab Lemmas 9, 10, 12)."""
 
     parts: tuple[Node, ...]
     degree: int = 1

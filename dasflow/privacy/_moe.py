@@ -137,8 +137,7 @@ def geometric_moe_paper(scale: object, confidence: object = Fraction(95, 100)) -
 
 
 def geometric_moe_exact(scale: object, confidence: object = Fraction(95, 100)) -> int:
-    """The smallest integer m ≥ 0 with P(|Y| ≤ m) ≥ confidence (the ceiling the paper's floor misses, spec
-    W1)."""
+    """The smallest integer m ≥ 0 with P(|Y| ≤ m) ≥ confidence (the ceiling the paper's floor misses, W1)."""
     b = _scale(scale)
     conf = _confidence(confidence)
     if b == 0:
