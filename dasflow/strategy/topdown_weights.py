@@ -40,7 +40,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from dasflow.errors import InputError
+from dasflow.errors import DasflowError, InputError
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -166,7 +166,7 @@ def optimize_marginal_weights(
     *,
     workload_weights: Mapping[str, float | Fraction] | None = None,
     denominator: int = 10_000,
-    gap_tolerance: float = 1e-9,
+    gap_tolerance: float = 1e-7,
 ) -> MarginalWeightPlan:
     """Optimal zCDP shares α over ``candidate_marginals`` for the tables in ``workload_marginals``.
 
@@ -223,8 +223,7 @@ def optimize_marginal_weights(
     alpha = _solve_simplex(f, grad, k, B, coef)
     gap = _fw_gap(f, grad, alpha)
     if gap > gap_tolerance:
-        raise InputError(f"share optimisation did not converge: relative duality gap {gap:.3g}",
-                         column="candidate_marginals")
+        raise DasflowError(f"share optimisation did not converge: relative duality gap {gap:.3g}")
     f_star = f(alpha)
     numerators = _round_to_grid(alpha, denominator, B)
     shares = {c: Fraction(int(numerators[i]), denominator)
@@ -310,10 +309,13 @@ def _solve_simplex(f: object, grad: object, k: int, B: FloatArray, coef: FloatAr
         kkt[m, :m] = D
         rhs = np.concatenate([-gr[idx] * D, [0.0]])
         sol = np.linalg.lstsq(kkt, rhs, rcond=1e-15)[0]
+        for _refine in range(3):  # iterative refinement: the scaled KKT system can still be ill-conditioned
+            sol = sol + np.linalg.lstsq(kkt, rhs - kkt @ sol, rcond=1e-15)[0]
         d = sol[:m] * D
         lam = -sol[m]
         dec = float(-gr[idx] @ d)
-        if dec <= 1e-15 * f(a):
+        spread = float(gr[idx].max() - gr[idx].min())
+        if spread <= 1e-13 * abs(float(gr[idx].mean())) or dec <= 1e-30 * f(a):
             # face optimum: check the queries outside the support
             outside = np.where(~support)[0]
             if len(outside) == 0:
@@ -335,13 +337,18 @@ def _solve_simplex(f: object, grad: object, k: int, B: FloatArray, coef: FloatAr
         tmax = float(np.min(-a[idx][neg] / d[neg])) if neg.any() else math.inf
         t = min(1.0, tmax)
         f0 = f(a)
-        while t > 1e-16:
+        # close to the optimum a pure Newton step is taken (an Armijo test would only see round-off)
+        while t > 1e-16 and dec > 1e-10 * f0:
             trial = a.copy()
             trial[idx] += t * d
             trial = np.maximum(trial, 0.0)
             if f(trial) <= f0 - 1e-4 * t * dec:
                 break
             t *= 0.5
+        else:
+            trial = a.copy()
+            trial[idx] += t * d
+            trial = np.maximum(trial, 0.0)
         a = trial
         zero = support & (a <= 1e-15)
         if zero.any() and zero.sum() < support.sum():

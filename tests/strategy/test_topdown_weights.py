@@ -117,3 +117,35 @@ def test_pl94_geolevel_shares_are_fast_and_near_bound():
     assert plan.objective_rational <= plan.objective_equal_shares
     assert plan.objective_continuous >= plan.lower_bound * (1 - 1e-12)
     assert plan.rounding_loss <= plan.rounding_bound + 1e-12
+
+
+def test_random_problems_converge_to_certified_optimum():
+    """40 random schemas, workloads, table weights, candidates: gap ≤ 1e-10, no random share is better (dense)."""
+    rng = np.random.default_rng(17)
+    for _ in range(40):
+        k = int(rng.integers(2, 4))
+        sizes = [int(rng.integers(2, 6)) for _ in range(k)]
+        schema = {f"x{i}": d for i, d in enumerate(sizes)}
+        subsets = [set(c) for r in range(k + 1) for c in itertools.combinations(range(k), r)]
+        picks = rng.choice(len(subsets), size=int(rng.integers(1, len(subsets) + 1)), replace=False)
+        work = [subsets[j] for j in picks]
+        cand_sets = [s for s in subsets if rng.random() < 0.6 or len(s) == k]
+        omega = rng.uniform(0.1, 5, len(work))
+        names = {f"c{i}": [f"x{j}" for j in sorted(c)] for i, c in enumerate(cand_sets)}
+        wl = {f"w{i}": [f"x{j}" for j in sorted(c)] for i, c in enumerate(work)}
+        plan = optimize_marginal_weights(schema, wl, names,
+                                         workload_weights={f"w{i}": float(o) for i, o in enumerate(omega)})
+        assert plan.duality_gap <= 1e-10
+        assert sum(plan.shares.values()) == 1
+        assert plan.objective_continuous >= plan.lower_bound * (1 - 1e-9)
+        assert plan.rounding_loss <= plan.rounding_bound + 1e-12
+        G = sum(o * _marginal_matrix(sizes, c).T @ _marginal_matrix(sizes, c) for o, c in zip(omega, work,
+                                                                                            strict=True))
+        grams = [_marginal_matrix(sizes, c).T @ _marginal_matrix(sizes, c) for c in cand_sets]
+        alpha = [plan.continuous[f"c{i}"] for i in range(len(cand_sets))]
+        X = sum(a * M for a, M in zip(alpha, grams, strict=True))
+        assert plan.objective_continuous == pytest.approx(float(np.trace(G @ np.linalg.pinv(X))), rel=1e-8)
+        for _ in range(10):
+            r = rng.dirichlet(np.ones(len(cand_sets)))
+            Xr = sum(a * M for a, M in zip(r, grams, strict=True))
+            assert plan.objective_continuous <= float(np.trace(G @ np.linalg.pinv(Xr))) * (1 + 1e-9)
