@@ -194,3 +194,8 @@ def test_r13_config_budgets_are_calculator_values() -> None:
     for levels in raw["privacy_budget"].values():
         for v in levels.values():
             assert Fraction(str(v)) in values
+
+
+def test_phsafe_implements_the_product_protocol() -> None:
+    from dasflow.products.base import Product
+    assert isinstance(PHSAFE, Product)

@@ -202,3 +202,22 @@ def test_seeded_runs_reproduce_and_measure_draws_one_key() -> None:
     ph7 = a["PH7"]
     usa = ph7[(ph7["REGION_TYPE"] == "USA") & (ph7["ITERATION_CODE"] == "*")]
     assert usa["COUNT"].tolist() == m.table["NOISY"].tolist()  # the command spawns "phsafe/<key>"
+
+
+def test_accuracy_report_noise_only_vs_truncation_bias() -> None:
+    """R17: against the truncated twin the error is noise only (90% MOE coverage over 10,608 cells within
+    ±0.03 of 0.9, ≥ 10 standard errors); against the untruncated truth the big renter household shows bias."""
+    from dasflow.products.phsafe.accuracy import accuracy_report
+    p, u, g = columns(UNITS)
+    cfg = load_config(US_CONFIG)
+    private = run_private(p, u, g, cfg, rng.seeded(21))
+    measured = {t: f for t, f in private.items() if t not in ("PH5_num", "PH8_num")}
+    noise_only = accuracy_report(measured, run_non_private(p, u, g, cfg, truncate=True))
+    cells = noise_only["cells"].sum()
+    assert cells == 10_608
+    coverage = float((noise_only["within_moe90"] * noise_only["cells"]).sum() / cells)
+    assert abs(coverage - 0.9) <= 0.03
+    exact = accuracy_report(run_private(p, u, g, parse_config(config_with(budget="Infinity")), rng.seeded(1)),
+                            run_non_private(p, u, g, cfg))
+    ph7 = exact[(exact["table"] == "PH7") & (exact["region_type"] == "USA") & (exact["level"] == "*")]
+    assert ph7["mean_error"].item() < 0  # truncation undercounts the 14-person household
