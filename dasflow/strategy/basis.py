@@ -11,6 +11,7 @@ a good default there, so no eigen basis is offered here (E18). Data-independent.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,7 +56,9 @@ def weight_basis(workload: Workload | FloatArray, basis: npt.ArrayLike, *, norm:
     if B.shape != (n, n):
         raise ValueError(f"basis must be {n} × {n}, got {B.shape}")
     try:
-        lu = scipy.linalg.lu_factor(B)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", scipy.linalg.LinAlgWarning)
+            lu = scipy.linalg.lu_factor(B)
     except (ValueError, np.linalg.LinAlgError) as exc:
         raise ValueError("basis must be invertible") from exc
     if np.min(np.abs(np.diag(lu[0]))) < 1e-12 * np.max(np.abs(lu[0])):
