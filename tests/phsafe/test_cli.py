@@ -159,3 +159,19 @@ def test_non_private_ground_truth(data: Path, tmp_path: Path) -> None:
 def test_output_path_required(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["phsafe", "private", str(US_CONFIG), str(data)]) == 2
     assert "OUTPUT_PATH" in capsys.readouterr().err
+
+
+def test_r2_all_zero_table_writes_no_file_and_zero_level_no_rows(data: Path, tmp_path: Path) -> None:
+    raw = config_with()
+    for k in raw["privacy_budget"]["PH6"]:
+        raw["privacy_budget"]["PH6"][k] = 0
+    raw["privacy_budget"]["PH7"]["state_A-G"] = 0
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(raw))
+    out = tmp_path / "o"
+    assert main(["phsafe", "private", str(cfg), str(data), str(out), "--validate-private-output"]) == 0
+    assert not (out / "PH6.csv").exists()
+    ph7 = pd.read_csv(out / "PH7.csv", sep="|", dtype=str)
+    assert len(ph7) == 1560 - 51 * 7 * 3
+    assert not ((ph7["REGION_TYPE"] == "STATE") & ph7["ITERATION_CODE"].isin(list("ABCDEFG"))).any()
+    assert len(pd.read_csv(out / "PH8_num.csv", sep="|", dtype=str)) == 1040 - 51 * 7 * 2
