@@ -8,6 +8,7 @@ the same store resumes the release instead of measuring anything twice. ``seed``
 
 from __future__ import annotations
 
+import json
 import os
 from importlib import resources
 from pathlib import Path
@@ -18,7 +19,7 @@ from dasflow.io.store import LocalStore
 
 #: data seed of the synthetic census when the demo runs in production-randomness mode
 DATA_SEED = 2020
-#: the demo release's privacy cap (zCDP ρ): PHSafe 1.257281 + SafeTab-P 4.944 planned, below this cap
+#: the demo release's privacy cap (zCDP ρ): PHSafe 1.257281 + SafeTab-P 4.944 + group sizes 0.5 planned
 DEMO_CAP_RHO = "7"
 
 
@@ -30,23 +31,32 @@ def ensure_synthetic_census(store: LocalStore, persons: int, seed: int) -> None:
     """Generate the demo's synthetic census into the store unless it is already there (atomic: the synth
     manifest is written last, so a half-generated dataset is regenerated)."""
     from dasflow import synth
+    from dasflow.synth.reference import counties as county_list
     from dasflow.synth.reference import states as synth_states
 
     root = store.local_path("confidential/synth")
-    if (root / "manifest.json").exists() and store.exists("public/phsafe/geo.csv") and \
-            store.exists("public/safetab-p/GRF-C.txt"):
+    public = ("public/phsafe/geo.csv", "public/safetab-p/GRF-C.txt", "public/groupsize/invariants.json")
+    if (root / "manifest.json").exists() and all(store.exists(k) for k in public):
         return
     if root.exists():
         import shutil
 
         shutil.rmtree(root)
     us_states = [code for code in sorted(synth_states()) if code != "72"]  # a US release: PR is its own run
-    synth.generate(root, persons=persons, seed=seed, states=us_states, formats=("phsafe", "safetab_p"))
+    manifest = synth.generate(root, persons=persons, seed=seed, states=us_states,
+                              formats=("phsafe", "safetab_p", "groupsize"))
     for src, dst in (("phsafe/geo.csv", "public/phsafe/geo.csv"), ("safetab_p/GRF-C.txt",
                                                                    "public/safetab-p/GRF-C.txt")):
         target = store.local_path(dst)
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(root / src, target)
+    # group sizes: the public nation > state > county tree, and the occupied-unit invariant n (public in the
+    # DAS, like every housing-unit count from the MAF)
+    rows = [f"{st},{county:03d}" for st, (codes, _names) in sorted(county_list().items()) if st in us_states
+            for county in codes]
+    store.put("public/groupsize/geography.csv", ("STATE,COUNTY\n" + "\n".join(rows) + "\n").encode())
+    occupied = int(manifest.data["totals"]["occupied_units"])
+    store.put("public/groupsize/invariants.json", (json.dumps({"occupied_units": occupied}) + "\n").encode())
 
 
 def demo_config(store_dir: Path, persons: int, seed: int | None) -> ReleaseConfig:
@@ -61,12 +71,16 @@ def demo_config(store_dir: Path, persons: int, seed: int | None) -> ReleaseConfi
             "phsafe_geo": "public/phsafe/",
             "safetab-p": "confidential/synth/safetab_p/",
             "safetab-p_public": "public/safetab-p/",
+            "groupsize": "confidential/synth/groupsize/",
+            "groupsize_public": "public/groupsize/",
         },
         "products": [
             {"name": "phsafe", "config_text": _config_text("phsafe-us-config.json"),
              "source": "dasflow/demo_data/phsafe-us-config.json"},
             {"name": "safetab-p", "config_text": _config_text("safetab-p-config.json"),
              "source": "dasflow/demo_data/safetab-p-config.json"},
+            {"name": "groupsize", "config_text": _config_text("groupsize-config.json"),
+             "source": "dasflow/demo_data/groupsize-config.json"},
         ],
         "cap": {"rho": DEMO_CAP_RHO},
         "rng": {"mode": "test", "seed": seed} if seed is not None else {"mode": "production"},

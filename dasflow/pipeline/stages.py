@@ -64,7 +64,7 @@ def planned(ctx: RunContext, product: str) -> list[tuple[MeasurementSpec, Measur
         adapter = ctx.adapter(product)
         cfg = ctx.product_config(product)
         public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, cfg)
-        ctx._plans[product] = [(ledger_spec(product, s), s) for s in adapter.product().plan(cfg, public)]
+        ctx._plans[product] = [(ledger_spec(product, s), s) for s in adapter.product(cfg).plan(cfg, public)]
     pairs: list[tuple[MeasurementSpec, MeasurementSpec]] = ctx._plans[product]
     return pairs
 
@@ -113,7 +113,7 @@ def preprocess_stage(ctx: RunContext, product: str) -> dict[str, Any]:
     cfg = ctx.product_config(product)
     public = adapter.public_inputs(ctx.store, ctx.config.inputs, cfg)
     confidential = adapter.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
-    prepared = adapter.product().prepare(confidential, public)
+    prepared = adapter.product(cfg).prepare(confidential, public)
     outputs: dict[str, dict[str, Any]] = {}
     for name, frame in sorted(prepared.items()):
         key = f"{ctx.root}/prepared/{product}/{name}.parquet"
@@ -157,7 +157,7 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
         def draw(spec: MeasurementSpec = spec, native: MeasurementSpec = native) -> NoisyMeasurement:
             if "prepared" not in cache:
                 cache["prepared"] = load_prepared(ctx, product)
-            return measure_one(adapter.product(), cache["prepared"], native, g.spawn(spec.key), done)
+            return measure_one(adapter.product(ctx.product_config(product)), cache["prepared"], native, g.spawn(spec.key), done)
 
         measurement, fresh = ctx.ledger.measure_once(spec, draw, attempt=attempt)
         done[native.key] = dataclasses.replace(measurement, spec=native)
@@ -208,7 +208,7 @@ def postprocess_stage(ctx: RunContext, product: str) -> dict[str, Any]:
     adapter = ctx.adapter(product)
     cfg = ctx.product_config(product)
     public = adapter.public_inputs(post, ctx.config.inputs, cfg)
-    estimates = adapter.product().postprocess(load_measurements(ctx, product), public)
+    estimates = adapter.product(cfg).postprocess(load_measurements(ctx, product), public)
     outputs: dict[str, dict[str, Any]] = {}
     for name, frame in sorted(estimates.items()):
         key = f"{ctx.root}/postprocessed/{product}/{name}.parquet"
@@ -230,7 +230,7 @@ def release_stage(ctx: RunContext) -> dict[str, Any]:
         estimates = {out["name"]: post.get_parquet(key) for key, out in record["outputs"].items()}
         upstream.update({k: v["sha256"] for k, v in record["outputs"].items()})
         adapter = ctx.adapter(p.name)
-        for name, frame in sorted(adapter.product().tables(estimates).items()):
+        for name, frame in sorted(adapter.product(ctx.product_config(p.name)).tables(estimates).items()):
             key = f"{ctx.root}/release/{p.name}/{adapter.file_name(name, ctx.config.universe)}"
             data = _table_bytes(key, frame)
             files[key] = {"sha256": post.put(key, data), "rows": len(frame)}

@@ -76,7 +76,7 @@ class CountsProduct:
 class CountsAdapter:
     name = "counts"
 
-    def product(self) -> CountsProduct:
+    def product(self, config: Any) -> CountsProduct:
         return CountsProduct()
 
     def load_config(self, text: str, universe: str) -> Any:

@@ -166,7 +166,7 @@ def test_reserved_with_nmf_is_committed_without_drawing(tmp_path: Path) -> None:
     stages.preprocess_stage(ctx, "counts")
     spec = stages.product_specs(ctx, "counts")[0]
     prepared = stages.load_prepared(ctx, "counts")
-    pre = stages.measure_one(ctx.adapter("counts").product(), prepared, spec,
+    pre = stages.measure_one(ctx.adapter("counts").product(None), prepared, spec,
                              stages.base_rng(ctx).spawn(spec.key), {})
     store.put_if_absent(ctx.ledger.nmf_key(spec.key), encode_nmf(pre))
     measurement, drawn = ctx.ledger.measure_once(spec, lambda: pytest.fail("drew again"), attempt="t")

@@ -21,7 +21,9 @@ class Adapter(Protocol):
 
     name: str
 
-    def product(self) -> Product: ...
+    def product(self, config: Any) -> Product:
+        """The product object for a loaded config."""
+        ...
 
     def load_config(self, text: str, universe: str) -> Any: ...
 
@@ -46,6 +48,7 @@ class Adapter(Protocol):
 REGISTRY: dict[str, str] = {
     "phsafe": "dasflow.pipeline.adapters.phsafe",
     "safetab-p": "dasflow.pipeline.adapters.safetab_p",
+    "groupsize": "dasflow.pipeline.adapters.groupsize",
 }
 
 

@@ -23,7 +23,7 @@ def _prefix(inputs: Mapping[str, str], name: str, default: str) -> str:
 class PHSafeAdapter:
     name = "phsafe"
 
-    def product(self) -> PHSafe:
+    def product(self, config: Any) -> PHSafe:
         return PHSAFE
 
     def load_config(self, text: str, universe: str) -> PHSafeConfig:

@@ -45,7 +45,7 @@ def _prefix(inputs: Mapping[str, str], name: str, default: str) -> str:
 class SafeTabPAdapter:
     name = "safetab-p"
 
-    def product(self) -> PipelineSafeTabP:
+    def product(self, config: Any) -> PipelineSafeTabP:
         return PipelineSafeTabP()
 
     def load_config(self, text: str, universe: str) -> SafeTabPConfig:

@@ -1,0 +1,93 @@
+"""Group sizes in the DAG: the household-size distribution for nation, states and counties.
+
+Inputs: the synthetic census's group-size unit files (Parquet, one folder per state: MAFID, block, HHGQ, SIZE)
+under the release's ``groupsize`` prefix (confidential); under ``groupsize_public``: ``geography.csv`` (every
+STATE, COUNTY of the universe: the public tree) and ``invariants.json`` (``occupied_units``: the number of
+occupied housing units n, held invariant as the DAS holds housing-unit counts from the MAF). Groups are the
+occupied housing units (HHGQ 0, SIZE ≥ 1); vacant units and group quarters are not households.
+Config (JSON): ``budget`` (ε or ρ), ``privacy_defn``, ``mechanism`` (M_DP, M_DPC, M_DPC*), ``k`` (top code),
+optional ``level_shares``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dasflow.errors import InputError
+from dasflow.io.store import ObjectStore, StoreError
+from dasflow.pipeline.adapters import register
+from dasflow.privacy import accounting
+from dasflow.products.groupsize.product import GroupSizeConfig, GroupSizeProduct
+
+UNIT_COLUMNS = ("TABBLKST", "TABBLKCOU", "HHGQ", "SIZE")
+
+
+def _prefix(inputs: Mapping[str, str], name: str, default: str) -> str:
+    prefix = inputs.get(name, default)
+    return prefix if prefix.endswith("/") else prefix + "/"
+
+
+class GroupSizeAdapter:
+    name = "groupsize"
+
+    def product(self, config: Any) -> GroupSizeProduct:
+        return GroupSizeProduct(config)
+
+    def load_config(self, text: str, universe: str) -> GroupSizeConfig:
+        try:
+            raw = accounting.load_json_exact(text)
+            return GroupSizeConfig.from_mapping(raw)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InputError(f"group-size config: {exc}", file="groupsize config") from None
+
+    def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+        prefix = _prefix(inputs, "groupsize_public", "public/groupsize/")
+        geo = pd.read_csv(io.BytesIO(store.get(prefix + "geography.csv")), dtype=str)
+        try:
+            invariants = json.loads(store.get(prefix + "invariants.json"))
+            n = int(invariants["occupied_units"])
+        except (StoreError, KeyError, ValueError) as exc:
+            raise InputError(f"public invariants: {exc}", file=prefix + "invariants.json") from None
+        return {"geography": geo, "n_groups": n}
+
+    def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+        prefix = _prefix(inputs, "groupsize", "confidential/groupsize/")
+        keys = [k for k in store.list(prefix) if k.endswith(".parquet")]
+        if not keys:
+            raise InputError("no group-size unit files", file=prefix)
+        parts = []
+        for key in keys:
+            table = pq.read_table(io.BytesIO(store.get(key)))
+            missing = [c for c in UNIT_COLUMNS if c not in table.column_names]
+            if missing:
+                raise InputError(f"missing column(s) {', '.join(missing)}", file=key, column=missing[0])
+            parts.append(table.select(list(UNIT_COLUMNS)))
+        units = pa.concat_tables(parts).to_pandas()
+        households = units[(units["HHGQ"] == 0) & (units["SIZE"] >= 1)]
+        frame = pd.DataFrame({
+            "STATE": households["TABBLKST"].astype(str).str.zfill(2).to_numpy(),
+            "COUNTY": households["TABBLKCOU"].astype(int).astype(str).str.zfill(3).to_numpy(),
+            "SIZE": households["SIZE"].to_numpy(),
+        })
+        return {"households": frame, "households_source": prefix}
+
+    def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any], config: Any) -> dict[str, Any]:
+        """Sizes, geography and the public invariant n, all checked before any noise (by the product's own
+        tabulation, which raises ``InputError`` with file, row and column)."""
+        product = GroupSizeProduct(config)
+        product.prepare(confidential, public)
+        return {"households": len(confidential["households"]), "n_groups": public["n_groups"]}
+
+    def file_name(self, table: str, universe: str) -> str:
+        return f"{table}.csv"
+
+
+ADAPTER = GroupSizeAdapter()
+register("groupsize", __name__)
