@@ -1,0 +1,7 @@
+"""TopDown (PL 94-171 / DHC) on an optimised geographic spine: spine, strategy, measurement, estimation.
+
+See docs/topdown.md. Entry points: :class:`~dasflow.products.topdown.product.TopDown` (the Product interface),
+:func:`~dasflow.products.topdown.spine.build_spine`, :func:`~dasflow.products.topdown.spine.preset`,
+:func:`~dasflow.products.topdown.strategy.make_strategy`, and for the DAG
+:func:`~dasflow.products.topdown.estimate.estimate_families` (one level's parents, independent tasks).
+"""

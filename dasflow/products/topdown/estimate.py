@@ -432,6 +432,7 @@ class LevelReport:
     iterations: int
     consistency_violations: int
     l1_error: float | None = None
+    cpu_seconds: float = 0.0
 
 
 def consistency_violations(spine: Spine, level: int, child: Histogram, parent: Histogram) -> int:
@@ -505,6 +506,7 @@ def estimate_topdown(spine: Spine, measurements: Sequence[Sequence[GroupAnswers]
     reports: list[LevelReport] = []
     for l in range(spine.n_levels):
         t0 = time.perf_counter()
+        c0 = time.process_time()
         if l == 0:
             res = estimate_root(spine, measurements[0], n_cells, total, opts)
             viol = 0 if total is None else int(res.hist.count.sum() != total)
@@ -514,7 +516,7 @@ def estimate_topdown(spine: Spine, measurements: Sequence[Sequence[GroupAnswers]
             viol = consistency_violations(spine, l, res.hist, hists[l - 1])
         hists.append(res.hist)
         rep = LevelReport(spine.levels[l], spine.n_units(l), res.status, time.perf_counter() - t0,
-                          res.iterations, viol)
+                          res.iterations, viol, cpu_seconds=time.process_time() - c0)
         if truth is not None:
             rep.l1_error = _l1(res.hist, truth[l])
         reports.append(rep)
