@@ -16,18 +16,24 @@ from prefect.artifacts import create_progress_artifact, create_table_artifact, u
 from prefect.cache_policies import NO_CACHE
 
 from dasflow.errors import InputError, LedgerRefusal
+from dasflow.io.store import StoreError
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import open_run
 
 
+def is_transient(exc: BaseException) -> bool:
+    """Whether a failure may heal on retry: not bad input, not a ledger refusal, not a programming error."""
+    if isinstance(exc, InputError | LedgerRefusal):
+        return False
+    return isinstance(exc, StoreError | OSError | ConnectionError | TimeoutError)
+
+
 def _transient(task_: Any, task_run: Any, state: Any) -> bool:
-    """Retry unless the failure is bad input or a ledger refusal (those never heal by retrying)."""
+    """Prefect retry condition: retry transient store / network faults only."""
     try:
         state.result()
-    except (InputError, LedgerRefusal):
-        return False
-    except Exception:
-        return True
+    except Exception as exc:
+        return is_transient(exc)
     return False
 
 

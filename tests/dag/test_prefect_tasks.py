@@ -1,0 +1,57 @@
+"""Prefect wiring: retries heal transient store faults and never retry bad input or ledger refusals."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from prefect import flow, task
+from prefect.testing.utilities import prefect_test_harness
+
+from dasflow.errors import InputError, LedgerRefusal
+from dasflow.io.store import StoreError
+from tasks.stages import TASK_OPTS, is_transient
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("prefect-harness")]
+
+
+def test_transient_classification() -> None:
+    assert is_transient(StoreError("503 from S3"))
+    assert is_transient(ConnectionError("reset"))
+    assert not is_transient(InputError("bad row", file="f", row=2, column="X"))
+    assert not is_transient(LedgerRefusal("over cap"))
+    assert not is_transient(ValueError("bug"))
+
+
+@pytest.fixture(scope="module")
+def harness() -> Iterator[None]:
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def test_store_fault_is_retried_and_input_error_is_not(harness: None) -> None:
+    calls = {"store": 0, "input": 0}
+
+    @task(**{**TASK_OPTS, "retry_delay_seconds": 0})
+    def flaky_store() -> str:
+        calls["store"] += 1
+        if calls["store"] < 3:
+            raise StoreError("transient 503")
+        return "ok"
+
+    @task(**{**TASK_OPTS, "retry_delay_seconds": 0})
+    def bad_input() -> str:
+        calls["input"] += 1
+        raise InputError("bad value", file="persons.csv", row=7, column="QAGE")
+
+    @flow
+    def both() -> str:
+        out = flaky_store()
+        try:
+            bad_input()
+        except InputError:
+            return out + "+refused"
+        return out
+
+    assert both() == "ok+refused"
+    assert calls == {"store": 3, "input": 1}
