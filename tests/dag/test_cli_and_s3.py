@@ -56,7 +56,7 @@ def test_budget_of_safetab_config_splits_stages(capsys: pytest.CaptureFixture[st
 
 
 def test_budget_of_release_config_and_bad_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    store, _ = local_release(tmp_path)
+    local_release(tmp_path)
     path = tmp_path / "release.json"
     path.write_text(json.dumps(release_dict(str(tmp_path / "store"))))
     assert main(["budget", str(path), "--json"]) == 0
