@@ -4,6 +4,7 @@ formats (t1/t2 columns, '*' sex marginals, manifest with the ST21 fields)."""
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import pandas as pd
@@ -78,6 +79,23 @@ def test_toy_t2_format_with_low_thresholds(tmp_path: Path):
     t1i = t1.set_index(keys).COUNT.astype(int)
     for k, v in cell_sum.items():
         assert t1i[k] == v
+
+
+def test_toy_us_and_pr_are_separate_runs(tmp_path: Path):
+    """run_pr=true: a separate Puerto Rico run with PR region types, its own plan total and output files."""
+    params = _params(tmp_path, "zcdp", run_pr=True)
+    out = tmp_path / "out"
+    assert main(["safetab-p", "execute", str(params), str(TOY), str(out)]) == 0
+    pr = _read(out / "t1" / "t1_PR.csv")
+    us = _read(out / "t1" / "t1_US.csv")
+    assert set(pr.REGION_TYPE) <= {"PR-STATE", "PR-COUNTY", "PR-TRACT", "PR-PLACE"}
+    assert "PR-STATE" in set(pr.REGION_TYPE)
+    assert set(pr[pr.REGION_TYPE == "PR-STATE"].REGION_ID) == {"72"}
+    assert "72" not in set(us[us.REGION_TYPE == "STATE"].REGION_ID)
+    manifest = json.loads((out / "manifest.json").read_text())
+    # PR: level 1 state, county 0.008 each; level 2 0.534 + 0.159 + 2.43 + 2.43
+    assert manifest["runs"]["PR"]["total_budget"] == str(Fraction("0.016") + Fraction("5.553"))
+    assert manifest["runs"]["PR"]["accounting"]["rho"] == manifest["runs"]["PR"]["total_budget"]
 
 
 def test_toy_config_total_budgets():

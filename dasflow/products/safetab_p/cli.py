@@ -26,9 +26,11 @@ from typing import Any
 import pandas as pd
 
 from dasflow.errors import InputError
+from dasflow.privacy import accounting
 from dasflow.privacy import rng as rng_mod
 from dasflow.products.base import MeasurementSpec
 from dasflow.products.safetab_p.config import load_config
+from dasflow.products.safetab_p.plan import accounting_plan
 from dasflow.products.safetab_p.product import SafeTabP, load_inputs, load_public, run_universe
 from dasflow.products.safetab_p.regions import Universe
 
@@ -103,8 +105,10 @@ def run(args: argparse.Namespace) -> int:
         write_table(result.tables["t1"], out / "t1" / f"t1_{u}.csv")
         write_table(result.tables["t2"], out / "t2" / f"t2_{u}.csv")
         index = publics[u]["iterations"]
+        composed = accounting.compose(accounting_plan(result.specs), rdp=False)
         manifest["runs"][u] = {
             "total_budget": None if result.budget is None else str(result.budget),
+            "accounting": composed.as_record(),
             "plan": [spec_record(s) for s in result.specs],
             "total_only_iterations": {str(lv): [str(c) for c in li.iteration_codes[li.total_only]]
                                       for lv, li in index.levels.items()},
