@@ -1,0 +1,135 @@
+"""Phase 0 — file-level checks that run before any product reader parses a delimited text file.
+
+A reader (pyarrow CSV) meeting a truncated line, a wrong delimiter or a bad byte raises an untyped parser error
+without a row; these checks turn each into an :class:`InputError` with file, row (1-based, header = row 1) and
+column, so no malformed line reaches a parser. Vectorised over the raw bytes in blocks (numpy; memory is
+O(block), not O(file)): UTF-8 validity, a non-empty header naming the expected columns with the expected
+delimiter, and the same field count on every non-blank line (blank lines are skipped by the readers). Quoting is not part of the Census formats (pipe-delimited,
+no quotes), so a quote character is taken literally.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from dasflow.errors import InputError
+
+BLOCK = 1 << 23
+_OTHER_DELIMITERS = ("|", ",", "\t", ";")
+
+
+def check_delimited(path: str | Path, columns: Sequence[str] | None, delimiter: str | None = "|", *,
+                    extra_columns: bool = False, block: int = BLOCK) -> tuple[str, list[str], int]:
+    """Check one delimited file; return (delimiter, header, data rows).
+
+    ``columns``: the required header (exact order unless ``extra_columns``: then they must all be present).
+    ``delimiter`` None: detect "|" else "," from the header (PHSafe accepts both).
+    """
+    p = Path(path)
+    name = str(p)
+    if not p.is_file():
+        raise InputError("missing input file", file=name)
+    size = p.stat().st_size
+    if size == 0:
+        raise InputError("empty file (no header)", file=name, row=1)
+    with p.open("rb") as fh:
+        first = fh.readline()
+    try:
+        header_text = first.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {first[exc.start]:#04x})", file=name, row=1) from None
+    if header_text.startswith("\ufeff"):
+        raise InputError("byte-order mark before the header (save as UTF-8 without BOM)", file=name, row=1)
+    if not header_text.strip():
+        raise InputError("empty header line", file=name, row=1)
+    delim = delimiter if delimiter is not None else ("|" if "|" in header_text else ",")
+    header = [h.strip() for h in header_text.split(delim)]
+    if columns is not None:
+        _check_header(header, list(columns), header_text, delim, name, extra_columns)
+    n_fields = len(header)
+    rows = _scan_body(p, len(first), n_fields, delim.encode(), header, name, block)
+    return delim, header, rows
+
+
+def _check_header(header: list[str], columns: list[str], text: str, delim: str, name: str,
+                  extra_columns: bool) -> None:
+    if len(header) == 1 and len(columns) > 1:
+        for other in _OTHER_DELIMITERS:
+            if other != delim and other in text:
+                raise InputError(f"wrong delimiter: header is split by {other!r}, expected {delim!r}", file=name,
+                                 row=1, column=columns[0])
+    if extra_columns:
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise InputError(f"missing column(s) {', '.join(missing)}", file=name, row=1, column=missing[0])
+        return
+    if header != columns:
+        for i, want in enumerate(columns):
+            got = header[i] if i < len(header) else None
+            if got != want:
+                raise InputError(f"column {i + 1} is {got!r}, expected {want!r} (header must be "
+                                 f"{delim.join(columns)})", file=name, row=1, column=want)
+        raise InputError(f"{len(header) - len(columns)} extra column(s) after {columns[-1]}", file=name, row=1,
+                         column=header[len(columns)])
+
+
+def _scan_body(p: Path, offset: int, n_fields: int, delim: bytes, header: list[str], name: str,
+               block: int) -> int:
+    """Field counts of every data line, UTF-8 validity; returns the number of data rows."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    row_base = 2  # row number of the first line in the current block
+    carry = b""
+    rows = 0
+    d = np.frombuffer(delim, dtype=np.uint8)[0]
+    with p.open("rb") as fh:
+        fh.seek(offset)
+        while True:
+            chunk = fh.read(block)
+            final = not chunk
+            data = carry + chunk
+            if not final:
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    carry = data
+                    continue
+                data, carry = data[:cut + 1], data[cut + 1:]
+            elif not data:
+                break
+            try:
+                decoder.decode(data, final=final)
+            except UnicodeDecodeError as exc:
+                line = row_base + data.count(b"\n", 0, exc.start)
+                start = data.rfind(b"\n", 0, exc.start) + 1
+                col = min(data.count(delim, start, exc.start), n_fields - 1)
+                raise InputError(f"not UTF-8 text (byte {data[exc.start]:#04x})", file=name, row=line,
+                                 column=header[col]) from None
+            arr = np.frombuffer(data, dtype=np.uint8)
+            nl = np.flatnonzero(arr == 10)
+            if final and (nl.size == 0 or nl[-1] != arr.size - 1):
+                nl = np.append(nl, arr.size)  # last line without a newline
+            cs = np.zeros(arr.size + 1, dtype=np.int64)
+            np.cumsum(arr == d, out=cs[1:])
+            counts = np.diff(cs[nl], prepend=0)  # delimiters on each line (cs[k] = delimiters in arr[:k])
+            starts = np.concatenate([[0], nl[:-1] + 1]) if nl.size else np.zeros(0, np.int64)
+            empty = (nl - starts) == 0
+            crlf_empty = ((nl - starts) == 1) & (arr[np.minimum(starts, arr.size - 1)] == 13)
+            blank = empty | crlf_empty
+            bad = (counts != n_fields - 1) & ~blank  # blank lines are skipped by the readers (pyarrow, pandas)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                row = row_base + i
+                got = int(counts[i]) + 1
+                if got < n_fields:
+                    raise InputError(f"truncated line: {got} field(s), expected {n_fields}", file=name, row=row,
+                                     column=header[got])
+                raise InputError(f"{got} fields, expected {n_fields} (wrong delimiter or stray {delim.decode()!r})",
+                                 file=name, row=row, column=header[-1])
+            rows += int((~blank).sum())
+            row_base += int(nl.size)
+            if final:
+                break
+    return rows

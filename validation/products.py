@@ -1,0 +1,262 @@
+"""Per-product input validation: the product's own fail-closed checks, the vectorised cross-file facts, and the
+GX suites, combined into one :class:`ValidationResult` (phases 1–3 of the specs).
+
+Order and fail-closed argument: every check here reads only validated-or-rejected data and draws no noise; a
+failure is returned as ``result.error`` (an ``InputError`` naming file, row and column) and the caller raises it
+before preprocessing, so nothing is measured and no ledger entry is written for data that failed.
+Per-state partitions: row counts and rule violations are reported per state (TABBLKST) from one vectorised
+pass, and GX validates the distinct-value domain of every column (exactly equivalent for membership rules,
+see :mod:`validation.domain`), which keeps 10 M persons well inside a minute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dasflow.errors import InputError
+from validation import gx, suites
+from validation.domain import Column, domain_frame, facts_frame
+from validation.report import render_html
+from validation.result import ExpectationRow, ValidationResult
+
+
+@dataclass(frozen=True)
+class InputSuite:
+    """One input file's suite: its name in messages, its (full) columns and its checks."""
+
+    suite: str
+    file: str
+    columns: Mapping[str, Column]
+    checks: Sequence[Check]
+
+
+Check = gx.Check
+
+
+def _fact(rule: str, file: str, column: str, bad: np.ndarray) -> dict[str, object]:
+    """A rule's violation count and first offending row (1-based, header = row 1; 0 when none)."""
+    idx = np.flatnonzero(bad)
+    return {"rule": rule, "file": file, "column": column, "violations": int(idx.size),
+            "first_row": int(idx[0]) + 2 if idx.size else 0}
+
+
+def _first_dup_mask(values: np.ndarray) -> np.ndarray:
+    """True on every row whose value occurred on an earlier row."""
+    return np.asarray(pd.Series(values).duplicated(keep="first").to_numpy(), dtype=bool)
+
+
+def _first_row_of(col: Column, value: Any) -> int | None:
+    """1-based row (header = 1) of the first occurrence of ``value`` in a column (vectorised)."""
+    if isinstance(col, pa.ChunkedArray | pa.Array):
+        arr = col.to_numpy(zero_copy_only=False)
+    else:
+        arr = np.asarray(col)
+    try:
+        hit = np.flatnonzero(pd.isna(arr) if value is None else arr == value)
+    except (TypeError, ValueError):
+        return None
+    return int(hit[0]) + 2 if hit.size else None
+
+
+# -- PHSafe -------------------------------------------------------------------------------------------------
+
+def _phsafe(confidential: Mapping[str, Any], public: Mapping[str, Any],
+            config: Any) -> tuple[list[InputSuite], list[dict[str, object]], dict[str, Any], Callable[[], None]]:
+    from dasflow.products.phsafe.inputs import Inputs, check_cross_file
+
+    p, u, g = confidential["persons"], confidential["units"], public["geo"]
+    files = {"persons": "persons.csv", "units": "units.csv", "geo": "geo.csv"}
+    inputs = [InputSuite(f"phsafe.{n}", files[n], cols, suites.PHSAFE[n])
+              for n, cols in (("persons", p), ("units", u), ("geo", g))]
+    allowed = np.array(sorted(int(s) for s in config.state_filter), dtype=np.int64)
+    occupied = (u["RTYPE"] == 2) & (u["HHT"] != 0)
+    facts = [
+        _fact("unique MAFID", files["units"], "MAFID", _first_dup_mask(u["MAFID"])),
+        _fact("unique MAFID", files["geo"], "MAFID", _first_dup_mask(g["MAFID"])),
+        _fact("person MAFID in units", files["persons"], "MAFID", ~np.isin(p["MAFID"], u["MAFID"])),
+        _fact("unit MAFID in geo", files["units"], "MAFID", ~np.isin(u["MAFID"], g["MAFID"])),
+        _fact("geo MAFID in units", files["geo"], "MAFID", ~np.isin(g["MAFID"], u["MAFID"])),
+        _fact("TABBLKST in state_filter", files["geo"], "TABBLKST", ~np.isin(g["TABBLKST"], allowed)),
+        *[_fact(f"{c} set for occupied units", files["units"], c, occupied & (u[c] == 0))
+          for c in ("HHRACE", "HHSPAN", "TEN", "HHT2")],
+        _fact("GQ persons are RTYPE 5 with RELSHIP 37/38", files["persons"], "RELSHIP",
+              (p["RTYPE"] == 5) != np.isin(p["RELSHIP"], (37, 38))),
+    ]
+    # per-state partition: persons per state through their unit's geography (orphans under "??")
+    order = np.argsort(g["MAFID"], kind="stable")
+    pos = np.searchsorted(g["MAFID"], p["MAFID"], sorter=order)
+    pos = np.minimum(pos, max(len(order) - 1, 0))
+    found = g["MAFID"][order[pos]] == p["MAFID"] if len(order) else np.zeros(len(p["MAFID"]), bool)
+    state = np.where(found, g["TABBLKST"][order[pos]] if len(order) else 0, -1)
+    per_state = _per_state(state.astype(np.int64), fmt=lambda s: f"{s:02d}" if s >= 0 else "??")
+    summary = {"rows": {files[n]: len(c["MAFID"]) for n, c in (("persons", p), ("units", u), ("geo", g))},
+               "universe": config.universe, "persons_per_state": per_state}
+
+    def own() -> None:
+        check_cross_file(Inputs(persons=p, units=u, geo=g, files=files), config.state_filter)
+
+    return inputs, facts, summary, own
+
+
+def _per_state(codes: np.ndarray, fmt: Callable[[int], str]) -> dict[str, int]:
+    values, counts = np.unique(codes, return_counts=True)
+    return {fmt(int(v)): int(c) for v, c in zip(values, counts, strict=True)}
+
+
+# -- SafeTab-P ----------------------------------------------------------------------------------------------
+
+def _read_text_table(path: Path) -> pd.DataFrame:
+    df = pd.read_csv(path, sep="|", dtype=str, keep_default_na=False, na_filter=False)
+    df.columns = [c.strip() for c in df.columns]
+    out: pd.DataFrame = df.apply(lambda s: s.str.strip())
+    return out
+
+
+def _safetab(confidential: Mapping[str, Any], public: Mapping[str, Any],
+             config: Any) -> tuple[list[InputSuite], list[dict[str, object]], dict[str, Any], Callable[[], None]]:
+    from dasflow.products.safetab_p.iterations import CODE_TO_ITER_FILE, CODES_FILE, ETH_ITER_FILE, RACE_ITER_FILE
+    from dasflow.products.safetab_p.records import GRFC_COLUMNS, PERSON_FILE, encode_persons, read_pipe_file
+
+    persons: pa.Table = confidential["persons"]
+    geo, index = public["geography"], public["iterations"]
+    it_dir = Path(index.source)
+    its = {name: _read_text_table(it_dir / name) for name in suites.ITERATION_FILES}
+    codes = [str(c) for c in index.codes]
+    inputs = [InputSuite("safetab_p.persons", PERSON_FILE, {c: persons.column(c) for c in persons.column_names},
+                         suites.safetab_person_checks(codes))]
+    grfc = read_pipe_file(geo.source, GRFC_COLUMNS, extra_columns=True)
+    inputs.append(InputSuite("safetab_p.grfc", Path(geo.source).name,
+                             {c: grfc.column(c) for c in grfc.column_names}, suites.GRFC))
+    for name, frame in its.items():
+        inputs.append(InputSuite(f"safetab_p.{name.removesuffix('.txt')}", name,
+                                 {c: frame[c] for c in frame.columns}, suites.ITERATION_FILES[name]))
+    block = pc.binary_join_element_wise(persons.column("TABBLKST"), persons.column("TABBLKCOU"),
+                                        persons.column("TABTRACTCE"), persons.column("TABBLK"), "")
+    grfc_key = pc.binary_join_element_wise(grfc.column("TABBLKST"), grfc.column("TABBLKCOU"),
+                                           grfc.column("TABTRACTCE"), grfc.column("TABBLK"), "")
+    st = persons.column("TABBLKST").to_numpy(zero_copy_only=False)
+    in_run = st == "72" if public["universe"] == "PR" else (
+        np.isin(st, list(config.state_filter_us)) if config.state_filter_us else st != "72")
+    race, eth, cmap = (its[RACE_ITER_FILE], its[ETH_ITER_FILE], its[CODE_TO_ITER_FILE])
+    facts = [
+        _fact("person block in GRF-C", PERSON_FILE, "TABBLK",
+              in_run & ~pc.is_in(block, value_set=grfc_key).to_numpy(zero_copy_only=False)),
+        _fact("unique block", Path(geo.source).name, "TABBLK", _first_dup_mask(grfc_key.to_numpy(zero_copy_only=False))),
+        _fact("unique code", CODES_FILE, "RACE_ETH_CODE", its[CODES_FILE].RACE_ETH_CODE.duplicated().to_numpy()),
+        _fact("unique iteration code", RACE_ITER_FILE, "ITERATION_CODE", race.ITERATION_CODE.duplicated().to_numpy()),
+        _fact("unique iteration code", ETH_ITER_FILE, "ITERATION_CODE", eth.ITERATION_CODE.duplicated().to_numpy()),
+        _fact("race and ethnicity iteration codes distinct", ETH_ITER_FILE, "ITERATION_CODE",
+              eth.ITERATION_CODE.isin(race.ITERATION_CODE).to_numpy()),
+        _fact("mapped iteration is known", CODE_TO_ITER_FILE, "ITERATION_CODE",
+              (~cmap.ITERATION_CODE.isin(pd.concat([race.ITERATION_CODE, eth.ITERATION_CODE]))).to_numpy()),
+        _fact("mapped code is known", CODE_TO_ITER_FILE, "RACE_ETH_CODE",
+              (~cmap.RACE_ETH_CODE.isin(its[CODES_FILE].RACE_ETH_CODE)).to_numpy()),
+        _fact("unique mapping row", CODE_TO_ITER_FILE, "RACE_ETH_CODE", cmap.duplicated().to_numpy()),
+    ]
+    counts = pc.value_counts(persons.column("TABBLKST"))
+    per_state = {str(v["values"]): int(v["counts"]) for v in counts.to_pylist()}
+    summary = {"rows": {PERSON_FILE: int(persons.num_rows), Path(geo.source).name: int(grfc.num_rows),
+                        **{n: len(f) for n, f in its.items()}},
+               "universe": public["universe"], "persons_per_state": dict(sorted(per_state.items()))}
+
+    def own() -> None:
+        encode_persons(persons, geo, index, config.max_race_codes, config.state_filter_us, PERSON_FILE)
+
+    return inputs, facts, summary, own
+
+
+# -- group sizes --------------------------------------------------------------------------------------------
+
+def _groupsize(confidential: Mapping[str, Any], public: Mapping[str, Any],
+               config: Any) -> tuple[list[InputSuite], list[dict[str, object]], dict[str, Any], Callable[[], None]]:
+    from dasflow.products.groupsize.product import GroupSizeProduct
+
+    hh: pd.DataFrame = confidential["households"]
+    source = str(confidential.get("households_source", "<households>"))
+    geo: pd.DataFrame = public["geography"]
+    key = hh["STATE"].astype(str) + "\x00" + hh["COUNTY"].astype(str)
+    known = pd.Index(geo["STATE"].astype(str) + "\x00" + geo["COUNTY"].astype(str))
+    facts = [
+        _fact("(STATE, COUNTY) in the public geography", source, "COUNTY", known.get_indexer(pd.Index(key)) < 0),
+        _fact("occupied units = public invariant n", source, "SIZE",
+              np.array([len(hh) != int(public["n_groups"])]) if len(hh) != int(public["n_groups"]) else
+              np.zeros(0, bool)),
+    ]
+    per_state = {str(k): int(v) for k, v in hh["STATE"].value_counts().sort_index().items()}
+    summary = {"rows": {source: len(hh)}, "n_groups": int(public["n_groups"]), "households_per_state": per_state}
+
+    def own() -> None:
+        GroupSizeProduct(config).prepare(confidential, public)
+
+    return [InputSuite("groupsize.households", source, {c: hh[c] for c in hh.columns},
+                       suites.GROUPSIZE_HOUSEHOLDS)], facts, summary, own
+
+
+RUNNERS: dict[str, Callable[..., tuple[list[InputSuite], list[dict[str, object]], dict[str, Any],
+                                       Callable[[], None]]]] = {
+    "phsafe": _phsafe, "safetab-p": _safetab, "groupsize": _groupsize}
+
+
+def _error_from_suite(s: InputSuite, rows: list[ExpectationRow], first: tuple[Check, list[Any], list[Any]] | None,
+                      ) -> InputError:
+    check = first[0] if first else None
+    bad = next(r for r in rows if not r.success)
+    column = bad.column or (check.column if check else None)
+    row = None
+    if first is not None and first[2] and column is not None and column in s.columns:
+        row = _first_row_of(s.columns[column], first[2][0])
+    elif column is None:
+        row = 1  # header-level expectation (column set, order)
+    return InputError(f"{bad.expectation} failed ({bad.detail}) [suite {s.suite}]", file=s.file, row=row,
+                      column=column)
+
+
+def run_product_suite(product: str, confidential: Mapping[str, Any], public: Mapping[str, Any],
+                      config: Any) -> ValidationResult:
+    """Validate one product's inputs (phases 1–3) with its GX suites; never raises for bad data.
+
+    ``confidential``/``public``/``config`` are what the product's adapter returns (``confidential_inputs``,
+    ``public_inputs``, ``load_config``). Call ``result.raise_for_failure()`` to fail closed.
+    """
+    if product not in RUNNERS:
+        raise InputError(f"no validation suites for product {product!r}; known: {sorted(RUNNERS)}",
+                         column="products.name")
+    error: InputError | None = None
+    rows: list[ExpectationRow] = []
+    try:
+        inputs, facts, summary, own = RUNNERS[product](confidential, public, config)
+    except InputError as exc:  # the inputs could not even be assembled (e.g. an iteration file is unreadable)
+        error, inputs, facts, summary = exc, [], [], {}
+        own = None
+    if own is not None:
+        try:
+            own()  # the product's own fail-closed checks (authoritative first error)
+        except InputError as exc:
+            error = exc
+    for s in inputs:
+        out = gx.validate(s.suite, s.checks, domain_frame(s.columns))
+        rows += out.rows
+        if not out.success and error is None:
+            error = _error_from_suite(s, out.rows, out.first_failure)
+    if facts:
+        ff = facts_frame(facts)
+        out = gx.validate(f"{product}.cross_file", suites.FACTS_SUITE, ff)
+        rows += out.rows
+        if not out.success and error is None:
+            bad = ff[ff.violations > 0].iloc[0]
+            error = InputError(f"{bad.rule}: {int(bad.violations)} violation(s)", file=str(bad.file),
+                               row=int(bad.first_row) or None, column=str(bad.column))
+        summary["cross_file"] = ff.to_dict(orient="records")
+    summary["suite_version"] = gx.SUITE_VERSION
+    summary["expectations"] = {"evaluated": len(rows), "failed": sum(not r.success for r in rows)}
+    result = ValidationResult(product=product, success=error is None, summary=summary, rows=rows, error=error)
+    result.html = render_html(result)
+    return result
