@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow
+from pydantic import BaseModel, Field
 
 from dasflow.config import ReleaseConfig, load_release_config, parse_release_config
 from dasflow.io.store import LocalStore, open_store
@@ -60,3 +61,15 @@ def run_release(cfg: ReleaseConfig) -> dict[str, Any]:
 
 def run_release_file(path: str | Path) -> dict[str, Any]:
     return run_release(load_release_config(path))
+
+
+class ReleaseRequest(BaseModel):
+    """Parameters of a release started from the Prefect UI or a schedule (rendered as a form)."""
+
+    config_path: str = Field(description="path of the release config JSON on the worker (see README)")
+
+
+@flow(name="dasflow-release-from-file", log_prints=True)
+def release_from_file(request: ReleaseRequest) -> dict[str, Any]:
+    """Run (or resume) the release described by a config file: the deployment entry point."""
+    return run_release(load_release_config(request.config_path))

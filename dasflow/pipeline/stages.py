@@ -157,7 +157,8 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
         def draw(spec: MeasurementSpec = spec, native: MeasurementSpec = native) -> NoisyMeasurement:
             if "prepared" not in cache:
                 cache["prepared"] = load_prepared(ctx, product)
-            return measure_one(adapter.product(ctx.product_config(product)), cache["prepared"], native, g.spawn(spec.key), done)
+            product_obj = adapter.product(ctx.product_config(product))
+            return measure_one(product_obj, cache["prepared"], native, g.spawn(spec.key), done)
 
         measurement, fresh = ctx.ledger.measure_once(spec, draw, attempt=attempt)
         done[native.key] = dataclasses.replace(measurement, spec=native)
@@ -198,12 +199,14 @@ def _measurement_hashes(ctx: RunContext, product: str) -> dict[str, str]:
     return hashes
 
 
-def postprocess_stage(ctx: RunContext, product: str) -> dict[str, Any]:
-    """Pure post-processing of the committed measurements and public inputs (no confidential access)."""
+def postprocess_stage(ctx: RunContext, product: str, *, force: bool = False) -> dict[str, Any]:
+    """Pure post-processing of the committed measurements and public inputs (no confidential access).
+
+    ``force`` recomputes even if the stage's manifest is current (an operator's rerun after a fix)."""
     post = ctx.post_store()
     inputs = _measurement_hashes(ctx, product)
     current = manifest_if_current(ctx, "postprocess", product, inputs)
-    if current is not None:
+    if current is not None and not force:
         return current
     adapter = ctx.adapter(product)
     cfg = ctx.product_config(product)

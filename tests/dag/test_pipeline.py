@@ -211,3 +211,27 @@ def test_local_store_default_directory_is_created(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "deep" / "store")
     assert (tmp_path / "deep" / "store").is_dir()
     assert store.list() == []
+
+
+def test_rerun_postprocess_uses_stored_measurements_and_leaves_the_ledger_unchanged(tmp_path: Path) -> None:
+    from dasflow.pipeline.operator import ledger_snapshot, rerun_postprocess
+
+    store, cfg = local_release(tmp_path)
+    ctx = freeze_config(cfg, store)
+    run_all(ctx)
+    before = release_files(tmp_path / "store", "r1")
+    snap = ledger_snapshot(ctx)
+    result = rerun_postprocess(ctx)
+    assert result["ledger_unchanged"] and ledger_snapshot(ctx) == snap
+    assert release_files(tmp_path / "store", "r1") == before
+
+
+def test_rerun_postprocess_refuses_an_unmeasured_release(tmp_path: Path) -> None:
+    from dasflow.pipeline.operator import rerun_postprocess
+
+    store, cfg = local_release(tmp_path)
+    ctx = freeze_config(cfg, store)
+    stages.plan_stage(ctx)
+    with pytest.raises(LedgerRefusal, match="not measured yet"):
+        rerun_postprocess(ctx)
+    assert store.list("runs/r1/measurements/") == []

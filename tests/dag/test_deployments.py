@@ -1,0 +1,51 @@
+"""The deployment definitions resolve: every prefect.yaml entry point is a flow whose parameter schema accepts
+the deployment's parameters (what the UI form renders), and serve.py builds the same deployments."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import yaml
+from prefect import Flow
+from prefect.utilities.callables import parameter_schema
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_prefect_yaml_entrypoints_are_flows_with_matching_parameters() -> None:
+    spec = yaml.safe_load((REPO / "deployments/prefect.yaml").read_text())
+    names = []
+    for dep in spec["deployments"]:
+        path, func = dep["entrypoint"].split(":")
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        flow = getattr(module, func)
+        assert isinstance(flow, Flow), dep["name"]
+        schema = parameter_schema(flow.fn)
+        assert set(dep["parameters"]) <= set(schema.properties), dep["name"]
+        assert set(schema.required or []) <= set(dep["parameters"]), dep["name"]
+        assert dep["work_pool"]["name"] == "dasflow-process"
+        names.append(dep["name"])
+    assert names == ["scheduled-release", "resume-release", "rerun-postprocess", "ledger-report"]
+    release = next(d for d in spec["deployments"] if d["name"] == "scheduled-release")
+    assert release["schedules"][0]["cron"] == "0 2 * * *"
+
+
+def test_release_form_is_typed() -> None:
+    from flows.release import release_from_file
+
+    schema = parameter_schema(release_from_file.fn).model_dump()
+    definitions = schema["definitions"]
+    assert definitions["ReleaseRequest"]["properties"]["config_path"]["type"] == "string"
+
+
+def test_serve_builds_the_same_deployments() -> None:
+    import sys
+
+    sys.path.insert(0, str(REPO / "deployments"))
+    try:
+        serve = importlib.import_module("serve")
+    finally:
+        sys.path.pop(0)
+    built = serve.deployments()
+    assert [d.name for d in built] == ["scheduled-release", "resume-release", "rerun-postprocess", "ledger-report"]
