@@ -363,11 +363,10 @@ def _households(bits: Bits, ctx: StateContext, size: I64, county: I64) -> Arrays
     age[other] = vals
     age[starts] = hh_age16
     # Hispanic origin and race: a member shares the householder's (all of it) w.p. HOUSEHOLD_RACE_COPY
-    own = bits.unif(n) >= prm.HOUSEHOLD_RACE_COPY
+    own = ~bits.bernoulli(prm.HOUSEHOLD_RACE_COPY, n)
     own[starts] = True
-    rank = (np.cumsum(own, dtype=np.int32) - 1).astype(np.int32)
-    ri = rank[starts[hh]]
-    ri[own] = rank[own]
+    rank = np.cumsum(own, dtype=np.int32) - 1
+    ri = np.where(own, rank, rank[starts][hh])
     re = _race_eth(bits, ctx, county[hh[own]])
     cenhisp = re["cenhisp"][ri]
     cenrace = re["cenrace"][ri]
