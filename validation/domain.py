@@ -11,6 +11,7 @@ full data and reach GX as a *facts* frame (one row per rule with its violation c
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -18,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-Column = npt.NDArray[np.generic] | pa.ChunkedArray | pa.Array | pd.Series
+Column: TypeAlias = "npt.NDArray[Any] | pa.ChunkedArray | pa.Array | pd.Series"
 
 
 def _distinct(values: Column) -> pd.Series:

@@ -4,7 +4,8 @@ A reader (pyarrow CSV) meeting a truncated line, a wrong delimiter or a bad byte
 without a row; these checks turn each into an :class:`InputError` with file, row (1-based, header = row 1) and
 column, so no malformed line reaches a parser. Vectorised over the raw bytes in blocks (numpy; memory is
 O(block), not O(file)): UTF-8 validity, a non-empty header naming the expected columns with the expected
-delimiter, and the same field count on every non-blank line (blank lines are skipped by the readers). Quoting is not part of the Census formats (pipe-delimited,
+delimiter, and the same field count on every non-blank line (blank lines are skipped by the readers).
+Quoting is not part of the Census formats (pipe-delimited,
 no quotes), so a quote character is taken literally.
 """
 

@@ -55,10 +55,7 @@ def _first_dup_mask(values: np.ndarray) -> np.ndarray:
 
 def _first_row_of(col: Column, value: Any) -> int | None:
     """1-based row (header = 1) of the first occurrence of ``value`` in a column (vectorised)."""
-    if isinstance(col, pa.ChunkedArray | pa.Array):
-        arr = col.to_numpy(zero_copy_only=False)
-    else:
-        arr = np.asarray(col)
+    arr = col.to_numpy(zero_copy_only=False) if isinstance(col, pa.ChunkedArray | pa.Array) else np.asarray(col)
     try:
         hit = np.flatnonzero(pd.isna(arr) if value is None else arr == value)
     except (TypeError, ValueError):
@@ -149,7 +146,8 @@ def _safetab(confidential: Mapping[str, Any], public: Mapping[str, Any],
     facts = [
         _fact("person block in GRF-C", PERSON_FILE, "TABBLK",
               in_run & ~pc.is_in(block, value_set=grfc_key).to_numpy(zero_copy_only=False)),
-        _fact("unique block", Path(geo.source).name, "TABBLK", _first_dup_mask(grfc_key.to_numpy(zero_copy_only=False))),
+        _fact("unique block", Path(geo.source).name, "TABBLK",
+              _first_dup_mask(grfc_key.to_numpy(zero_copy_only=False))),
         _fact("unique code", CODES_FILE, "RACE_ETH_CODE", its[CODES_FILE].RACE_ETH_CODE.duplicated().to_numpy()),
         _fact("unique iteration code", RACE_ITER_FILE, "ITERATION_CODE", race.ITERATION_CODE.duplicated().to_numpy()),
         _fact("unique iteration code", ETH_ITER_FILE, "ITERATION_CODE", eth.ITERATION_CODE.duplicated().to_numpy()),

@@ -39,7 +39,8 @@ def render_html(result: ValidationResult) -> str:
         for f in facts:
             cls = "ok" if not f["violations"] else "bad"
             parts.append(f"<tr class='{cls}'><td>{e(str(f['rule']))}</td><td>{e(str(f['file']))}</td>"
-                         f"<td>{e(str(f['column']))}</td><td>{f['violations']}</td><td>{f['first_row'] or ''}</td></tr>")
+                         f"<td>{e(str(f['column']))}</td><td>{f['violations']}</td>"
+                         f"<td>{f['first_row'] or ''}</td></tr>")
         parts.append("</table>")
     parts.append("<h2>Expectations</h2><table><tr><th>suite</th><th>expectation</th><th>column</th>"
                  "<th>result</th><th>unexpected</th><th>detail</th></tr>")

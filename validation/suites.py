@@ -10,6 +10,8 @@ housing units: STATE, COUNTY, SIZE ≥ 1).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from validation.gx import Check
 
 _US_AND_PR = sorted({1, 2, 4, 5, 6, 8, 9, 10, 11, 12, 13, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27,
@@ -31,8 +33,8 @@ def _between(col: str, lo: int, hi: int) -> Check:
     return Check("ExpectColumnValuesToBeBetween", {"column": col, "min_value": lo, "max_value": hi})
 
 
-def _in(col: str, values: list[object]) -> Check:
-    return Check("ExpectColumnValuesToBeInSet", {"column": col, "value_set": values})
+def _in(col: str, values: Sequence[object]) -> Check:
+    return Check("ExpectColumnValuesToBeInSet", {"column": col, "value_set": list(values)})
 
 
 def _re(col: str, pattern: str) -> Check:
