@@ -98,13 +98,18 @@ def state_race_probs(state: str) -> F64:
     return out
 
 
+#: county race-class tables have 2**14 entries: each class probability to within 6e-5 (3,221 counties x 2 tables)
+CLASS_LUT_BITS = 14
+CLASS_LUT_SIZE = 1 << CLASS_LUT_BITS
+
+
 @dataclass(frozen=True)
 class RaceTables:
     """Per-state race sampling tables: per (county, Hispanic) a lookup table over 7 classes (the six races
     alone,
     then "two or more"), and per Hispanic status a table over the 57 multiracial CENRACE codes (07..63)."""
 
-    county_class: npt.NDArray[np.int8]  # (K*2*65536,) row = 2*county + hispanic
+    county_class: npt.NDArray[np.int8]  # (K*2*CLASS_LUT_SIZE,) row = 2*county + hispanic
     multi: tuple[npt.NDArray[np.int16], npt.NDArray[np.int16]]
     county_probs: F64  # (K, 2, 7) for reporting and tests
 
@@ -117,7 +122,7 @@ def race_tables(g: np.random.Generator, state: str, n_counties: int) -> RaceTabl
     alpha = np.broadcast_to(seven[None, :, :] * prm.COUNTY_RACE_CONCENTRATION, (n_counties, 2, 7))
     x = g.gamma(alpha) + 1e-300
     x /= x.sum(axis=2, keepdims=True)
-    luts = lookup_tables(x.reshape(n_counties * 2, 7), 16)
+    luts = lookup_tables(x.reshape(n_counties * 2, 7), CLASS_LUT_BITS)
     multi = (lookup_table(base[0, 6:], 16), lookup_table(base[1, 6:], 16))
     return RaceTables(luts, multi, x)
 
@@ -126,7 +131,7 @@ def draw_cenrace(bits: Bits, tables: RaceTables, county: I64, hisp: npt.NDArray[
     """CENRACE (1..63) given the county index and Hispanic origin of each person."""
     n = county.size
     row = county * 2 + hisp
-    cls = tables.county_class[row * 65536 + bits.u16(n)]
+    cls = tables.county_class[row * CLASS_LUT_SIZE + (bits.u16(n) >> np.uint16(16 - CLASS_LUT_BITS))]
     out: npt.NDArray[np.int8] = (cls + 1).astype(np.int8)
     multi = np.flatnonzero(cls == 6)
     if multi.size:

@@ -1,11 +1,10 @@
 """Fast vectorised sampling helpers for the generator (synthetic data, not privacy noise).
 
 Categorical draws use lookup tables: a table of 2**bits entries maps a uniform ``bits``-bit integer to a
-category,
-so each category's probability is represented to within 2**-bits (documented precision: 2**-16 for tables
-whose
-probabilities are all >= 1e-4, 2**-20 for the long-tailed ones). Uniform bits come straight from the bit
-generator's raw 64-bit output, four 16-bit or two 32-bit draws per call.
+category, so each category's probability is represented to within 2**-bits (2**-16 for the small tables,
+2**-14 for the per-county race-class tables, 2**-20 for the long-tailed household-size and detailed-code
+tables). Uniform bits come straight from the bit generator's raw 64-bit output, four 16-bit or two 32-bit draws
+per call.
 """
 
 from __future__ import annotations

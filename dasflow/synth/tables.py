@@ -28,7 +28,10 @@ from dasflow.synth.reference import states
 
 
 def _const_str(value: str, n: int) -> pa.Array:
-    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int8)), pa.array([value])).cast(pa.string())
+    """A string column holding ``value`` n times, built from its buffers (no per-row work beyond two fills)."""
+    raw = value.encode("utf-8")
+    offsets = np.arange(0, len(raw) * (n + 1), len(raw), dtype=np.int32)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(raw * n))
 
 
 def persons_table(c: Chunk) -> pa.Table:

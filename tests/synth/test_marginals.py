@@ -99,7 +99,7 @@ def test_race_and_hispanic_match_county_tables(frames: Frames) -> None:
     probs = ctx.race.county_probs[kidx, hisp.astype(int)]  # (n, 7)
     for k in range(7):
         e = probs[:, k].mean()
-        tol = 6 * np.sqrt(e * (1 - e) * deff / n) + 2 * 2**-16
+        tol = 6 * np.sqrt(e * (1 - e) * deff / n) + 2 * 2**-14  # + lookup-table precision
         assert abs((cls == k).mean() - e) < tol, (k, (cls == k).mean(), e)
 
 
