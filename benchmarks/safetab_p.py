@@ -189,7 +189,8 @@ def run_one(n: int) -> dict[str, Any]:
                      "count_s": t_count, "stage1_s": t_s1, "stage2_s": t_s2, "post_s": t_post,
                      "key_cpu_s": cpu})
         del counts, sparse, prepared, m1, m2, est
-    return {"persons": n, "synth_s": t_synth, "encode_s": t_encode, "encode_cpu_s": cpu_encode, "keys": keys, "peak_rss_mb": _rss_mb()}
+    return {"persons": n, "synth_s": t_synth, "encode_s": t_encode, "encode_cpu_s": cpu_encode, "keys": keys,
+            "peak_rss_mb": _rss_mb()}
 
 
 def dasflow_peer_key(n: int, rt: str = "STATE", lv: int = 2) -> dict[str, Any]:
@@ -298,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--one", type=int, default=None)
     p.add_argument("--peer", type=int, default=None)
     p.add_argument("--tumult-persons", type=int, default=1_000_000)
-    p.add_argument("--sizes", default="1000000,10000000")
+    p.add_argument("--sizes", default="1000000,10000000", help="dasflow sizes ('' to skip)")
     a = p.parse_args(argv)
     if a.one is not None:
         print(json.dumps(run_one(a.one)))
@@ -306,17 +307,31 @@ def main(argv: list[str] | None = None) -> int:
     if a.peer is not None:
         print(json.dumps(dasflow_peer_key(a.peer)))
         return 0
-    sizes = [int(x) for x in a.sizes.split(",")]
-    runs = [_subprocess(["--one", str(n)]) for n in sizes]
-    peer = _subprocess(["--peer", str(a.tumult_persons)])
-    with tempfile.TemporaryDirectory() as d:
-        tumult = run_tumult(a.tumult_persons, Path(d))
-    result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": os.uname().nodename,
-              "cpus": os.cpu_count(), "runs": runs, "peer_dasflow": peer, "tumult": tumult,
-              "speedup_vs_tumult": tumult["tumult_s"] / peer["wall_s"],
-              "full_us_estimate": estimate_full_us(runs[0], runs[-1]) if len(runs) > 1 else None}
+    sizes = [int(x) for x in a.sizes.split(",")] if a.sizes else []
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "safetab_p.json").write_text(json.dumps(result, indent=1))
+    out_path = RESULTS / "safetab_p.json"
+    result: dict[str, Any] = json.loads(out_path.read_text()) if out_path.exists() else {}
+    result.update({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": os.uname().nodename,
+                   "cpus": os.cpu_count()})
+
+    def save() -> None:  # partial results survive an interrupted run
+        out_path.write_text(json.dumps(result, indent=1))
+
+    if sizes:
+        result["runs"] = []
+        for n in sizes:
+            result["runs"].append(_subprocess(["--one", str(n)]))
+            save()
+        if len(sizes) > 1:
+            result["full_us_estimate"] = estimate_full_us(result["runs"][0], result["runs"][-1])
+            save()
+    if a.tumult_persons > 0:
+        result["peer_dasflow"] = _subprocess(["--peer", str(a.tumult_persons)])
+        save()
+        with tempfile.TemporaryDirectory() as d:
+            result["tumult"] = run_tumult(a.tumult_persons, Path(d))
+        result["speedup_vs_tumult"] = result["tumult"]["tumult_s"] / result["peer_dasflow"]["wall_s"]
+        save()
     print(json.dumps(result, indent=1))
     return 0
 
