@@ -143,12 +143,13 @@ def run_dasflow(data: Path, mode: str) -> dict[str, Any]:
                 f"sys.path.insert(0, {str(ROOT)!r}); import phsafe; "
                 f"print(json.dumps(phsafe.worker({str(data)!r}, {mode!r}, {out!r})))")
         cmd = [str(PYTHON), "-c", code]
-        rc, stdout, stderr, wall, peak = tumult_env._watch(cmd, dict(os.environ), 3600.0)
+        rc, stdout, stderr, wall, peak, cpu = tumult_env._watch(cmd, dict(os.environ), 3600.0)
     if rc != 0:
         raise RuntimeError(f"dasflow worker failed:\n{stderr[-4000:]}")
     result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     result["wall_s"] = wall
     result["peak_rss_mb"] = peak / 2**20
+    result["cpu_s"] = cpu
     return result
 
 
@@ -174,7 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--persons", type=int, nargs="+", default=[1_000_000, 10_000_000])
     ap.add_argument("--skip-tumult", action="store_true")
     ap.add_argument("--json", type=Path, default=BENCH / "results.json")
+    ap.add_argument("--reuse-tumult", type=Path, default=None,
+                    help="take the Tumult runs from an earlier results JSON (same data and script)")
+    ap.add_argument("--markdown", type=Path, default=None, help="also write the results table here")
     args = ap.parse_args(argv)
+    reused: dict[str, Any] = {}
+    if args.reuse_tumult is not None:
+        old = json.loads(args.reuse_tumult.read_text())
+        reused = {n: r["tumult_ph7"] for n, r in old["runs"].items() if "tumult_ph7" in r}
     results: dict[str, Any] = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                                "machine": f"{platform.machine()}, {os.cpu_count()} cores",
                                "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "runs": {}}
@@ -190,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{n:,} persons] dasflow PH7 ...", flush=True)
         run["dasflow_ph7"] = run_dasflow(data, "ph7")
         print(json.dumps(run["dasflow_ph7"]), flush=True)
-        if not args.skip_tumult:
+        if str(n) in reused:
+            run["tumult_ph7"] = {**reused[str(n)], "reused_from": str(args.reuse_tumult)}
+        elif not args.skip_tumult:
             print(f"[{n:,} persons] Tumult Analytics PH7 ...", flush=True)
             run["tumult_ph7"] = run_tumult(data)
             print(json.dumps(run["tumult_ph7"]), flush=True)
@@ -198,7 +208,37 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=1))
     print(json.dumps(results, indent=1))
+    if args.markdown is not None:
+        args.markdown.write_text(markdown(results))
     return 0
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The results as a Markdown table (one row per size and engine) plus the ratios."""
+    lines = [f"Measured {results['date']} on {results['machine']}; command `{results['command']}`.", "",
+             "| persons | run | wall s | CPU s | read+validate s | prepare s | measure s | peak RSS MB |",
+             "|---|---|---|---|---|---|---|---|"]
+    for n, run in results["runs"].items():
+        for name in ("dasflow_full", "dasflow_ph7"):
+            r = run[name]
+            lines.append(f"| {int(n):,} | {name} | {r['wall_s']:.1f} | {r.get('cpu_s', float('nan')):.1f} | "
+                         f"{r['read_validate_s']:.1f} | {r['prepare_s']:.1f} | {r['measure_s']:.2f} | "
+                         f"{r['peak_rss_mb']:.0f} |")
+        if "tumult_ph7" in run:
+            t = run["tumult_ph7"]
+            lines.append(f"| {int(n):,} | tumult_ph7 | {t['wall_s']:.1f} | {t.get('cpu_s', float('nan')):.1f} | "
+                         f"(lazy) | (Spark start {t['spark_start_s']:.0f}, session {t['session_build_s']:.0f}) | "
+                         f"queries {t['queries_s']:.1f} | {t['peak_rss_mb']:.0f} |")
+    lines += ["", "| persons | PH7 speed-up, wall (Tumult / dasflow) | PH7 speed-up, CPU | "
+              "PH7 speed-up, Tumult queries only / dasflow total |", "|---|---|---|---|"]
+    for n, run in results["runs"].items():
+        if "tumult_ph7" not in run:
+            continue
+        t, d = run["tumult_ph7"], run["dasflow_ph7"]
+        cpu = (f"{t['cpu_s'] / d['cpu_s']:.0f}x" if "cpu_s" in t and "cpu_s" in d else "n/a")
+        lines.append(f"| {int(n):,} | {t['wall_s'] / d['wall_s']:.0f}x | {cpu} | "
+                     f"{t['queries_s'] / d['total_s']:.0f}x |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

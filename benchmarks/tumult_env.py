@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -103,46 +104,60 @@ def _env(args: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def _tree_rss(proc: psutil.Process) -> int:
+def _tree_rss(proc: psutil.Process, cpu: dict[int, float]) -> int:
+    """Summed RSS of the process tree; records each process's latest user + system CPU seconds in ``cpu``."""
     total = 0
-    for p in [proc, *proc.children(recursive=True)]:
+    procs = [proc]
+    with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+        procs += proc.children(recursive=True)
+    for p in procs:
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             total += p.memory_info().rss
+            t = p.cpu_times()
+            cpu[p.pid] = t.user + t.system
     return total
 
 
-def _watch(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, str, float, int]:
-    """Run ``cmd``; return (returncode, stdout, stderr, wall seconds, peak process-tree RSS in bytes)."""
+def _watch(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, str, float, int, float]:
+    """Run ``cmd``; return (returncode, stdout, stderr, wall s, peak process-tree RSS bytes, CPU s).
+
+    CPU is user + system time: the larger of the ``RUSAGE_CHILDREN`` delta (the child and the descendants it
+    reaped) and the sum over every process of the tree as last sampled (covers an un-reaped Spark JVM).
+    """
     with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         peak = 0
+        sampled: dict[int, float] = {}
         with subprocess.Popen(cmd, env=env, stdout=out_f, stderr=err_f, text=True) as proc:
             ps = psutil.Process(proc.pid)
             while proc.poll() is None:
-                peak = max(peak, _tree_rss(ps))
+                peak = max(peak, _tree_rss(ps, sampled))
                 if time.perf_counter() - t0 > timeout:
                     proc.kill()
                     proc.wait()
                     raise RuntimeError(f"tumult script timed out after {timeout} s")
                 time.sleep(0.2)
         wall = time.perf_counter() - t0
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = max((r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), sum(sampled.values()))
         out_f.seek(0)
         err_f.seek(0)
-        return proc.returncode, out_f.read(), err_f.read(), wall, peak
+        return proc.returncode, out_f.read(), err_f.read(), wall, peak, cpu
 
 
 def run_script(code: str, args: dict[str, Any] | None = None, timeout: float = 3600.0) -> dict[str, Any]:
     """Run ``code`` in the Tumult venv; return the JSON object it prints last, plus wall time and peak RSS.
 
     ``peak_rss_mb`` is the peak of the summed resident set size of the child process tree (the Python driver
-    and the Spark JVM it launches), sampled every 0.2 s.
+    and the Spark JVM it launches), sampled every 0.2 s; ``cpu_s`` its user + system CPU time.
     """
     ensure(quiet=True)
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
         fh.write(PRELUDE + "\n" + code)
         path = fh.name
     try:
-        rc, stdout, stderr, wall, peak = _watch([str(PYTHON), path], _env(args or {}), timeout)
+        rc, stdout, stderr, wall, peak, cpu = _watch([str(PYTHON), path], _env(args or {}), timeout)
     finally:
         os.unlink(path)
     if rc != 0:
@@ -153,6 +168,7 @@ def run_script(code: str, args: dict[str, Any] | None = None, timeout: float = 3
     result: dict[str, Any] = json.loads(lines[-1])
     result["wall_s"] = wall
     result["peak_rss_mb"] = peak / 2**20
+    result["cpu_s"] = cpu
     return result
 
 

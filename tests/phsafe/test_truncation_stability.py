@@ -229,3 +229,15 @@ def test_record_hash_is_a_function_of_content_only() -> None:
     a = record_hash([np.array([1, 2, 3]), np.array([4, 5, 6])])
     b = record_hash([np.array([3, 2, 1]), np.array([6, 5, 4])])
     assert a.tolist() == b[::-1].tolist() and len(set(a.tolist())) == 3
+
+
+def test_r7_hash_collisions_fall_back_to_the_full_record_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If two different records of a household collided on the 64-bit hash, ties are broken by the fields."""
+    import dasflow.products.phsafe.truncate as tr
+    monkeypatch.setattr(tr, "record_hash", lambda fields, key=tr.TRUNCATION_KEY: np.zeros(len(fields[0]),
+                                                                                          dtype=np.uint64))
+    mafid = np.array([2, 1, 2, 1, 2], dtype=np.int64)
+    age = np.array([9, 5, 3, 7, 3], dtype=np.int16)
+    order = tr.content_order(mafid, [age])
+    assert list(zip(mafid[order].tolist(), age[order].tolist(), strict=True)) == \
+        [(1, 5), (1, 7), (2, 3), (2, 3), (2, 9)]

@@ -12,7 +12,7 @@ the level's sensitivity is the transformation's stability c (2τ+2 join tables, 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +20,7 @@ import pandas as pd
 
 from dasflow.products.phsafe import preprocess as pp
 from dasflow.products.phsafe.tables import ITERATIONS, MEASURED, TableDef, level_parts, regions
-from dasflow.products.phsafe.truncate import content_order, drop_non_unique, inner_join, rank_within_group
+from dasflow.products.phsafe.truncate import content_order, drop_non_unique, rank_within_group
 
 Columns = Mapping[str, np.ndarray]
 
@@ -40,11 +40,32 @@ class Records:
 
 @dataclass(frozen=True)
 class Universe:
-    """Base persons and occupied, geo-mapped units, plus one shared content order of the persons."""
+    """Base persons and occupied, geo-mapped units (sorted by MAFID), plus one shared content order of the
+    persons and the units' householder iteration indices."""
 
     persons: dict[str, np.ndarray]
     units: dict[str, np.ndarray]
     order: np.ndarray
+
+
+class Gather(Mapping[str, np.ndarray]):
+    """A lazy row selection of a column dict: a column is gathered (and cached) only when a rule reads it."""
+
+    def __init__(self, cols: Columns, idx: np.ndarray) -> None:
+        self._cols = cols
+        self._idx = idx
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._cache:
+            self._cache[key] = np.asarray(self._cols[key])[self._idx]
+        return self._cache[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._cols)
+
+    def __len__(self) -> int:
+        return len(self._cols)
 
 
 def _take(cols: Columns, idx: np.ndarray) -> dict[str, np.ndarray]:
@@ -52,36 +73,66 @@ def _take(cols: Columns, idx: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def build_universe(persons: Columns, units: Columns, geo: Columns, state_filter: tuple[str, ...]) -> Universe:
-    """Apply the base filters and the public geography join (R4); sort persons once by content (R7)."""
+    """Apply the base filters and the public geography join (R4); sort persons once by content (R7).
+
+    Units are kept sorted by MAFID so every table's unit subset is sorted too (duplicates adjacent, joins by
+    binary search without re-sorting).
+    """
     p = _take(persons, np.flatnonzero(pp.person_universe(persons)))
     gm, gs = pp.geo_state_index(geo, state_filter)
     st = pp.unit_states(np.asarray(units["MAFID"]), gm, gs)
-    keep = pp.occupied_units(units) & (st >= 0)
-    u = _take(units, np.flatnonzero(keep))
+    keep = np.flatnonzero(pp.occupied_units(units) & (st >= 0))
+    keep = keep[np.argsort(np.asarray(units["MAFID"])[keep], kind="stable")]
+    u = _take(units, keep)
     u["STATE"] = st[keep]
+    u["ITER_AG"] = pp.iteration_ag(u["HHRACE"])
+    u["ITER_HI"] = pp.iteration_hi(u["HHRACE"], u["HHSPAN"])
     order = content_order(p["MAFID"], [p[c] for c in PERSON_CONTENT])
     return Universe(persons=p, units=u, order=order)
 
 
+def _unique_sorted(mafid_sorted: np.ndarray) -> np.ndarray:
+    """Mask of the entries of a sorted array whose value occurs exactly once (DropNonUnique)."""
+    n = mafid_sorted.size
+    ok = np.ones(n, dtype=bool)
+    if n > 1:
+        eq = mafid_sorted[1:] == mafid_sorted[:-1]
+        ok[1:] &= ~eq
+        ok[:-1] &= ~eq
+    return ok
+
+
 def join_records(uni: Universe, table: str, tau: int | None) -> Records:
     """Algorithm 1 up to the query: filter, ``truncate_and_join`` (τ; None = no truncation, ground truth),
-    map."""
+    map. Same semantics as :func:`~dasflow.products.phsafe.truncate.truncate_and_join`, sharing one sort."""
     rule = pp.JOIN_RULES[table]
     p, u = uni.persons, uni.units
     pmask = rule.person_filter(p)
     ordered = uni.order[pmask[uni.order]]  # the shared content order restricted to this table's persons
+    pm = p["MAFID"][ordered]
     if tau is not None:
-        ordered = ordered[rank_within_group(p["MAFID"][ordered]) < tau]
-        u_rows = drop_non_unique_masked(u["MAFID"], rule.unit_filter(u))
+        keep = rank_within_group(pm) < tau
+        ordered, pm = ordered[keep], pm[keep]
+    u_rows = np.flatnonzero(rule.unit_filter(u))
+    um = u["MAFID"][u_rows]  # sorted: the universe keeps units sorted by MAFID
+    if tau is not None:
+        uniq = _unique_sorted(um)
+        u_rows, um = u_rows[uniq], um[uniq]
+    pos = np.searchsorted(um, pm)
+    if um.size:
+        pos_c = np.minimum(pos, um.size - 1)
+        hit = um[pos_c] == pm
     else:
-        u_rows = np.flatnonzero(rule.unit_filter(u))
-    pr, ur = inner_join(p["MAFID"], ordered, u["MAFID"], u_rows)
-    pj = _take(p, pr)
-    uj = _take(u, ur)
+        pos_c, hit = pos, np.zeros(pm.size, dtype=bool)
+    pr, ur = ordered[hit], u_rows[pos_c[hit]]
+    pj, uj = Gather(p, pr), Gather(u, ur)
     tdef = MEASURED[table]
-    race, hisp = (pj["CENRACE"], pj["CENHISP"]) if tdef.by_person else (uj["HHRACE"], uj["HHSPAN"])
-    return Records(state=uj["STATE"], ag=pp.iteration_ag(race), hi=pp.iteration_hi(race, hisp),
-                   cell=rule.cell(pj, uj))
+    if tdef.by_person:
+        race, hisp = pj["CENRACE"], pj["CENHISP"]
+        ag, hi = pp.iteration_ag(race), pp.iteration_hi(race, hisp)
+    else:
+        ag, hi = uj["ITER_AG"], uj["ITER_HI"]
+    return Records(state=uj["STATE"], ag=ag, hi=hi, cell=rule.cell(pj, uj))
 
 
 def drop_non_unique_masked(mafid: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -93,27 +144,37 @@ def drop_non_unique_masked(mafid: np.ndarray, mask: np.ndarray) -> np.ndarray:
 def unit_records(uni: Universe, table: str) -> Records:
     """Algorithm 2 up to the query: filter units, map to householder iteration and cell."""
     rule = pp.UNIT_RULES[table]
-    u = _take(uni.units, np.flatnonzero(rule.unit_filter(uni.units)))
-    return Records(state=u["STATE"], ag=pp.iteration_ag(u["HHRACE"]),
-                   hi=pp.iteration_hi(u["HHRACE"], u["HHSPAN"]), cell=rule.cell(u))
+    u = Gather(uni.units, np.flatnonzero(rule.unit_filter(uni.units)))
+    return Records(state=u["STATE"], ag=u["ITER_AG"], hi=u["ITER_HI"], cell=rule.cell(u))
 
 
-def level_vector(rec: Records, tdef: TableDef, level: str, n_states: int) -> np.ndarray:
-    """Counts of one level as a flat int64 vector indexed ((region, iteration), cell) over the public
-    domain."""
+def cell_positions(rec: Records, tdef: TableDef) -> np.ndarray:
+    """Position of each record's basis cell in ``tdef.cells`` (int32), -1 when the record maps to no cell."""
+    lut = np.full(64, -1, dtype=np.int32)
+    lut[list(tdef.cells)] = np.arange(len(tdef.cells), dtype=np.int32)
+    return lut[np.where(rec.cell >= 0, rec.cell, 63)]
+
+
+def level_vector(rec: Records, tdef: TableDef, level: str, n_states: int,
+                 cellpos: np.ndarray | None = None) -> np.ndarray:
+    """Counts of one level as a flat int64 vector indexed ((region, iteration), cell) over the public domain."""
     geo, it = level_parts(level)
     n_regions = 1 if geo == "usa" else n_states
     n_iter = len(ITERATIONS[it])
-    lut = np.full(64, -1, dtype=np.int64)
-    lut[list(tdef.cells)] = np.arange(len(tdef.cells))
-    cell = lut[np.where(rec.cell >= 0, rec.cell, 63).astype(np.int64)]
-    region = np.zeros(rec.state.size, dtype=np.int64) if geo == "usa" else rec.state.astype(np.int64)
-    iteration = {"*": np.zeros(rec.state.size, dtype=np.int64), "A-G": rec.ag.astype(np.int64),
-                 "H,I": rec.hi.astype(np.int64)}[it]
-    ok = (cell >= 0) & (iteration >= 0) & (region >= 0)
-    idx = (region[ok] * n_iter + iteration[ok]) * len(tdef.cells) + cell[ok]
-    size = n_regions * n_iter * len(tdef.cells)
-    return np.bincount(idx, minlength=size).astype(np.int64)
+    nc = len(tdef.cells)
+    cell = cell_positions(rec, tdef) if cellpos is None else cellpos
+    ok = cell >= 0
+    idx = cell.astype(np.int32)
+    if it != "*":
+        iteration = (rec.ag if it == "A-G" else rec.hi).astype(np.int32)
+        ok &= iteration >= 0
+        idx = idx + iteration * nc
+    if geo != "usa":
+        region = rec.state.astype(np.int32)
+        ok &= region >= 0
+        idx = idx + region * (n_iter * nc)
+    size = n_regions * n_iter * nc
+    return np.bincount(idx[ok], minlength=size).astype(np.int64)
 
 
 def domain_frame(tdef: TableDef, level: str, state_filter: tuple[str, ...]) -> pd.DataFrame:
@@ -151,8 +212,9 @@ def tabulate(uni: Universe, tables: Mapping[str, list[str]], tau: Mapping[str, i
         tdef = MEASURED[table]
         rec = (join_records(uni, table, None if tau is None else tau[table]) if tdef.kind == "join"
                else unit_records(uni, table))
+        cellpos = cell_positions(rec, tdef)
         for level in levels:
             frame = domain_frame(tdef, level, state_filter)
-            frame["COUNT"] = level_vector(rec, tdef, level, n_states)
+            frame["COUNT"] = level_vector(rec, tdef, level, n_states, cellpos)
             out[f"{table}/{level}"] = frame
     return out

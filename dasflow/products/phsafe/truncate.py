@@ -55,10 +55,22 @@ def record_hash(fields: Sequence[np.ndarray], key: np.uint64 = TRUNCATION_KEY) -
 
 
 def content_order(mafid: np.ndarray, fields: Sequence[np.ndarray]) -> np.ndarray:
-    """Row indices sorted by (MAFID, hash(record), record fields): a total order on distinct records."""
+    """Row indices sorted by (MAFID, hash(record), record fields): a total order on distinct records.
+
+    Sorts by (MAFID, hash) first; only if two DIFFERENT records of one MAFID share a 64-bit hash (a collision,
+    practically never) does it fall back to the full lexicographic sort, so the result is always the exact
+    (MAFID, hash, fields) order up to permutations of identical records.
+    """
     h = record_hash([mafid, *fields])
-    keys = [*reversed([np.asarray(f) for f in fields]), h, mafid]  # np.lexsort: last key is primary
-    return np.asarray(np.lexsort(keys))
+    order = np.lexsort((h, mafid))
+    m, hs = mafid[order], h[order]
+    tie = np.flatnonzero((m[1:] == m[:-1]) & (hs[1:] == hs[:-1]))
+    if tie.size:
+        a, b = order[tie], order[tie + 1]
+        if any(bool(np.any(np.asarray(f)[a] != np.asarray(f)[b])) for f in fields):
+            keys = [*reversed([np.asarray(f) for f in fields]), h, mafid]  # np.lexsort: last key is primary
+            order = np.lexsort(keys)
+    return np.asarray(order)
 
 
 def rank_within_group(sorted_keys: np.ndarray) -> np.ndarray:
