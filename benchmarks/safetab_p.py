@@ -110,12 +110,13 @@ def synth_persons(n: int, grfc: pa.Table, seed: int) -> pa.Table:
     w = 1.0 / np.arange(1, len(race_codes) + 1) ** 1.1
     w /= w.sum()
     k = rng.choice([1, 2, 3, 4, 8], size=n, p=[0.88, 0.09, 0.02, 0.007, 0.003])
-    race = rng.choice(race_codes, size=(n, 8), p=w)
+    race = rng.choice(race_codes, size=(n, 8), p=w).astype(np.int16)
     # distinct codes within a person: redraw duplicates uniformly (rare)
     race.sort(axis=1)
     dup = np.zeros_like(race, dtype=bool)
     dup[:, 1:] = race[:, 1:] == race[:, :-1]
-    race[dup] = rng.choice(race_codes, size=int(dup.sum()))
+    race[dup] = rng.choice(race_codes, size=int(dup.sum())).astype(np.int16)
+    del dup
     qspan = np.where(rng.random(n) < 0.19, rng.choice(hisp_codes, size=n), 9950)
     blocks = rng.integers(0, grfc.num_rows, size=n)
     cols: dict[str, pa.Array] = {
@@ -162,6 +163,7 @@ def run_one(n: int) -> dict[str, Any]:
         counts = PersonCounts(persons, rt)
         sparse = tabulate_level(counts, index.levels[lv])
         t_count = time.perf_counter() - t0
+        cpu_count = time.process_time() - c0
         level = index.levels[lv]
         import pandas as pd
 
@@ -187,7 +189,7 @@ def run_one(n: int) -> dict[str, Any]:
         keys.append({"region_type": rt, "level": lv, "groups": n_groups, "sparse_rows": len(sparse),
                      "stage2_rows": len(m2.table), "t1_rows": len(est["t1"]), "t2_rows": len(est["t2"]),
                      "count_s": t_count, "stage1_s": t_s1, "stage2_s": t_s2, "post_s": t_post,
-                     "key_cpu_s": cpu})
+                     "key_cpu_s": cpu, "count_cpu_s": cpu_count})
         del counts, sparse, prepared, m1, m2, est
     return {"persons": n, "synth_s": t_synth, "encode_s": t_encode, "encode_cpu_s": cpu_encode, "keys": keys,
             "peak_rss_mb": _rss_mb()}
@@ -202,13 +204,14 @@ def dasflow_peer_key(n: int, rt: str = "STATE", lv: int = 2) -> dict[str, Any]:
     geo = load_geography(grfc, "US", cfg.state_filter_us, "GRF-C.txt")
     table = synth_persons(n, grfc, seed=n)
     t0 = time.perf_counter()
+    c0 = time.process_time()
     persons = encode_persons(table, geo, index, cfg.max_race_codes, cfg.state_filter_us, "synthetic")
     sparse = tabulate_level(PersonCounts(persons, rt), index.levels[lv])
     n_groups = len(geo.region_ids[rt]) * index.levels[lv].n_iterations
     totals = group_totals(sparse, n_groups)
     noisy = totals + samplers.discrete_gaussian(Fraction(9, 2) / Fraction("2.134"), n_groups, rng_mod.seeded(1))
     wall = time.perf_counter() - t0
-    return {"persons": n, "wall_s": wall, "groups": n_groups, "sum": int(noisy.sum())}
+    return {"persons": n, "wall_s": wall, "cpu_s": time.process_time() - c0, "groups": n_groups, "sum": int(noisy.sum())}
 
 
 TUMULT_SCRIPT = r'''
@@ -285,6 +288,13 @@ def estimate_full_us(r1: dict[str, Any], r10: dict[str, Any]) -> dict[str, Any]:
     est = {"encode_s": per_person * FULL_US_PERSONS, "count_s": count_slope * FULL_US_PERSONS,
            "measure_post_s": per_group * full_groups, "full_us_groups": full_groups}
     est["total_s"] = est["encode_s"] + est["count_s"] + est["measure_post_s"]
+    if "encode_cpu_s" in r10 and "count_cpu_s" in r10["keys"][0]:
+        enc = (r10["encode_cpu_s"] - r1["encode_cpu_s"]) / dn
+        cnt = (sum(k["count_cpu_s"] for k in r10["keys"]) - sum(k["count_cpu_s"] for k in r1["keys"])) / dn
+        per_group_cpu = sum(k["key_cpu_s"] - k["count_cpu_s"] for k in r10["keys"]) / groups10
+        est["cpu"] = {"encode_s": enc * FULL_US_PERSONS, "count_s": cnt * FULL_US_PERSONS,
+                      "measure_post_s": per_group_cpu * full_groups}
+        est["cpu"]["total_s"] = sum(est["cpu"].values())
     return est
 
 
@@ -292,6 +302,11 @@ def _subprocess(args: list[str]) -> dict[str, Any]:
     out = subprocess.run([sys.executable, __file__, *args], check=True, capture_output=True, text=True)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -329,8 +344,12 @@ def main(argv: list[str] | None = None) -> int:
         result["peer_dasflow"] = _subprocess(["--peer", str(a.tumult_persons)])
         save()
         with tempfile.TemporaryDirectory() as d:
+            c0 = _children_cpu()
             result["tumult"] = run_tumult(a.tumult_persons, Path(d))
+            # CPU of the venv interpreter and its JVM (reaped children), including data loading
+            result["tumult"]["children_cpu_s"] = _children_cpu() - c0
         result["speedup_vs_tumult"] = result["tumult"]["tumult_s"] / result["peer_dasflow"]["wall_s"]
+        result["cpu_ratio_vs_tumult"] = result["tumult"]["children_cpu_s"] / result["peer_dasflow"]["cpu_s"]
         save()
     print(json.dumps(result, indent=1))
     return 0

@@ -82,7 +82,7 @@ class Geography:
     """The public GRF-C of one run: per block its region index for each region type, and each region type's
     IDs.
 
-    ``block_keys`` are the 15-character block IDs (state+county+tract+block); ``region_of[rt][b]`` is the
+    ``block_keys`` are the numeric 15-digit block IDs (state+county+tract+block); ``region_of[rt][b]`` is the
     index of
     block b's region of type rt in ``region_ids[rt]`` (−1: the block is in no region of that type, e.g.
     PLACEFP
@@ -90,10 +90,35 @@ class Geography:
     """
 
     universe: Universe
-    block_keys: npt.NDArray[np.object_]
+    block_keys: IntArray
     region_ids: dict[str, npt.NDArray[np.object_]]
     region_of: dict[str, IntArray]
     source: str
+
+    def block_index(self, keys: IntArray) -> IntArray:
+        """Row of each block key in this geography (−1 where the block is not in it); vectorised."""
+        order = np.argsort(self.block_keys, kind="stable")
+        sorted_keys = self.block_keys[order]
+        if len(sorted_keys) == 0:
+            return np.full(len(keys), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+        return np.where(sorted_keys[at] == keys, order[at], -1).astype(np.int64)
+
+
+def block_key(table: pa.Table) -> IntArray:
+    """state(2)+county(3)+tract(6)+block(4) digits as one int64 (columns already validated as digits)."""
+    key = np.zeros(table.num_rows, dtype=np.int64)
+    for col, scale in (("TABBLKST", 1), ("TABBLKCOU", 1000), ("TABTRACTCE", 1_000_000), ("TABBLK", 10_000)):
+        key = key * scale + pc.cast(table.column(col), pa.int64()).to_numpy()
+    return key
+
+
+def _run_states(st: IntArray, universe: Universe, state_filter: Sequence[str]) -> npt.NDArray[np.bool_]:
+    if universe == "PR":
+        return np.asarray(st == int(PR_STATE_FIPS))
+    if state_filter:
+        return np.isin(st, [int(s) for s in state_filter])
+    return np.asarray(st != int(PR_STATE_FIPS))
 
 
 def load_geography(table: pa.Table, universe: Universe, state_filter: Sequence[str],
@@ -103,12 +128,10 @@ def load_geography(table: pa.Table, universe: Universe, state_filter: Sequence[s
                        ("AIANNHCE", 4)):
         _digits(table, col, width, source)
     df = table.to_pandas()
-    key = df.TABBLKST + df.TABBLKCOU + df.TABTRACTCE + df.TABBLK
-    dup = key.duplicated().to_numpy()
-    _first_bad(dup, table.column("TABBLK"), "duplicate block", source, "TABBLK")
-    st = df.TABBLKST.to_numpy(dtype=object)
-    keep = st == PR_STATE_FIPS if universe == "PR" else (
-        np.isin(st, list(state_filter)) if state_filter else st != PR_STATE_FIPS)
+    key = block_key(table)
+    _first_bad(pd.Series(key).duplicated().to_numpy(), table.column("TABBLK"), "duplicate block", source,
+               "TABBLK")
+    keep = _run_states(pc.cast(table.column("TABBLKST"), pa.int64()).to_numpy(), universe, state_filter)
     df = df[keep]
     key = key[keep]
     region_ids: dict[str, npt.NDArray[np.object_]] = {}
@@ -133,7 +156,7 @@ def load_geography(table: pa.Table, universe: Universe, state_filter: Sequence[s
         idx[inside] = np.searchsorted(ids, ident.to_numpy(dtype=object)[inside])
         region_ids[rt] = ids.astype(object)
         region_of[rt] = idx
-    return Geography(universe, key.to_numpy(dtype=object), region_ids, region_of, source)
+    return Geography(universe, key, region_ids, region_of, source)
 
 
 @dataclass(frozen=True)
@@ -243,18 +266,12 @@ def encode_persons(table: pa.Table, geo: Geography, index: IterationIndex, max_r
     eth = _code_column(table.column("QSPAN"), index, source, "QSPAN")
     _first_bad(eth < 0, table.column("QSPAN"), "QSPAN must be a code, not Null", source, "QSPAN")
 
-    st = table.column("TABBLKST")
-    block = pc.binary_join_element_wise(st, table.column("TABBLKCOU"), table.column("TABTRACTCE"),
-                                        table.column("TABBLK"), "")
-    # blocks of the run's geography; a person whose block is missing from the GRF-C altogether is rejected
-    st_np = st.to_numpy(zero_copy_only=False)
-    if geo.universe == "PR":
-        keep = st_np == PR_STATE_FIPS
-    else:
-        keep = np.isin(st_np, list(state_filter)) if state_filter else st_np != PR_STATE_FIPS
-    pos = pd.Index(geo.block_keys).get_indexer(block.to_numpy(zero_copy_only=False))
-    _first_bad(keep & (pos < 0), block, f"block not in {Path(geo.source).name} (for this run)", source,
-               "TABBLK")
+    # blocks of the run's geography (numeric 15-digit keys); a person whose block is missing is rejected
+    st_np = pc.cast(table.column("TABBLKST"), pa.int64()).to_numpy()
+    keep = _run_states(st_np, geo.universe, state_filter)
+    pos = geo.block_index(block_key(table))
+    _first_bad(keep & (pos < 0), table.column("TABBLK"), f"block not in {Path(geo.source).name} (for this run)",
+               source, "TABBLK")
     sel = np.flatnonzero(keep)
     combo, combos = encode_combos(race[sel])
     region = {rt: geo.region_of[rt][pos[sel]].astype(np.int32) for rt in geo.region_ids}
