@@ -1,0 +1,176 @@
+"""The privacy certificate of a release, as Markdown and as a self-contained HTML page.
+
+Built only from what the release froze — the ledger's plan record (every planned key's mechanism, sensitivity,
+budget, noise scale and variance), the frozen config and its SHA-256, the committed ledger entries — and from
+SHA-256 digests of the inputs. It reads no confidential *content*: hashing an input object reveals nothing
+about the records (the digest is published as an integrity commitment, the Census's practice for its
+production inputs' checksums is the same idea).
+
+Totals: the plan's entries compose sequentially (``dasflow.privacy.accounting.compose``: zCDP budgets add,
+pure-DP entries count ε²/2; all-pure plans also add in ε) and are converted to (ε, δ = 1e-10) by every sound
+conversion the accounting module offers; the certificate lists each with its method and states the smallest.
+No conversion is re-implemented here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+from dasflow.pipeline.run import RunContext, code_version
+from dasflow.privacy import accounting
+from dasflow.privacy.ledger import frac_str, spec_from_record
+from dasflow.release.document import Block, Bullets, Heading, Para, Table, to_html, to_markdown
+
+DELTA = Fraction(1, 10**10)
+TEST_BANNER = "TEST RELEASE — seeded randomness; not a production release and never publishable as one."
+
+#: Product name -> what the product holds invariant (public, data-independent statements or public values).
+InvariantsFn = Callable[[RunContext], list[str]]
+
+
+def _groupsize_invariants(ctx: RunContext) -> list[str]:
+    """Group sizes hold the number of occupied housing units n invariant (public, from the MAF)."""
+    adapter = ctx.adapter("groupsize")
+    public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, ctx.product_config("groupsize"))
+    return [f"groupsize: number of occupied housing units n = {int(public['n_groups'])} (public, from the "
+            "MAF; held invariant by the product)"]
+
+
+INVARIANTS: dict[str, InvariantsFn] = {
+    "phsafe": lambda ctx: ["phsafe: none (phsafe.md §2: no consistency is imposed; PH5_num = PH4 and PH8_num "
+                           "from PH7 are exact post-processing copies)"],
+    "safetab-p": lambda ctx: ["safetab-p: none (every count is noisy; no totals are held invariant)"],
+    "groupsize": _groupsize_invariants,
+}
+
+
+def register_invariants(product: str, fn: InvariantsFn) -> None:
+    """Declare what a (plug-in) product holds invariant, for its certificate."""
+    INVARIANTS[product] = fn
+
+
+def invariants(ctx: RunContext) -> list[str]:
+    out = []
+    for p in ctx.config.products:
+        fn = INVARIANTS.get(p.name)
+        out += fn(ctx) if fn else [f"{p.name}: not declared by the product (treat as none)"]
+    return out
+
+
+def input_digests(ctx: RunContext) -> dict[str, str]:
+    """SHA-256 of every object under every input prefix of the release (confidential and public)."""
+    out: dict[str, str] = {}
+    for _name, prefix in sorted(ctx.config.inputs.items()):
+        for key in ctx.store.list(prefix):
+            out[key] = ctx.store.sha256(key)
+    return out
+
+
+def _total(entries: Sequence[Mapping[str, Any]]) -> accounting.Total:
+    specs = [spec_from_record(e) for e in entries]
+    spends = [accounting.Spend(definition=s.privacy_defn, budget=s.budget, label=s.key) for s in specs]
+    has_pure = any(s.privacy_defn == "puredp" for s in specs)
+    return accounting.compose(spends, DELTA, rdp=has_pure)
+
+
+def _float(text: str) -> str:
+    if text == "Infinity":
+        return "∞"
+    try:
+        return f"{float(Fraction(text)):.6g}"
+    except (ValueError, ZeroDivisionError):
+        return text
+
+
+def _noise_label(entry: Mapping[str, Any]) -> str:
+    if entry["privacy_defn"] == "puredp":
+        return f"b = {entry['noise']} ≈ {_float(entry['noise'])}"
+    return f"σ² = {entry['noise']} ≈ {_float(entry['noise'])}"
+
+
+def _total_lines(total: accounting.Total) -> list[str]:
+    if total.is_infinite:
+        return ["total: infinite budget (no noise on some key): no privacy guarantee"]
+    lines = [f"total ρ (zCDP) = {frac_str(total.rho)} ≈ {_float(frac_str(total.rho))}"]
+    if total.is_pure:
+        lines.append(f"total ε (pure DP, sequential composition) = {frac_str(total.epsilon)}")
+    best = total.best
+    for conv in total.conversions:
+        if conv.sound:
+            mark = " (smallest)" if conv is best else ""
+            lines.append(f"ε at δ = 1e-10: {conv.epsilon:.6f} — {conv.method}{mark}")
+    return lines
+
+
+def certificate_blocks(ctx: RunContext) -> list[Block]:
+    """The certificate's content (shared by both renderings)."""
+    plan = ctx.ledger.plan_record()
+    entries: list[dict[str, Any]] = list(plan["entries"])
+    cfg = ctx.config
+    blocks: list[Block] = []
+    if cfg.is_test:
+        blocks.append(Para(TEST_BANNER, strong=True))
+    randomness = (f"seeded test generator (seed {cfg.rng.seed}) — TEST mode" if cfg.is_test
+                  else "OS CSPRNG — production mode")
+    cap = plan["cap"]
+    total = _total(entries)
+    spent = ctx.ledger.spent()
+    blocks += [
+        Heading(f"Privacy certificate: release `{ctx.release_id}`", 1),
+        Bullets((
+            f"universe: {cfg.universe}",
+            f"randomness (RNG mode): {randomness}",
+            f"code version: `{code_version()}`",
+            f"frozen config SHA-256: `{ctx.config_sha256}`",
+            f"privacy cap: ρ = {cap['rho']}" + (f", ε = {cap['epsilon']}" if cap.get("epsilon") else ""),
+            f"products: {', '.join(p.name for p in cfg.products)}",
+            "neighbouring datasets and units: as each product's plan states (sensitivities below are in the "
+            "product's own record units)",
+        )),
+        Heading("Totals"),
+        Bullets((*_total_lines(total),
+                 f"spent (committed ledger entries): ρ = {frac_str(spent.rho)} over {spent.entries} of "
+                 f"{len(entries)} planned keys")),
+    ]
+    products = list(dict.fromkeys(e["product"] for e in entries))
+    for product in products:
+        rows = [e for e in entries if e["product"] == product]
+        blocks.append(Heading(f"Product `{product}`"))
+        blocks.append(Bullets(tuple(_total_lines(_total(rows)))))
+        levels = list(dict.fromkeys(e["level"] for e in rows))
+        level_rows = []
+        for level in levels:
+            lrows = [e for e in rows if e["level"] == level]
+            lt = _total(lrows)
+            level_rows.append((level, str(len(lrows)), ", ".join(sorted({e["mechanism"] for e in lrows})),
+                               frac_str(lt.rho), "" if not lt.is_pure else frac_str(lt.epsilon),
+                               str(sum(int(e["cells"]) for e in lrows))))
+        blocks.append(Table(("level", "keys", "mechanism", "ρ", "ε (pure DP)", "cells"), tuple(level_rows)))
+        blocks.append(Table(
+            ("key", "level", "definition", "mechanism", "sensitivity", "budget", "noise scale", "variance",
+             "cells"),
+            tuple((e["key"], e["level"], e["privacy_defn"], e["mechanism"], e["sensitivity"], e["budget"],
+                   _noise_label(e), _float(e["variance"]), str(e["cells"])) for e in rows)))
+    blocks += [Heading("Invariants"), Bullets(tuple(invariants(ctx)))]
+    blocks.append(Heading("Product configurations (SHA-256 of the verbatim text)"))
+    blocks.append(Bullets(tuple(f"{p.name}: `{hashlib.sha256(p.config_text.encode()).hexdigest()}`"
+                                for p in cfg.products)))
+    digests = input_digests(ctx)
+    blocks.append(Heading("Inputs (SHA-256)"))
+    blocks.append(Table(("object", "SHA-256"), tuple((f"`{k}`", f"`{v}`") for k, v in digests.items()))
+                  if digests else Para("no input objects"))
+    return blocks
+
+
+def certificate(ctx: RunContext) -> tuple[str, str]:
+    """``(markdown, html)`` of the release's privacy certificate. A test release says so on the first line of
+    both (Markdown: the first line; HTML: the page title and a banner before everything else)."""
+    blocks = certificate_blocks(ctx)
+    md = to_markdown(blocks)
+    body = blocks[1:] if ctx.config.is_test else blocks
+    page = to_html(body, f"Privacy certificate: {ctx.release_id}",
+                   banner=TEST_BANNER if ctx.config.is_test else None)
+    return md, page
