@@ -211,7 +211,8 @@ def dasflow_peer_key(n: int, rt: str = "STATE", lv: int = 2) -> dict[str, Any]:
     totals = group_totals(sparse, n_groups)
     noisy = totals + samplers.discrete_gaussian(Fraction(9, 2) / Fraction("2.134"), n_groups, rng_mod.seeded(1))
     wall = time.perf_counter() - t0
-    return {"persons": n, "wall_s": wall, "cpu_s": time.process_time() - c0, "groups": n_groups, "sum": int(noisy.sum())}
+    return {"persons": n, "wall_s": wall, "cpu_s": time.process_time() - c0, "groups": n_groups,
+            "sum": int(noisy.sum())}
 
 
 TUMULT_SCRIPT = r'''

@@ -74,7 +74,7 @@ def tabulate_level(counts: PersonCounts, level: LevelIndex) -> pd.DataFrame:
     k_eth = (counts.eth_region[rep2] * n_it + it2) * N_CELLS + counts.eth_cell[rep2]
     keys = np.concatenate([k_race, k_eth])
     weights = np.concatenate([w_race, counts.eth_count[rep2]])
-    codes, uniq = pd.factorize(keys, sort=True)
+    codes, uniq = pd.factorize(keys, sort=False)  # hash-based; the sparse frame needs no order
     total = np.bincount(codes, weights=weights, minlength=len(uniq)).astype(np.int64)
     uniq = np.asarray(uniq, dtype=np.int64)
     return pd.DataFrame({"GROUP": uniq // N_CELLS, "CELL": (uniq % N_CELLS).astype(np.int16), "COUNT": total})
