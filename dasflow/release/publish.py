@@ -1,0 +1,202 @@
+"""Output validation, the release manifest, and publication to a separate store.
+
+Order (issue 12 item 4): the release files are validated, then ``MANIFEST.json`` — SHA-256 and row count of
+every file under ``runs/{id}/release/`` — is written **last**, so a manifest exists only for a complete,
+validated release. Publishing copies exactly the files the manifest lists (each re-hashed against it) to a
+store that is separate from the release's own store (which holds ``confidential/``), then writes
+``PUBLICATION.json`` last. Nothing carries a timestamp, so publishing the same release again is
+byte-identical; an existing published object with different bytes is never overwritten (refused).
+
+A test release (seeded randomness) can only be published as an explicitly marked test publication, under
+``test-releases/`` instead of ``releases/`` (DESIGN §4).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from dasflow.errors import DasflowError
+from dasflow.io.store import ObjectStore, StoreError, open_store, sha256_bytes
+from dasflow.pipeline.run import RunContext, code_version
+
+MANIFEST = "MANIFEST.json"
+PUBLICATION = "PUBLICATION.json"
+
+
+class PublicationRefused(DasflowError):
+    """Publication refused: incomplete or tampered release, test release as production, target not separate,
+    or a different release already published under the same id."""
+
+
+class OutputInvalid(DasflowError):
+    """A release file failed output validation."""
+
+
+def release_prefix(ctx: RunContext) -> str:
+    return f"{ctx.root}/release/"
+
+
+def _dumps(obj: Any) -> bytes:
+    return (json.dumps(obj, sort_keys=True, indent=1) + "\n").encode()
+
+
+def row_count(key: str, data: bytes) -> int:
+    """Rows of a release file: data rows of a delimited table (header excluded), rows of a Parquet file,
+    lines of any other text file."""
+    if key.endswith(".parquet"):
+        return int(pq.ParquetFile(io.BytesIO(data)).metadata.num_rows)
+    lines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+    if key.endswith((".csv", ".txt")):
+        return max(lines - 1, 0)
+    return lines
+
+
+# ------------------------------------------------------------------------------------------- validation
+def _check_table(key: str, data: bytes) -> None:
+    if not data:
+        raise OutputInvalid(f"{key}: empty file")
+    try:
+        if key.endswith(".parquet"):
+            frame = pq.read_table(io.BytesIO(data)).to_pandas()
+        else:
+            frame = pd.read_csv(io.BytesIO(data), sep="|", dtype=str, keep_default_na=False)
+    except Exception as exc:
+        raise OutputInvalid(f"{key}: unreadable table: {exc}") from None
+    if frame.columns.empty:
+        raise OutputInvalid(f"{key}: no columns")
+    if "COUNT" in frame.columns:
+        counts = pd.to_numeric(frame["COUNT"], errors="coerce")
+        bad = (counts.isna() | (counts % 1 != 0)).to_numpy()
+        if bad.any():
+            row = int(bad.argmax())
+            raise OutputInvalid(f"{key}: row {row + 2}, column COUNT: not an integer: {frame['COUNT'].iloc[row]!r}")
+
+
+def _validate_phsafe(ctx: RunContext, files: Mapping[str, bytes]) -> None:
+    """The PHSafe production output check (schema, public domain, VARIANCE = formula; phsafe.md R16)."""
+    from dasflow.products.phsafe.outputs import validate_output
+
+    prefix = f"{release_prefix(ctx)}phsafe/"
+    with tempfile.TemporaryDirectory(prefix="dasflow-phsafe-out-") as tmp:
+        for key, data in files.items():
+            rest = key[len(prefix):]
+            if key.startswith(prefix) and "/" not in rest and rest.endswith(".csv"):
+                (Path(tmp) / rest).write_bytes(data)
+        try:
+            validate_output(tmp, ctx.product_config("phsafe"))
+        except DasflowError as exc:
+            raise OutputInvalid(f"phsafe release files: {exc}".replace(tmp, prefix.rstrip("/"))) from None
+
+
+def validate_release(ctx: RunContext) -> dict[str, bytes]:
+    """Validate every file under ``runs/{id}/release/`` (except the manifest and publication record).
+
+    Every product has files; every table parses, and a COUNT column holds integers; PHSafe's files pass its
+    production output validator. Returns the files (key -> bytes). Raises :class:`OutputInvalid`.
+    """
+    store = ctx.post_store()
+    prefix = release_prefix(ctx)
+    keys = [k for k in store.list(prefix) if k not in (prefix + MANIFEST, prefix + PUBLICATION)]
+    files = {k: store.get(k) for k in sorted(keys)}
+    for p in ctx.config.products:
+        if not any(k.startswith(f"{prefix}{p.name}/") for k in files):
+            raise OutputInvalid(f"product {p.name!r} has no release files under {prefix}{p.name}/")
+    for key, data in files.items():
+        if key.endswith((".csv", ".parquet", ".txt")):
+            _check_table(key, data)
+        elif not data:
+            raise OutputInvalid(f"{key}: empty file")
+    if any(p.name == "phsafe" for p in ctx.config.products):
+        _validate_phsafe(ctx, files)
+    return files
+
+
+def write_release_manifest(ctx: RunContext) -> dict[str, Any]:
+    """Validate the release, then write ``MANIFEST.json`` (SHA-256 and rows of every file) last."""
+    files = validate_release(ctx)
+    manifest = {
+        "release_id": ctx.release_id, "config_sha256": ctx.config_sha256, "code_version": code_version(),
+        "test_release": ctx.config.is_test, "universe": ctx.config.universe,
+        "files": {k: {"sha256": sha256_bytes(d), "rows": row_count(k, d)} for k, d in sorted(files.items())},
+    }
+    ctx.post_store().put(release_prefix(ctx) + MANIFEST, _dumps(manifest))
+    return manifest
+
+
+# ------------------------------------------------------------------------------------------- publication
+def _location(uri: str) -> tuple[str, str]:
+    """(scheme+authority, normalised path) of a store URI, for the separation check."""
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        return "file", str(Path(parsed.path if parsed.scheme else uri).resolve()).rstrip("/") + "/"
+    return f"{parsed.scheme}://{parsed.netloc}", "/" + parsed.path.strip("/") + "/" if parsed.path.strip("/") \
+        else "/"
+
+
+def _separate(source: ObjectStore, target: ObjectStore) -> bool:
+    """Neither store contains the other (so the publication can never see ``confidential/``)."""
+    (s_host, s_path), (t_host, t_path) = _location(source.uri), _location(target.uri)
+    if s_host != t_host:
+        return True
+    return not (s_path.startswith(t_path) or t_path.startswith(s_path))
+
+
+def publish(ctx: RunContext, target_store_uri: str, *, test_publication: bool = False) -> dict[str, Any]:
+    """Copy the release to ``target_store_uri`` under ``releases/{id}/`` (``test-releases/{id}/`` for a test
+    publication) and write ``PUBLICATION.json`` there last; return that record.
+
+    Refused (:class:`PublicationRefused`): a test release without ``test_publication=True``; a production
+    release with ``test_publication=True``; a target store that contains or is inside the release's store;
+    no manifest (incomplete release); a file whose bytes no longer match the manifest; a different object
+    already published under the same key. Re-publishing the same release writes the same bytes.
+    """
+    if ctx.config.is_test and not test_publication:
+        raise PublicationRefused(f"release {ctx.release_id} is a TEST release (seeded randomness): it can never "
+                                 "be published as production; pass test_publication=True for a marked test "
+                                 "publication")
+    if test_publication and not ctx.config.is_test:
+        raise PublicationRefused(f"release {ctx.release_id} is a production release: publish it as production")
+    target = open_store(target_store_uri)
+    if not _separate(ctx.store, target):
+        raise PublicationRefused(f"publication target {target.uri} is not separate from the release store "
+                                 f"{ctx.store.uri} (which holds the confidential inputs)")
+    post = ctx.post_store()
+    prefix = release_prefix(ctx)
+    try:
+        manifest_bytes = post.get(prefix + MANIFEST)
+    except StoreError:
+        raise PublicationRefused(f"release {ctx.release_id} has no {MANIFEST}: not complete") from None
+    manifest = json.loads(manifest_bytes)
+    if manifest.get("release_id") != ctx.release_id or manifest.get("config_sha256") != ctx.config_sha256 \
+            or manifest.get("test_release") != ctx.config.is_test:
+        raise PublicationRefused(f"{prefix}{MANIFEST} does not belong to this release's frozen config")
+    dest = f"{'test-releases' if ctx.config.is_test else 'releases'}/{ctx.release_id}/"
+    copies: dict[str, bytes] = {}
+    for key, info in sorted(manifest["files"].items()):
+        if not key.startswith(prefix):
+            raise PublicationRefused(f"manifest lists {key!r}, outside the release")
+        data = post.get(key)
+        if sha256_bytes(data) != info["sha256"]:
+            raise PublicationRefused(f"{key}: bytes do not match the manifest (changed after validation)")
+        copies[dest + key[len(prefix):]] = data
+    copies[dest + MANIFEST] = manifest_bytes
+    for key, data in copies.items():
+        if not target.put_if_absent(key, data) and target.sha256(key) != sha256_bytes(data):
+            raise PublicationRefused(f"{target.uri}/{key} already holds different bytes: a published release is "
+                                     "never overwritten")
+    record = {"release_id": ctx.release_id, "config_sha256": ctx.config_sha256,
+              "manifest_sha256": sha256_bytes(manifest_bytes), "kind": "test" if ctx.config.is_test else
+              "production", "files": len(copies), "location": dest}
+    data = _dumps(record)
+    if not target.put_if_absent(dest + PUBLICATION, data) and target.get(dest + PUBLICATION) != data:
+        raise PublicationRefused(f"{target.uri}/{dest}{PUBLICATION} records a different publication")
+    return record
