@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import resource
 import sys
 import time
@@ -39,6 +40,10 @@ from dasflow.products.topdown.product import TopDown, TopDownConfig, l1_report
 from dasflow.products.topdown.solvers import allocate_integer
 from dasflow.products.topdown.spine import preset
 from dasflow.products.topdown.strategy import PL94_GEOLEVEL_SHARES, make_strategy
+
+
+def note(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg} (peak RSS {peak_rss_mb():.0f} MB)", file=sys.stderr, flush=True)
 
 
 class Clock:
@@ -163,12 +168,14 @@ def main() -> int:
     ap.add_argument("--baseline-level", default="block")
     ap.add_argument("--json")
     args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", stream=sys.stderr)
     out: dict[str, Any] = {"persons": args.persons, "state": args.state, "seed": args.seed, "rho": args.rho,
                            "cpu_count": psutil.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                                      time.gmtime())}
     ck = Clock()
     blocks, persons = build_inputs(args.state, args.persons, args.seed)
     out["synth"] = ck.read()
+    note("synth " + str(out["synth"]))
     out["blocks"] = len(blocks)
     beta = list(PL94_GEOLEVEL_SHARES)
     sc = preset("pl94_persons", beta, 12)
@@ -178,6 +185,7 @@ def main() -> int:
     ck = Clock()
     sp = td.spine({"blocks": blocks})
     out["spine"] = ck.read()
+    note("spine " + str(out["spine"]))
     out["spine_levels"] = sp.diagnostics["levels"]
     osed = sp.diagnostics["osed"]
     out["osed_max_before_after"] = [int(osed["OSED_BEFORE"].max()), int(osed["OSED_AFTER"].max())]
@@ -189,6 +197,7 @@ def main() -> int:
     ck = Clock()
     prep = td.prepare({"persons": persons}, pub)
     out["prepare"] = ck.read()
+    note("prepare " + str(out["prepare"]))
     del persons
     g = rng.seeded(args.seed)
     ms = {}
@@ -202,13 +211,16 @@ def main() -> int:
         per_level_measure_wall[s.level] = per_level_measure_wall.get(s.level, 0.0) + r["wall_s"]
     out["measure_cpu_s_per_level"] = per_level_measure
     out["measure_wall_s_per_level"] = per_level_measure_wall
+    note("measure " + str(per_level_measure))
     out["noisy_answers"] = int(sum(s.cells for s in specs))
     ck = Clock()
     est = td.postprocess(ms, pub)
     out["estimate"] = ck.read()
+    note("estimate " + str(out["estimate"]))
     ck = Clock()
     tables = td.tables(est)
     out["tables"] = ck.read()
+    note("tables " + str(out["tables"]))
     out["end_to_end"] = all_ck.read()
     diag = est["diagnostics"]
     out["estimate_per_level"] = diag.to_dict(orient="records")
@@ -216,6 +228,7 @@ def main() -> int:
     out["table_rows"] = {k: len(v) for k, v in tables.items()}
     out["peak_rss_mb_before_baseline"] = peak_rss_mb()
     out["baseline"] = baseline(td, sp, ms, est, args.baseline_level, args.baseline_parents)
+    note("baseline " + str(out["baseline"]))
     # full-US extrapolation from per-unit costs (serial, one core): scale each level by US/state units
     us_blocks = 8_132_968
     scale = us_blocks / len(blocks)

@@ -519,6 +519,8 @@ def estimate_topdown(spine: Spine, measurements: Sequence[Sequence[GroupAnswers]
                           res.iterations, viol, cpu_seconds=time.process_time() - c0)
         if truth is not None:
             rep.l1_error = _l1(res.hist, truth[l])
+        log.info("topdown estimate %s: %d units, %.1f s cpu, status %s, %d violations", rep.level, rep.units,
+                 rep.cpu_seconds, rep.status, rep.consistency_violations)
         reports.append(rep)
     return hists, reports
 
