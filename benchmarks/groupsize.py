@@ -48,7 +48,8 @@ def _noisy(data: Any, query: str, eps: Fraction, seed: int) -> tuple[list[np.nda
     g = prng.seeded(seed).spawn(f"{query}/{eps}")
     noisy, var = [], []
     for l, c in enumerate(data.counts):
-        scale = accounting.geometric_scale(eps / L, query_sensitivity(query, data.shape.sizes[l], "l1"))
+        sens = query_sensitivity(query, data.shape.sizes[l], "l1")  # type: ignore[arg-type]
+        scale = accounting.geometric_scale(eps / L, sens)
         t = true_query(c, query)  # type: ignore[arg-type]
         noisy.append(t + samplers.two_sided_geometric(scale, t.shape, g.spawn(str(l))))
         a = math.exp(-1.0 / float(scale))

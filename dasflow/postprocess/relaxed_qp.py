@@ -84,9 +84,12 @@ def _solve(
     row_lo: FloatArray,
     row_hi: FloatArray,
     time_limit: float | None,
+    solver: str | None = None,
 ) -> tuple[FloatArray, str, float]:
     h = highspy.Highs()  # type: ignore[no-untyped-call]
     h.setOptionValue("output_flag", False)
+    if solver is not None:
+        h.setOptionValue("solver", solver)
     if time_limit is not None:
         h.setOptionValue("time_limit", float(time_limit))
     lp = highspy.HighsLp()
