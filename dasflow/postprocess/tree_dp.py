@@ -46,6 +46,14 @@ tasks (C3).
 
 Privacy: this is post-processing. Every function takes only noisy arrays and public facts (tree, total,
 windows).
+
+Usage (e.g. as the exact integer oracle for a detailed-only TopDown subproblem)::
+
+    shape = TreeShape((np.zeros(n_states, np.int64), county_parent))    # balanced, children contiguous
+    costs = [LevelCost(None),                                          # unmeasured levels: no cost
+             LevelCost(None),
+             LevelCost(noisy_counties, radius=window_radius(var, 1.0), weight=1.0, kind="l2")]
+    sol = solve_tree(shape, costs, total=n)        # sol.values[l]: (regions_l, k) int64, sol.objective
 """
 
 from __future__ import annotations
