@@ -13,7 +13,6 @@ import pytest
 from dasflow import synth
 from dasflow.cli import main
 from dasflow.errors import InputError
-from dasflow.synth import dataset as gen
 from dasflow.synth.seeding import derive_seed
 from dasflow.synth.writers import ParquetWriter
 
@@ -95,7 +94,7 @@ def test_disk_space_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     class Usage:
         free = 10_000_000
 
-    monkeypatch.setattr(gen.shutil, "disk_usage", lambda _p: Usage())
+    monkeypatch.setattr("dasflow.synth.dataset.shutil.disk_usage", lambda _p: Usage())
     out = tmp_path / "out"
     with pytest.raises(InputError, match="not enough disk space"):
         synth.generate(out, 331_000_000, 1, formats=("parquet", "phsafe"))
