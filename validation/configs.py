@@ -11,7 +11,7 @@ file and the key (as ``column``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -65,10 +65,32 @@ def _decode(text: str, source: str) -> Any:
     return raw
 
 
-def validate_product_config(product: str, text: str, universe: str, source: str | None = None) -> Any:
-    """Validate one product config (verbatim text) for a release universe; return the loaded config."""
-    from dasflow.pipeline.adapters import get_adapter
+#: the products' own adapters (their ``load_config`` is the exact parser)
+OWN_ADAPTERS = {"phsafe": "dasflow.pipeline.adapters.phsafe", "safetab-p": "dasflow.pipeline.adapters.safetab_p",
+                "groupsize": "dasflow.pipeline.adapters.groupsize"}
 
+
+def _own_loader(product: str) -> Callable[[str, str], Any]:
+    """The product's own ``load_config`` (importing an adapter module registers it: keep the registry as is)."""
+    import importlib
+
+    from dasflow.pipeline.adapters import REGISTRY, get_adapter
+
+    if product not in OWN_ADAPTERS:
+        return get_adapter(product).load_config
+    before = dict(REGISTRY)
+    module = importlib.import_module(OWN_ADAPTERS[product])
+    REGISTRY.clear()
+    REGISTRY.update(before)
+    loader: Callable[[str, str], Any] = module.ADAPTER.load_config
+    return loader
+
+
+def validate_product_config(product: str, text: str, universe: str, source: str | None = None,
+                            loader: Callable[[str, str], Any] | None = None) -> Any:
+    """Validate one product config (verbatim text) for a release universe; return the loaded config.
+
+    ``loader`` is the product's own ``load_config`` (default: the shipped adapter's)."""
     src = source or f"{product} config"
     raw = _decode(text, src)
     if product == "safetab-p":
@@ -80,7 +102,7 @@ def validate_product_config(product: str, text: str, universe: str, source: str 
     elif product == "phsafe":
         _walk_infinity(raw, "", "privacy_budget.", src)  # keys, types: PHSafe's parser is already strict
     try:
-        return get_adapter(product).load_config(text, universe)
+        return (loader or _own_loader(product))(text, universe)
     except InputError as exc:
         if exc.file is None or exc.file == f"{product} config":
             raise InputError(str(exc).split(": ", 1)[-1], file=src, row=exc.row, column=exc.column) from None

@@ -128,7 +128,7 @@ def _safetab(confidential: Mapping[str, Any], public: Mapping[str, Any],
     its = {name: _read_text_table(it_dir / name) for name in suites.ITERATION_FILES}
     codes = [str(c) for c in index.codes]
     inputs = [InputSuite("safetab_p.persons", PERSON_FILE, {c: persons.column(c) for c in persons.column_names},
-                         suites.safetab_person_checks(codes))]
+                         suites.SAFETAB_PERSONS)]
     grfc = read_pipe_file(geo.source, GRFC_COLUMNS, extra_columns=True)
     inputs.append(InputSuite("safetab_p.grfc", Path(geo.source).name,
                              {c: grfc.column(c) for c in grfc.column_names}, suites.GRFC))
@@ -159,6 +159,11 @@ def _safetab(confidential: Mapping[str, Any], public: Mapping[str, Any],
               (~cmap.RACE_ETH_CODE.isin(its[CODES_FILE].RACE_ETH_CODE)).to_numpy()),
         _fact("unique mapping row", CODE_TO_ITER_FILE, "RACE_ETH_CODE", cmap.duplicated().to_numpy()),
     ]
+    code_set = pa.array([*codes, "Null"])
+    for col in [f"QRACE{i}" for i in range(1, 9)] + ["QSPAN"]:
+        values = persons.column(col)
+        facts.append(_fact(f"{col} in {CODES_FILE}", PERSON_FILE, col,
+                           ~pc.is_in(values, value_set=code_set).to_numpy(zero_copy_only=False)))
     counts = pc.value_counts(persons.column("TABBLKST"))
     per_state = {str(v["values"]): int(v["counts"]) for v in counts.to_pylist()}
     summary = {"rows": {PERSON_FILE: int(persons.num_rows), Path(geo.source).name: int(grfc.num_rows),

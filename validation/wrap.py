@@ -79,7 +79,7 @@ class ValidatedAdapter:
     def load_config(self, text: str, universe: str) -> Any:
         from validation.configs import validate_product_config
 
-        return validate_product_config(self.name, text, universe)
+        return validate_product_config(self.name, text, universe, loader=self.inner.load_config)
 
     def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
         preflight_inputs(self.name, store, inputs, public=True)
