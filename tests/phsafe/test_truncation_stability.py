@@ -241,3 +241,30 @@ def test_r7_hash_collisions_fall_back_to_the_full_record_order(monkeypatch: pyte
     order = tr.content_order(mafid, [age])
     assert list(zip(mafid[order].tolist(), age[order].tolist(), strict=True)) == \
         [(1, 5), (1, 7), (2, 3), (2, 3), (2, 9)]
+
+
+def test_r7_production_path_equals_reference_truncate_and_join() -> None:
+    """The shared-sort tabulation path gives the same joined records as ``truncate_and_join`` (duplicated unit
+    MAFIDs, orphans and large households included)."""
+    from dasflow.products.phsafe.tabulate import build_universe, join_records
+    rng = np.random.default_rng(5)
+    n, h = 4000, 600
+    persons = {"RTYPE": np.full(n, 3, np.int16), "MAFID": rng.integers(0, h + 20, n).astype(np.int64) + 1,
+               "QAGE": rng.integers(0, 90, n).astype(np.int16), "CENHISP": rng.integers(1, 3, n).astype(np.int16),
+               "CENRACE": rng.integers(1, 64, n).astype(np.int16), "RELSHIP": rng.integers(20, 37, n).astype(np.int16)}
+    umafid = np.concatenate([np.arange(1, h + 1), rng.integers(1, h + 1, 30)]).astype(np.int64)  # 30 dups
+    rng.shuffle(umafid)
+    m = umafid.size
+    units = {"RTYPE": np.full(m, 2, np.int16), "MAFID": umafid, "HHSPAN": rng.integers(1, 3, m).astype(np.int16),
+             "HHRACE": rng.integers(1, 64, m).astype(np.int16), "TEN": rng.integers(1, 5, m).astype(np.int16),
+             "HHT": np.ones(m, np.int16), "HHT2": np.ones(m, np.int16), "CPLT": np.ones(m, np.int16)}
+    geo = {"RTYPE": np.full(h, 2, np.int16), "MAFID": np.arange(1, h + 1, dtype=np.int64),
+           "TABBLKST": rng.choice(np.array([1, 2], np.int16), h)}
+    uni = build_universe(persons, units, geo, ("01", "02"))
+    rec = join_records(uni, "PH1_num", 3)
+    pr, ur = truncate_and_join(persons["MAFID"], [persons[c] for c in ("RTYPE", "QAGE", "CENHISP", "CENRACE",
+                                                                       "RELSHIP")], units["MAFID"], 3)
+    ref = Counter(zip(np.where(persons["QAGE"][pr] < 18, 2, 3).tolist(),
+                      (geo["TABBLKST"][units["MAFID"][ur] - 1] - 1).tolist(), strict=True))
+    got = Counter(zip(rec.cell.tolist(), rec.state.tolist(), strict=True))
+    assert got == ref and sum(ref.values()) > 1000

@@ -20,7 +20,7 @@ import pandas as pd
 
 from dasflow.products.phsafe import preprocess as pp
 from dasflow.products.phsafe.tables import ITERATIONS, MEASURED, TableDef, level_parts, regions
-from dasflow.products.phsafe.truncate import content_order, drop_non_unique, rank_within_group
+from dasflow.products.phsafe.truncate import content_order, rank_within_group
 
 Columns = Mapping[str, np.ndarray]
 
@@ -133,12 +133,6 @@ def join_records(uni: Universe, table: str, tau: int | None) -> Records:
     else:
         ag, hi = uj["ITER_AG"], uj["ITER_HI"]
     return Records(state=uj["STATE"], ag=ag, hi=hi, cell=rule.cell(pj, uj))
-
-
-def drop_non_unique_masked(mafid: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Rows of ``mask`` whose MAFID is unique among the masked rows (DropNonUnique after the unit filter)."""
-    rows = np.flatnonzero(mask)
-    return np.asarray(rows[drop_non_unique(mafid[rows])])
 
 
 def unit_records(uni: Universe, table: str) -> Records:
