@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
-import pyarrow.parquet as pq
 
 HERE = Path(__file__).resolve().parent
 BASE = HERE / "base"
@@ -163,6 +164,57 @@ def cases() -> dict[str, dict[str, object]]:
     return out
 
 
+def _demo(name: str) -> dict[str, Any]:
+    from dasflow.demo import _config_text
+
+    raw: dict[str, Any] = json.loads(_config_text(name))
+    return raw
+
+
+def config_cases() -> dict[str, dict[str, Any]]:
+    """Bad product configs: name -> {product, text, column} (the key the rejection must name)."""
+    out: dict[str, dict[str, Any]] = {}
+
+    def add(name: str, product: str, file: str, change: Callable[[dict[str, Any]], Any], column: str | None,
+            raw_text: str | None = None) -> None:
+        cfg = _demo(file)
+        change(cfg)
+        out[name] = {"product": product, "text": raw_text or json.dumps(cfg, indent=1), "column": column}
+
+    ph, st, gs = "phsafe-us-config.json", "safetab-p-config.json", "groupsize-config.json"
+    add("phsafe_unknown_key", "phsafe", ph, lambda c: c.update(epsilon=1), None)
+    add("phsafe_missing_key", "phsafe", ph, lambda c: c.pop("tau"), None)
+    add("phsafe_negative_budget", "phsafe", ph, lambda c: c["privacy_budget"]["PH2"].update({"usa_*": -0.1}),
+        "privacy_budget.PH2.usa_*")
+    add("phsafe_string_budget", "phsafe", ph, lambda c: c["privacy_budget"]["PH2"].update({"usa_*": "lots"}),
+        "privacy_budget.PH2.usa_*")
+    add("phsafe_pr_mixed_with_states", "phsafe", ph, lambda c: c["state_filter"].append("72"), "state_filter")
+    add("phsafe_bad_fips_in_filter", "phsafe", ph, lambda c: c["state_filter"].append("03"), "state_filter")
+    add("phsafe_tau_not_integer", "phsafe", ph, lambda c: c["tau"].update(PH2=2.5), "tau.PH2")
+    add("safetab_unknown_key", "safetab-p", st, lambda c: c.update(privacy_budget_p_level_1_stat=1),
+        "privacy_budget_p_level_1_stat")
+    add("safetab_negative_budget", "safetab-p", st, lambda c: c.update(privacy_budget_p_level_1_state=-1),
+        "privacy_budget_p_level_1_state")
+    add("safetab_threshold_not_increasing", "safetab-p", st,
+        lambda c: c["thresholds_p"].update({k: [5, 3, 9] for k in list(c["thresholds_p"])[:1]}), "thresholds_p")
+    add("safetab_pr_in_us_state_filter", "safetab-p", st, lambda c: c.update(state_filter_us=["10", "72"]),
+        "state_filter_us")
+    add("safetab_missing_max_race_codes", "safetab-p", st, lambda c: c.pop("max_race_codes"), "max_race_codes")
+    add("groupsize_missing_budget", "groupsize", gs, lambda c: c.pop("budget"), "budget")
+    add("groupsize_unknown_key", "groupsize", gs, lambda c: c.update(epsilon="1"), "epsilon")
+    add("groupsize_negative_budget", "groupsize", gs, lambda c: c.update(budget="-0.5"), None)
+    # JSON-level: NaN and Infinity where no budget may be infinite
+    text = re.sub(r'"usa_\*": [0-9.eE-]+', '"usa_*": NaN', json.dumps(_demo(ph), indent=1), count=1)
+    out["phsafe_nan_budget"] = {"product": "phsafe", "text": text, "column": None}
+    text = re.sub(r'"zero_suppression_chance": [0-9.]+', '"zero_suppression_chance": Infinity',
+                  json.dumps(_demo(st), indent=1))
+    out["safetab_infinity_outside_budget"] = {"product": "safetab-p", "text": text,
+                                              "column": "zero_suppression_chance"}
+    text = json.dumps(_demo(gs)).replace('"0.5"', "Infinity")
+    out["groupsize_infinite_budget"] = {"product": "groupsize", "text": text, "column": "budget"}
+    return out
+
+
 def main() -> None:
     make_base()
     if CASES.exists():
@@ -171,9 +223,18 @@ def main() -> None:
     for name, case in sorted(cases().items()):
         target = CASES / name / str(case["key"])
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(case.pop("data"))  # type: ignore[arg-type]
+        target.write_bytes(case.pop("data"))
         index[name] = case
     (HERE / "cases.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
+    configs = HERE / "configs"
+    if configs.exists():
+        shutil.rmtree(configs)
+    configs.mkdir()
+    expect = {}
+    for name, case in sorted(config_cases().items()):
+        (configs / f"{name}.json").write_text(case.pop("text"))
+        expect[name] = case
+    (HERE / "configs.json").write_text(json.dumps(expect, indent=1, sort_keys=True) + "\n")
     print(f"{len(index)} cases")
 
 
