@@ -160,7 +160,7 @@ def eigen_design(
     fraction: float = 0.1,
     group_size: int = 16,
     complete: bool = True,
-    gap_tol: float = 1e-6,
+    gap_tol: float = 1e-5,
     max_iter: int = 20000,
     normalize_rows: bool = False,
     cache: bool = True,

@@ -32,9 +32,10 @@ FloatArray = npt.NDArray[np.float64]
 
 __all__ = ["ConvergenceError", "WeightingResult", "solve_weighting"]
 
-#: Up to this many design queries Program 1 is solved by a primal log-barrier Newton method (k × k Hessians,
-#: cost O(k² n) per step: fast and precise for low-rank workloads, where the n-variable dual converges slowly);
-#: above it by L-BFGS-B on the dual. Both report the same weak-duality certificate.
+#: Up to this many design queries (or twice as many when they are at most half the columns: low rank) Program 1
+#: is solved by a primal log-barrier Newton method (k × k Hessians, O(k² n) per step: precise for low-rank
+#: workloads, where the n-variable dual stalls, e.g. gap 1.5e-3 for 2-way range marginals 8×16×16, rank 473);
+#: otherwise by L-BFGS-B on the dual. Both report the same weak-duality certificate.
 PRIMAL_NEWTON_MAX_QUERIES = 400
 
 
@@ -87,7 +88,8 @@ def solve_weighting(
     if np.any(Mm.sum(axis=1) <= 0):
         raise ValueError("every design query must touch at least one column")
     with single_threaded_blas():
-        if c0.size <= PRIMAL_NEWTON_MAX_QUERIES:
+        k, n = Mm.shape
+        if k <= PRIMAL_NEWTON_MAX_QUERIES or (2 * k <= n and k <= 2 * PRIMAL_NEWTON_MAX_QUERIES):
             best = _solve_barrier(c0, Mm, int(power), gap_tol)
             if not best.converged:
                 alt = _solve(c0, Mm, int(power), gap_tol, max_iter)
@@ -204,15 +206,19 @@ def _solve_barrier(c0: FloatArray, M: FloatArray, r: int, gap_tol: float) -> Wei
             if pos.any():
                 step = min(step, 0.99 * float(np.min(slack[pos] / dm[pos])))
             phi0 = tau * f(t) - float(np.sum(np.log(slack)))
+            accepted = False
             while step > 1e-14:
                 tn = t + step * d
                 sn = 1.0 - Mt @ tn
                 if np.all(tn > 0) and np.all(sn > 0):
                     phi = tau * f(tn) - float(np.sum(np.log(sn)))
                     if phi <= phi0 - 0.25 * step * dec:
+                        accepted = True
                         break
                 step *= 0.5
-            t = t + step * d
+            if not accepted:  # no progress possible at this τ (round-off): go to the next stage
+                break
+            t = tn
         mu = 1.0 / (tau * (1.0 - Mt @ t))
         cand = _finish(cn, M, Mt, mu, r, scale, iterations, gap_tol)
         # the barrier iterate itself, scaled to full load, is the better primal point
