@@ -249,16 +249,18 @@ def test_r7_production_path_equals_reference_truncate_and_join() -> None:
     from dasflow.products.phsafe.tabulate import build_universe, join_records
     rng = np.random.default_rng(5)
     n, h = 4000, 600
-    persons = {"RTYPE": np.full(n, 3, np.int16), "MAFID": rng.integers(0, h + 20, n).astype(np.int64) + 1,
+    persons: dict[str, np.ndarray] = {
+               "RTYPE": np.full(n, 3, np.int16), "MAFID": rng.integers(0, h + 20, n).astype(np.int64) + 1,
                "QAGE": rng.integers(0, 90, n).astype(np.int16), "CENHISP": rng.integers(1, 3, n).astype(np.int16),
                "CENRACE": rng.integers(1, 64, n).astype(np.int16), "RELSHIP": rng.integers(20, 37, n).astype(np.int16)}
     umafid = np.concatenate([np.arange(1, h + 1), rng.integers(1, h + 1, 30)]).astype(np.int64)  # 30 dups
     rng.shuffle(umafid)
     m = umafid.size
-    units = {"RTYPE": np.full(m, 2, np.int16), "MAFID": umafid, "HHSPAN": rng.integers(1, 3, m).astype(np.int16),
+    units: dict[str, np.ndarray] = {
+             "RTYPE": np.full(m, 2, np.int16), "MAFID": umafid, "HHSPAN": rng.integers(1, 3, m).astype(np.int16),
              "HHRACE": rng.integers(1, 64, m).astype(np.int16), "TEN": rng.integers(1, 5, m).astype(np.int16),
              "HHT": np.ones(m, np.int16), "HHT2": np.ones(m, np.int16), "CPLT": np.ones(m, np.int16)}
-    geo = {"RTYPE": np.full(h, 2, np.int16), "MAFID": np.arange(1, h + 1, dtype=np.int64),
+    geo: dict[str, np.ndarray] = {"RTYPE": np.full(h, 2, np.int16), "MAFID": np.arange(1, h + 1, dtype=np.int64),
            "TABBLKST": rng.choice(np.array([1, 2], np.int16), h)}
     uni = build_universe(persons, units, geo, ("01", "02"))
     rec = join_records(uni, "PH1_num", 3)
