@@ -5,8 +5,8 @@ without a row; these checks turn each into an :class:`InputError` with file, row
 column, so no malformed line reaches a parser. Vectorised over the raw bytes in blocks (numpy; memory is
 O(block), not O(file)): UTF-8 validity, a non-empty header naming the expected columns with the expected
 delimiter, and the same field count on every non-blank line (blank lines are skipped by the readers).
-Quoting is not part of the Census formats (pipe-delimited,
-no quotes), so a quote character is taken literally.
+Quoting is not part of the Census formats (pipe-delimited, no quotes) while the pyarrow/pandas readers treat
+``"`` as a quote that swallows delimiters and line ends, so a quote character is rejected.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ def check_delimited(path: str | Path, columns: Sequence[str] | None, delimiter: 
         raise InputError(f"not UTF-8 text (byte {first[exc.start]:#04x})", file=name, row=1) from None
     if header_text.startswith("\ufeff"):
         raise InputError("byte-order mark before the header (save as UTF-8 without BOM)", file=name, row=1)
+    if '"' in header_text:
+        raise InputError("quote character '\"' in the header (the formats are unquoted)", file=name, row=1)
     if not header_text.strip():
         raise InputError("empty header line", file=name, row=1)
     delim = delimiter if delimiter is not None else ("|" if "|" in header_text else ",")
@@ -108,6 +110,13 @@ def _scan_body(p: Path, offset: int, n_fields: int, delim: bytes, header: list[s
                 col = min(data.count(delim, start, exc.start), n_fields - 1)
                 raise InputError(f"not UTF-8 text (byte {data[exc.start]:#04x})", file=name, row=line,
                                  column=header[col]) from None
+            quote = data.find(b'"')
+            if quote >= 0:  # the readers would take it as a quote and swallow delimiters and line ends
+                line = row_base + data.count(b"\n", 0, quote)
+                start = data.rfind(b"\n", 0, quote) + 1
+                col = min(data.count(delim, start, quote), n_fields - 1)
+                raise InputError("quote character '\"' (the formats are unquoted)", file=name, row=line,
+                                 column=header[col])
             arr = np.frombuffer(data, dtype=np.uint8)
             nl = np.flatnonzero(arr == 10)
             if final and (nl.size == 0 or nl[-1] != arr.size - 1):
