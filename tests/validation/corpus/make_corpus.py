@@ -223,7 +223,9 @@ def main() -> None:
     for name, case in sorted(cases().items()):
         target = CASES / name / str(case["key"])
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(case.pop("data"))
+        data = case.pop("data")
+        assert isinstance(data, bytes)
+        target.write_bytes(data)
         index[name] = case
     (HERE / "cases.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
     configs = HERE / "configs"
@@ -232,7 +234,7 @@ def main() -> None:
     configs.mkdir()
     expect = {}
     for name, case in sorted(config_cases().items()):
-        (configs / f"{name}.json").write_text(case.pop("text"))
+        (configs / f"{name}.json").write_text(str(case.pop("text")))
         expect[name] = case
     (HERE / "configs.json").write_text(json.dumps(expect, indent=1, sort_keys=True) + "\n")
     print(f"{len(index)} cases")

@@ -1,0 +1,123 @@
+"""Unit tests of the building blocks: phase-0 preflight, domain frames (exact equivalence with row-level GX),
+suites of every input, per-state partitions, output suites (confidential columns, integer counts, planned
+VARIANCE), Data Docs and stored results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dasflow.errors import InputError
+from dasflow.io.store import LocalStore
+from validation import gx
+from validation.domain import domain_frame
+from validation.outputs import validate_outputs
+from validation.preflight import check_delimited
+from validation.result import ValidationResult
+from validation.wrap import store_results
+
+COLS = ["A", "B", "C"]
+
+
+def _file(tmp: Path, data: bytes) -> Path:
+    p = tmp / "f.txt"
+    p.write_bytes(data)
+    return p
+
+
+@pytest.mark.parametrize(("data", "row", "column", "what"), [
+    (b"", 1, None, "empty file"),
+    (b"A|B\n1|2\n", 1, "C", "column 3"),
+    (b"A;B;C\n1;2;3\n", 1, "A", "wrong delimiter"),
+    (b"A|B|C\n1|2|3\n1|2\n", 3, "C", "truncated"),
+    (b"A|B|C\n1|2|3\n1|2|3|4\n", 3, "C", "4 fields"),
+    (b"A|B|C\n1|2|3\n1|\xff|3\n", 3, "B", "UTF-8"),
+    (b"A|B|C\n1|\"2|3\n", 2, "B", "quote"),
+    (b"\xef\xbb\xbfA|B|C\n1|2|3\n", 1, None, "byte-order mark"),
+    ("A|B|C\n1|2|3\n".encode("utf-16"), 1, None, "UTF-8"),
+])
+def test_preflight_names_row_and_column(tmp_path: Path, data: bytes, row: int, column: str | None,
+                                        what: str) -> None:
+    with pytest.raises(InputError, match=what) as info:
+        check_delimited(_file(tmp_path, data), COLS, "|")
+    assert (info.value.row, info.value.column) == (row, column)
+
+
+def test_preflight_across_block_boundaries(tmp_path: Path) -> None:
+    """Row numbers stay exact when a file spans many read blocks (tiny blocks force it)."""
+    body = b"".join(b"%d|x|y\n" % i for i in range(500))
+    bad = body + b"oops|x\n" + body
+    with pytest.raises(InputError) as info:
+        check_delimited(_file(tmp_path, b"A|B|C\n" + bad), COLS, "|", block=64)
+    assert info.value.row == 502 and info.value.column == "C"
+    assert check_delimited(_file(tmp_path, b"A|B|C\n" + body + b"\n"), COLS, "|", block=97)[2] == 500
+    assert check_delimited(_file(tmp_path, b"A|B|C\n1|2|3"), COLS, "|")[2] == 1  # no final newline
+
+
+def test_domain_frame_is_exactly_equivalent_to_row_level_validation() -> None:
+    """A membership rule fails on the distinct-value frame iff it fails on the full column (same unexpected
+    values), for random columns with and without violations."""
+    gen = np.random.default_rng(5)
+    checks = [gx.Check("ExpectColumnValuesToBeBetween", {"column": "x", "min_value": 0, "max_value": 9}),
+              gx.Check("ExpectColumnValuesToBeInSet", {"column": "y", "value_set": ["a", "b"]})]
+    for trial in range(4):
+        x = gen.integers(0, 10 + trial % 2, size=2000)
+        y = gen.choice(["a", "b"] + (["c"] if trial >= 2 else []), size=2000)
+        full = gx.validate("eq", checks, pd.DataFrame({"x": x, "y": y}))
+        dom = gx.validate("eq", checks, domain_frame({"x": x, "y": y}))
+        assert [r.success for r in full.rows] == [r.success for r in dom.rows]
+        assert full.success == (x.max() <= 9 and set(y) <= {"a", "b"})
+
+
+def _frames() -> dict[str, pd.DataFrame]:
+    return {"groupsize/groupsize_state.csv": pd.DataFrame({"STATE": ["10", "10"], "HOUSEHOLD_SIZE": ["1", "2+"],
+                                                           "COUNT": ["4", "-1"]}),
+            "phsafe/PH2.csv": pd.DataFrame({"REGION_ID": ["1"], "REGION_TYPE": ["USA"], "PH2_DATA_CELL": ["1"],
+                                            "NOISE_DISTRIBUTION": ["Gaussian"], "VARIANCE": ["2.5"],
+                                            "COUNT": ["7"]})}
+
+
+PLAN = {"entries": [{"product": "phsafe", "variance": "5/2"}, {"product": "groupsize", "variance": "3"}]}
+
+
+def test_output_suites_accept_a_consistent_release() -> None:
+    result = validate_outputs(_frames(), PLAN)
+    assert result.success, result.error
+    assert result.summary["files"] == {"groupsize/groupsize_state.csv": 2, "phsafe/PH2.csv": 1}
+
+
+def test_output_suites_reject_confidential_columns_counts_and_variance() -> None:
+    frames = _frames()
+    frames["groupsize/groupsize_state.csv"]["MAFID"] = "123456789"
+    r = validate_outputs(frames, PLAN)
+    assert not r.success and r.error is not None and r.error.column == "MAFID"
+    frames = _frames()
+    frames["groupsize/groupsize_state.csv"].loc[1, "COUNT"] = "2.5"
+    r = validate_outputs(frames, PLAN)
+    assert r.error is not None and (r.error.column, r.error.row) == ("COUNT", 3)
+    frames = _frames()
+    frames["phsafe/PH2.csv"].loc[0, "VARIANCE"] = "2.4"
+    r = validate_outputs(frames, PLAN)
+    assert r.error is not None and r.error.column == "VARIANCE" and "not a planned variance" in str(r.error)
+
+
+def test_results_and_data_docs_are_stored(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    r = ValidationResult("phsafe", False, {"rows": {"persons.csv": 3}}, error=InputError("bad", file="persons.csv",
+                                                                                         row=4, column="QAGE"))
+    from validation.report import render_html
+
+    r.html = render_html(r)
+    keys = store_results(store, "runs/x", "phsafe", r)
+    assert set(keys) == {"runs/x/validation/phsafe.gx.json", "runs/x/validation/phsafe.html"}
+    doc = json.loads(store.get("runs/x/validation/phsafe.gx.json"))
+    assert doc["passed"] is False and doc["error"] == {"message": "file persons.csv, row 4, column QAGE: bad",
+                                                       "file": "persons.csv", "row": 4, "column": "QAGE"}
+    page = store.get("runs/x/validation/phsafe.html").decode()
+    assert "FAILED" in page and "QAGE" in page and page.startswith("<!doctype html>")
+    with pytest.raises(InputError):
+        r.raise_for_failure()
