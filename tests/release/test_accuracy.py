@@ -1,0 +1,167 @@
+"""The accuracy report (issue 12 item 3): expected MOEs from the plan, observed error against the ground truth by
+population size (test releases only), group-size/TopDown consistency diagnostics, and a self-contained HTML
+page that opens in headless Chromium with every plot rendered."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image as PILImage
+
+from dasflow.pipeline.run import RunContext
+from dasflow.privacy import accounting
+from dasflow.release import accuracy
+from dasflow.release.accuracy import (
+    TruthRefused,
+    accuracy_report,
+    compare,
+    error_by_size,
+    expected_moes,
+    hierarchy_check,
+    truth_frames,
+)
+from tests.dag import counts_product
+from tests.release.helpers import released_context
+
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--host-resolver-rules=MAP * ~NOTFOUND")
+
+
+def _counts_truth(ctx: RunContext) -> dict[str, pd.DataFrame]:
+    """Exact tabulation of the counts test product (its ground-truth twin), in its release layout."""
+    persons = pd.read_csv(io.BytesIO(ctx.store.get(counts_product.PERSONS)), dtype=str)
+    state = persons.groupby("STATE").size().rename("COUNT").reset_index()
+    sex = persons.groupby(["STATE", "SEX"]).size().rename("COUNT").reset_index()
+    return {"state.csv": state, "state_sex.csv": sex}
+
+
+@pytest.fixture
+def test_release(tmp_path: Path) -> Iterator[RunContext]:
+    accuracy.register_truth("counts", _counts_truth)
+    yield released_context(tmp_path)
+    accuracy.TRUTH.pop("counts", None)
+
+
+def test_expected_moes_come_from_the_plan_via_accounting(test_release: RunContext) -> None:
+    moes = expected_moes(test_release)
+    assert list(moes["key"]) == ["counts/state", "counts/state_sex"]
+    assert list(moes["moe90"]) == [accounting.dgauss_moe_exact(Fraction(1), Fraction(9, 10)),
+                                   accounting.dgauss_moe_exact(Fraction(2), Fraction(9, 10))]
+    assert list(moes["moe95"]) == [accounting.dgauss_moe_exact(Fraction(1), Fraction(19, 20)),
+                                   accounting.dgauss_moe_exact(Fraction(2), Fraction(19, 20))]
+
+
+def test_compare_and_error_by_size() -> None:
+    released = pd.DataFrame({"G": ["a", "b", "c", "d"], "VARIANCE": [4.0] * 4, "COUNT": ["3", "9", "150", "-2"]})
+    truth = pd.DataFrame({"G": ["a", "b", "c", "d"], "COUNT": [0, 5, 100, 0]})
+    cells = compare(released, truth)
+    assert list(cells["ERROR"]) == [3, 4, 50, -2]
+    table = error_by_size(cells).set_index("size")
+    assert table.loc["0", "cells"] == 2 and table.loc["0", "mean_error"] == 0.5
+    assert table.loc["0", "rmse"] == pytest.approx(np.sqrt((9 + 4) / 2))
+    assert table.loc["0", "within_moe90"] == 1.0  # |3|, |2| <= 1.645·2
+    assert table.loc["1–9", "within_moe90"] == 0.0
+    assert table.loc["100–999", "mae"] == 50
+
+
+def test_hierarchy_check_counts_inconsistent_cells() -> None:
+    parent = pd.DataFrame({"STATE": ["01", "01", "02"], "SIZE": ["1", "2", "1"], "COUNT": [5, 3, 4]})
+    child = pd.DataFrame({"STATE": ["01", "01", "01", "02"], "SIZE": ["1", "1", "2", "1"], "COUNT": [2, 3, 4, 4]})
+    cells, bad, worst = hierarchy_check(parent, child, ["STATE"], child[["STATE"]], ["SIZE"])
+    assert (cells, bad, worst) == (3, 1, 1.0)
+
+
+def test_topdown_and_groupsize_diagnostics() -> None:
+    us = pd.DataFrame({"GEOID": ["US", "US"], "SEX": [0, 1], "COUNT": [10, 7]})
+    st = pd.DataFrame({"GEOID": ["01", "01", "02", "02"], "SEX": [0, 1, 0, 1], "COUNT": [4, 3, 6, 4]})
+    rows = accuracy._topdown_consistency({"topdown_US.csv": us, "topdown_state.csv": st})
+    assert rows == [{"product": "topdown", "check": "US = Σ state", "cells": 2, "inconsistent": 0,
+                     "max_abs_diff": 0.0}]
+    nation = pd.DataFrame({"STATE": ["US", "US"], "HOUSEHOLD_SIZE": ["1", "2+"], "COUNT": [5, 6]})
+    state = pd.DataFrame({"STATE": ["01", "02", "01", "02"], "HOUSEHOLD_SIZE": ["1", "1", "2+", "2+"],
+                          "COUNT": [2, 3, 1, 4]})
+    gs = accuracy._groupsize_consistency({"groupsize_nation.csv": nation, "groupsize_state.csv": state}, n=12)
+    assert [(r["inconsistent"], r["max_abs_diff"]) for r in gs] == [(1, 1.0), (1, 1.0)]
+
+
+def test_production_release_gets_expected_moes_only(tmp_path: Path) -> None:
+    ctx = released_context(tmp_path, seed=None)
+    with pytest.raises(TruthRefused):
+        truth_frames(ctx)
+    with pytest.raises(TruthRefused):
+        accuracy_report(ctx, {"counts": {}})
+    page = accuracy_report(ctx, None)
+    assert "TEST RELEASE" not in page
+    assert "expected MOEs and consistency diagnostics only" in page
+    assert "Observed error" not in page
+
+
+def _plots(page: str) -> list[bytes]:
+    return [base64.b64decode(m) for m in re.findall(r'class="plot"[^>]*src="data:image/png;base64,([^"]+)"', page)]
+
+
+def _chromium() -> str:
+    """The Debian ``chromium`` binary; its absence FAILS the test (the report must be checked in a browser)."""
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.fail("chromium is not installed: `apt-get update && apt-get install -y chromium` (add it to "
+                    ".ci/run); the accuracy report must be checked in a real browser")
+    return exe
+
+
+def _run_chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    profile = tmp / f"profile-{len(list(tmp.glob('profile-*')))}"
+    profile.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    return subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+                          capture_output=True, text=True, timeout=120, env=env, check=False)
+
+
+@pytest.mark.slow
+def test_report_opens_in_headless_chromium_and_every_plot_renders(test_release: RunContext, tmp_path: Path) -> None:
+    """Test release with ground truth: the page is self-contained, every embedded PNG decodes to a non-blank
+    image, Chromium loads every <img> (naturalWidth > 0, checked by a script in a test-only copy of the page),
+    and a screenshot of the page is not blank and shows the plots' colours."""
+    truth = truth_frames(test_release)
+    page = accuracy_report(test_release, truth)
+    assert page.startswith("<!DOCTYPE html>") and "<title>TEST RELEASE" in page
+    assert "http://" not in page and "https://" not in page and "<script" not in page
+    plots = _plots(page)
+    assert len(plots) == 3  # expected MOE, RMSE by size, one scatter for the one product
+    for png in plots:
+        pixels = np.asarray(PILImage.open(io.BytesIO(png)).convert("RGB"), dtype=np.float64)
+        assert pixels.std() > 10, "a blank plot"
+    report = tmp_path / "report.html"
+    report.write_text(page, encoding="utf-8")
+    # 1. every <img> decodes in the browser
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.replace("</body>", (
+        "<script>window.addEventListener('load',()=>{const i=[...document.images];"
+        "const ok=i.filter(x=>x.complete&&x.naturalWidth>0).length;"
+        "document.body.insertAdjacentHTML('beforeend',`<div id=probe>${ok}/${i.length}</div>`)});</script>"
+        "</body>")), encoding="utf-8")
+    dom = _run_chromium(tmp_path, "--virtual-time-budget=10000", "--dump-dom", probe.as_uri())
+    found = re.search(r'<div id="probe">(\d+)/(\d+)</div>', dom.stdout)
+    assert found is not None, dom.stderr[-2000:]
+    assert found.group(1) == found.group(2) == str(len(plots))
+    # 2. a screenshot of the report itself is not blank and shows the plots
+    shot = tmp_path / "shot.png"
+    result = _run_chromium(tmp_path, f"--screenshot={shot}", "--window-size=1200,3200", report.as_uri())
+    assert shot.exists(), result.stderr[-2000:]
+    pixels = np.asarray(PILImage.open(shot).convert("RGB"), dtype=np.float64)
+    assert pixels.shape[:2] == (3200, 1200)
+    assert pixels.var() > 100, "blank screenshot"
+    c0 = np.all(np.abs(pixels - np.array([31, 119, 180])) < 12, axis=2)  # matplotlib "C0" (plots only)
+    assert c0.sum() > 500, "the plots are not visible in the screenshot"
