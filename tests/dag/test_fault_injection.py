@@ -43,7 +43,7 @@ FAULT_POINTS = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def prefect_api() -> Iterator[dict[str, str]]:
     """``prefect server start`` on 127.0.0.1 with its own PREFECT_HOME (SQLite); yields the client env."""
     home = tempfile.mkdtemp(prefix="dasflow-prefect-server-")
@@ -106,7 +106,7 @@ def ledger_state(store_dir: Path) -> dict[str, list[str]]:
     return {"entries": entries, "nmfs": nmfs}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def baseline(prefect_api: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     root = tmp_path_factory.mktemp("baseline")
     result = dasflow(prefect_api, "run", str(make_release(root)))
