@@ -303,6 +303,39 @@ def _group_sum(flag: B, starts: npt.NDArray[np.int32], n: int) -> npt.NDArray[np
     return out
 
 
+def _spread_codes(
+    q: I16,
+    ri: npt.NDArray[np.int32],
+    own: B,
+    starts: npt.NDArray[np.int32],
+    size: npt.NDArray[np.int32],
+    hh: npt.NDArray[np.int32],
+) -> I16:
+    """QRACE rows for all persons from the rows drawn for the ``own`` persons (``ri`` = source row index).
+    Rows 1-2 are gathered; the sparse rows 3-8 are filled only where a source code exists: at its own person
+    and, when that person is a householder, at the household members who copy the householder."""
+    n = ri.size
+    out = np.zeros((8, n), dtype=np.int16)
+    out[0] = q[0][ri]
+    out[1] = q[1][ri]
+    own_idx = np.flatnonzero(own)
+    for j in range(2, 8):
+        nz = np.flatnonzero(q[j])
+        if nz.size == 0:
+            break
+        p = own_idx[nz]
+        out[j, p] = q[j, nz]
+        heads = p[starts[hh[p]] == p]
+        h = hh[heads]
+        m = size[h] - 1
+        if m.sum() == 0:
+            continue
+        members = np.repeat(starts[h] + 1 - np.cumsum(m) + m, m) + np.arange(int(m.sum()), dtype=np.int32)
+        members = members[~own[members]]
+        out[j, members] = out[j, starts[hh[members]]]
+    return out
+
+
 def _households(bits: Bits, ctx: StateContext, size: I64, county: I64) -> Arrays:
     H = size.size
     n = int(size.sum())
@@ -371,11 +404,7 @@ def _households(bits: Bits, ctx: StateContext, size: I64, county: I64) -> Arrays
     cenhisp = re["cenhisp"][ri]
     cenrace = re["cenrace"][ri]
     qspan = re["qspan"][ri]
-    q = re["qrace"]
-    qrace = np.zeros((8, n), dtype=np.int16)
-    for j in range(8):
-        if q[j].any():
-            qrace[j] = q[j][ri]
+    qrace = _spread_codes(re["qrace"], ri, own, starts, size32, hh)
     # unit attributes derived from the persons
     n_rel = _group_sum(_IS_RELATIVE[rel], starts, n)
     own_kid = _group_sum(_IS_OWN_CHILD[rel] & (age < 18), starts, n) > 0

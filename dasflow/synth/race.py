@@ -59,6 +59,20 @@ def race_code_tables() -> tuple[CodeTable, ...]:
 
 
 @cache
+def stacked_code_table() -> npt.NDArray[np.int16]:
+    """The six races' 2**20-entry tables stacked and mapped to codes: ``table[race << 20 | u20]`` is a detailed
+    code of ``race`` drawn with that race's probabilities (one gather per person, no grouping)."""
+    return np.concatenate([t.codes[t.table] for t in race_code_tables()])
+
+
+def _codes_by_race(bits: Bits, race: npt.NDArray[np.int8]) -> npt.NDArray[np.int16]:
+    """One detailed code per person from the table of ``race`` (0..5)."""
+    idx = (race.astype(np.int32) << 20) | (bits.u32(race.size) >> np.uint32(12)).astype(np.int32)
+    out: npt.NDArray[np.int16] = stacked_code_table()[idx]
+    return out
+
+
+@cache
 def hispanic_origin_table(puerto_rico: bool) -> CodeTable:
     """QSPAN codes of Hispanic persons (Puerto Rico has its own head: mostly Puerto Rican)."""
     head = prm.PR_HISPANIC_ORIGIN_HEAD if puerto_rico else prm.HISPANIC_ORIGIN_HEAD
@@ -161,18 +175,6 @@ def draw_qspan(bits: Bits, hispanic: npt.NDArray[np.bool_], puerto_rico: bool) -
 @cache
 def _popcount() -> npt.NDArray[np.int8]:
     return np.array([bin(m).count("1") for m in range(64)], dtype=np.int8)
-
-
-def _codes_by_race(bits: Bits, race: npt.NDArray[np.int8]) -> npt.NDArray[np.int16]:
-    """One detailed code per person from the table of ``race`` (0..5): a stable radix sort groups the persons
-    by race so each table is drawn once."""
-    tables = race_code_tables()
-    order = np.argsort(race, kind="stable")
-    counts = np.bincount(race, minlength=6)
-    codes = np.concatenate([tables[r].draw(bits, int(counts[r])) for r in range(6)])
-    out = np.empty(race.size, dtype=np.int16)
-    out[order] = codes
-    return out
 
 
 def draw_detailed(
