@@ -1,0 +1,99 @@
+"""The release stage end to end on a real PHSafe release (two synthetic states through the DAG stages):
+estimates files, certificate, accuracy report with PHSafe's ground truth, validated manifest written last,
+byte-identical re-run and publication (issue 12 items 1-4)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dasflow import synth
+from dasflow.config import parse_release_config
+from dasflow.io.store import LocalStore
+from dasflow.pipeline import stages
+from dasflow.pipeline.run import RunContext, freeze_config
+from dasflow.release.publish import MANIFEST, OutputInvalid, publish, write_release_manifest
+from dasflow.release.stage import finalize_release
+
+
+def phsafe_release(tmp: Path, seed: int | None = 4) -> RunContext:
+    store = LocalStore(tmp / "store")
+    root = store.local_path("confidential/synth")
+    synth.generate(root, persons=1000, seed=3, states=["01", "02"], formats=("phsafe",))
+    (tmp / "store/public/phsafe").mkdir(parents=True)
+    os.replace(root / "phsafe/geo.csv", tmp / "store/public/phsafe/geo.csv")
+    cfg = json.loads(resources.files("dasflow.demo_data").joinpath("phsafe-us-config.json").read_text())
+    cfg["state_filter"] = ["01", "02"]
+    raw = {"release_id": "ph", "universe": "US", "store": str(tmp / "store"),
+           "inputs": {"phsafe": "confidential/synth/phsafe/", "phsafe_geo": "public/phsafe/"},
+           "products": [{"name": "phsafe", "config_text": json.dumps(cfg)}], "cap": {"rho": "2"},
+           "rng": {"mode": "test", "seed": seed} if seed is not None else {"mode": "production"}}
+    ctx = freeze_config(parse_release_config(raw), store)
+    stages.plan_stage(ctx)
+    stages.validate_stage(ctx, "phsafe")
+    stages.preprocess_stage(ctx, "phsafe")
+    stages.measure_stage(ctx, "phsafe")
+    stages.postprocess_stage(ctx, "phsafe")
+    stages.release_stage(ctx)
+    return ctx
+
+
+def _files(store_dir: Path) -> dict[str, bytes]:
+    root = store_dir / "runs/ph/release"
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_finalize_a_phsafe_test_release_and_publish_it(tmp_path: Path) -> None:
+    ctx = phsafe_release(tmp_path)
+    manifest = finalize_release(ctx)
+    files = _files(tmp_path / "store")
+    for name in ("PH1", "PH5", "PH8", "PH2", "PH1_num", "PH8_denom"):
+        assert f"phsafe/estimates/{name}.csv" in files
+    assert {"CERTIFICATE.md", "CERTIFICATE.html", "ACCURACY.html", MANIFEST} <= set(files)
+    assert set(manifest["files"]) == {f"runs/ph/release/{k}" for k in files if k != MANIFEST}
+    # estimates: 3 geographies (USA + 2 states) x 10 iterations x 3 average cells; bounds respected
+    ph1 = pd.read_csv(io.BytesIO(files["phsafe/estimates/PH1.csv"]), sep="|", dtype={"REGION_ID": str})
+    assert len(ph1) == 3 * 10 * 3
+    assert ph1["ESTIMATE"].between(0, 10).all() and (ph1["LOWER_90"] <= ph1["UPPER_90"]).all()
+    totals = ph1[ph1["PH1_DATA_CELL"] == 1]
+    assert (totals["LOWER_90"] >= 1).all()
+    ph5 = pd.read_csv(io.BytesIO(files["phsafe/estimates/PH5.csv"]), sep="|")
+    assert (ph5[ph5["PH5_DATA_CELL"] == 1]["LOWER_90"] >= 2).all()
+    # certificate and accuracy report of a test release
+    assert files["CERTIFICATE.md"].startswith(b"**TEST RELEASE")
+    report = files["ACCURACY.html"].decode()
+    assert "<title>TEST RELEASE" in report and "Observed error against the ground truth" in report
+    assert "PH3.csv" in report
+    # deterministic: a second finalize writes the same bytes
+    finalize_release(ctx)
+    assert _files(tmp_path / "store") == files
+    # publication: refused as production, published as a marked test publication
+    with pytest.raises(Exception, match="TEST release"):
+        publish(ctx, str(tmp_path / "site"))
+    record = publish(ctx, str(tmp_path / "site"), test_publication=True)
+    assert (tmp_path / "site/test-releases/ph/phsafe/estimates/PH1.csv").read_bytes() == \
+        files["phsafe/estimates/PH1.csv"]
+    assert record["files"] == len(manifest["files"]) + 1
+
+
+@pytest.mark.slow
+def test_phsafe_output_validation_catches_a_wrong_variance(tmp_path: Path) -> None:
+    """PHSafe's production output check (VARIANCE equals the formula for the configured ρ/τ) runs before the
+    manifest is written."""
+    ctx = phsafe_release(tmp_path, seed=None)
+    key = "runs/ph/release/phsafe/PH2.csv"
+    lines = ctx.store.get(key).decode().splitlines(keepends=True)
+    head, first = lines[0], lines[1].split("|")
+    first[-2] = "1.0"
+    ctx.store.put(key, (head + "|".join(first) + "".join(lines[2:])).encode())
+    before = ctx.store.get(f"runs/ph/release/{MANIFEST}")
+    with pytest.raises(OutputInvalid, match="VARIANCE"):
+        write_release_manifest(ctx)
+    assert ctx.store.get(f"runs/ph/release/{MANIFEST}") == before
