@@ -203,9 +203,41 @@ def _groupsize(confidential: Mapping[str, Any], public: Mapping[str, Any],
                        suites.GROUPSIZE_HOUSEHOLDS)], facts, summary, own
 
 
+# -- TopDown -----------------------------------------------------------------------------------------------
+
+def _topdown(confidential: Mapping[str, Any], public: Mapping[str, Any],
+             config: Any) -> tuple[list[InputSuite], list[dict[str, object]], dict[str, Any], Callable[[], None]]:
+    """TopDown persons (block GEOID + the schema's attribute codes) against the public block geography."""
+    from dasflow.products.topdown.product import TopDown
+
+    persons: pd.DataFrame = confidential["persons"]
+    source = str(confidential.get("persons_source", "<persons>"))
+    schema = config.strategy.schema
+    if "spine" in public:
+        blocks = np.asarray(public["spine"].block_geoid).astype(str)
+    else:
+        blocks = public["blocks"]["GEOID"].astype(str).to_numpy()
+    checks = [Check("ExpectTableColumnsToMatchSet", {"column_set": ["GEOID", *schema.names], "exact_match": False}),
+              Check("ExpectColumnValuesToNotBeNull", {"column": "GEOID"}),
+              Check("ExpectColumnValuesToMatchRegex", {"column": "GEOID", "regex": r"^[0-9]{15}$"})]
+    checks += [Check("ExpectColumnValuesToBeBetween", {"column": a, "min_value": 0, "max_value": int(d) - 1})
+               for a, d in schema.attributes]
+    cols = {c: persons[c] for c in ["GEOID", *schema.names] if c in persons.columns}
+    geoid = persons["GEOID"].astype(str).to_numpy() if "GEOID" in persons.columns else np.zeros(0, str)
+    facts = [_fact("person block in the block geography", source, "GEOID", ~np.isin(geoid, blocks)),
+             _fact("unique block GEOID", "<blocks>", "GEOID", _first_dup_mask(blocks))]
+    states = pd.Series(geoid).str[:2].value_counts().sort_index()
+    summary = {"rows": {source: len(persons)}, "persons_per_state": {str(k): int(v) for k, v in states.items()}}
+
+    def own() -> None:
+        TopDown(config).prepare(confidential, public)
+
+    return [InputSuite("topdown.persons", source, cols, checks)], facts, summary, own
+
+
 RUNNERS: dict[str, Callable[..., tuple[list[InputSuite], list[dict[str, object]], dict[str, Any],
                                        Callable[[], None]]]] = {
-    "phsafe": _phsafe, "safetab-p": _safetab, "groupsize": _groupsize}
+    "phsafe": _phsafe, "safetab-p": _safetab, "groupsize": _groupsize, "topdown": _topdown}
 
 
 def _error_from_suite(s: InputSuite, rows: list[ExpectationRow], first: tuple[Check, list[Any], list[Any]] | None,
