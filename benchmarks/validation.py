@@ -81,8 +81,11 @@ def run_dasflow(product: str, data: Path) -> dict[str, Any]:
     del MODULES
     text = _config_text({"phsafe": "phsafe-us-config.json", "safetab-p": "safetab-p-config.json"}[product])
     cfg = adapter.load_config(text, "US")
-    _timed(out, "phase0_preflight", lambda: (preflight_inputs(product, store, inputs, True),
-                                             preflight_inputs(product, store, inputs, False)))
+    def preflight() -> None:
+        preflight_inputs(product, store, inputs, True)
+        preflight_inputs(product, store, inputs, False)
+
+    _timed(out, "phase0_preflight", preflight)
     inner_adapter = adapter.inner
     public = _timed(out, "phase1_2_public_read", lambda: inner_adapter.public_inputs(store, inputs, cfg))
     conf = _timed(out, "phase1_2_confidential_read", lambda: inner_adapter.confidential_inputs(store, inputs, cfg))
@@ -181,9 +184,13 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write the JSON results here")
     args = ap.parse_args()
     if args.child:
-        fn = {"dasflow": lambda: run_dasflow(args.product, Path(args.data)), "peer": lambda: run_peer(Path(args.data)),
-              "domain": lambda: run_dasflow_persons_suite(Path(args.data))}[args.child]
-        print(json.dumps(fn()))
+        data = Path(args.data)
+        if args.child == "dasflow":
+            print(json.dumps(run_dasflow(args.product, data)))
+        elif args.child == "peer":
+            print(json.dumps(run_peer(data)))
+        else:
+            print(json.dumps(run_dasflow_persons_suite(data)))
         return
     persons, peer = int(args.persons), int(args.peer_persons)
     full = Path(args.data) / f"{persons}"

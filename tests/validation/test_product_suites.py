@@ -4,7 +4,7 @@ and the first failure names file, row and column (phases 1–3)."""
 
 from __future__ import annotations
 
-from fractions import Fraction as F
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,8 @@ import pytest
 from dasflow.pipeline.adapters import get_adapter
 from tests.validation.helpers import CONFIG_FILES, INPUTS, corpus_store
 from validation import run_product_suite
+
+F = Fraction
 
 
 def _inputs(tmp: Path, product: str) -> tuple[Any, Any, Any]:
