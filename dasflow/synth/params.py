@@ -86,7 +86,7 @@ MULTISTATE_AIANNH: tuple[tuple[str, ...], ...] = (
 )
 
 # ---- persons / units
-GQ_SHARE_TARGET = 0.0245  # 2020: ~8.2 M of 331 M persons live in group quarters
+GQ_SHARE_TARGET = 0.0241  # the tract model's expectation; 2020: ~8.2 M of 331 M persons (2.45 %) in GQ
 GQ_TRACT_SHARE = 0.25  # tracts with a sizeable GQ population
 GQ_RATE_BASE = 0.005
 GQ_RATE_BETA = (1.5, 17.0)  # mean ~0.081 in GQ tracts: overall ~0.0241
@@ -175,8 +175,7 @@ STATE_RACE_MULTIPLIER: dict[str, dict[int, float]] = {
 }
 COUNTY_RACE_CONCENTRATION = 150.0  # Dirichlet concentration of county race tables around the state table
 COUNTY_HISP_LOGIT_SD = 0.6
-HOUSEHOLD_RACE_COPY = 0.85  # a member shares the householder's race combination
-HOUSEHOLD_HISP_COPY = 0.90
+HOUSEHOLD_RACE_COPY = 0.85  # a member shares the householder's Hispanic origin, CENRACE and detailed codes
 
 #: detailed race codes: explicit "head" codes per major race (weights of all draws) and a Zipf tail
 RACE_HEAD_CODES: tuple[dict[int, float], ...] = (

@@ -123,4 +123,4 @@ def test_gq_share_and_types_at_scale(tmp_path: Path) -> None:
         tot += int(geo.tract_hh_persons.sum() + geo.tract_gq_persons.sum())
         gq += int(geo.tract_gq_persons.sum())
     assert tot == 30_000_000
-    assert abs(gq / tot - 0.0241) < 0.005
+    assert abs(gq / tot - prm.GQ_SHARE_TARGET) < 0.005
