@@ -6,7 +6,8 @@ attributes of the inputs, e.g. MAFID, QAGE, CENRACE, QRACE1..8). PHSafe outputs 
 product's own R16 check (``dasflow.products.phsafe.outputs.validate_output``: exact public row domain and row
 counts per table, configured NOISE_DISTRIBUTION, VARIANCE equal to the formula for the planned ρ/τ) when its
 config is given; and every VARIANCE value must be one of the plan's variances for that product (or a sum of
-two, PHSafe's derived PH8 cell), so no file can claim an accuracy the plan does not have.
+two, PHSafe's derived PH8 cell), so no file can claim an accuracy the plan does not have. Group sizes promise a
+consistent, non-negative release: that is checked across the nation, state and county files.
 """
 
 from __future__ import annotations
@@ -76,6 +77,44 @@ def _planned_variances(plan_record: Mapping[str, Any], product: str) -> set[floa
     return vs | {a + b for a in vs for b in vs}
 
 
+def groupsize_consistency(frames: Mapping[str, pd.DataFrame]) -> InputError | None:
+    """Group sizes promise a consistent, valid release (hierarchical-groupsize.md H3/C4): every count ≥ 0, every
+    region has the same household-size rows, and for every size the counties of a state sum to the state and
+    the states to the nation."""
+    names = {lvl: f"groupsize/groupsize_{lvl}.csv" for lvl in ("nation", "state", "county")}
+    if not all(n in frames for n in names.values()):
+        return None
+    tables = {lvl: frames[n].astype(str) for lvl, n in names.items()}
+    for lvl, t in tables.items():
+        counts = pd.to_numeric(t["COUNT"], errors="coerce").to_numpy()
+        bad = ~(counts >= 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            return InputError(f"COUNT {t['COUNT'].iloc[i]!r} is not a valid (non-negative integer) count",
+                              file=names[lvl], row=i + 2, column="COUNT")
+    sizes = sorted(set(tables["nation"]["HOUSEHOLD_SIZE"]))
+    for lvl, geo in (("state", ["STATE"]), ("county", ["STATE", "COUNTY"])):
+        t = tables[lvl]
+        per_region = t.groupby(geo)["HOUSEHOLD_SIZE"].apply(lambda s: sorted(s) == sizes)
+        if not bool(per_region.all()):
+            region = per_region.index[~per_region.to_numpy()][0]
+            return InputError(f"region {region} does not have one row per household size {sizes}",
+                              file=names[lvl], column="HOUSEHOLD_SIZE")
+    for child, parent, geo in (("county", "state", ["STATE"]), ("state", "nation", [])):
+        c, p = tables[child].copy(), tables[parent].copy()
+        c["COUNT"], p["COUNT"] = c["COUNT"].astype(np.int64), p["COUNT"].astype(np.int64)
+        sums = c.groupby([*geo, "HOUSEHOLD_SIZE"])["COUNT"].sum()
+        key = [*geo, "HOUSEHOLD_SIZE"]
+        joined = p.join(sums.rename("CHILDREN"), on=key)
+        bad = (joined["CHILDREN"].fillna(0).astype(np.int64) != joined["COUNT"]).to_numpy()
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            return InputError(f"inconsistent: {parent} count {int(joined['COUNT'].iloc[i])} != sum of its "
+                              f"{child} counts {int(joined['CHILDREN'].fillna(0).iloc[i])}", file=names[parent],
+                              row=i + 2, column="COUNT")
+    return None
+
+
 def validate_outputs(release: str | Path | Mapping[str, pd.DataFrame], plan_record: Mapping[str, Any],
                      configs: Mapping[str, Any] | None = None) -> ValidationResult:
     """Validate every release table (``{product}/{file}`` → frame, or a ``runs/{id}/release`` directory).
@@ -132,6 +171,8 @@ def validate_outputs(release: str | Path | Mapping[str, pd.DataFrame], plan_reco
                 i = int(np.flatnonzero(~ok)[0])
                 error = InputError(f"VARIANCE {got[i]!r} is not a planned variance of {product}", file=rel,
                                    row=i + 2, column="VARIANCE")
+    if error is None:
+        error = groupsize_consistency(frames)
     if error is None and root is not None and configs and "phsafe" in configs and (root / "phsafe").is_dir():
         from dasflow.products.phsafe.outputs import validate_output
 

@@ -121,3 +121,29 @@ def test_results_and_data_docs_are_stored(tmp_path: Path) -> None:
     assert "FAILED" in page and "QAGE" in page and page.startswith("<!doctype html>")
     with pytest.raises(InputError):
         r.raise_for_failure()
+
+
+def _groupsize_release() -> dict[str, pd.DataFrame]:
+    sizes = ["1", "2", "3+"]
+    county = pd.DataFrame({"STATE": ["10"] * 6 + ["11"] * 3, "COUNTY": ["001"] * 3 + ["003"] * 3 + ["001"] * 3,
+                           "HOUSEHOLD_SIZE": sizes * 3, "COUNT": ["1", "2", "0", "3", "0", "4", "5", "5", "5"]})
+    state = pd.DataFrame({"STATE": ["10"] * 3 + ["11"] * 3, "HOUSEHOLD_SIZE": sizes * 2,
+                          "COUNT": ["4", "2", "4", "5", "5", "5"]})
+    nation = pd.DataFrame({"STATE": ["US"] * 3, "HOUSEHOLD_SIZE": sizes, "COUNT": ["9", "7", "9"]})
+    return {"groupsize/groupsize_county.csv": county, "groupsize/groupsize_state.csv": state,
+            "groupsize/groupsize_nation.csv": nation}
+
+
+def test_groupsize_release_consistency_is_checked() -> None:
+    """hierarchical-groupsize.md H3/C4: parent = sum of children for every size; counts non-negative."""
+    plan = {"entries": []}
+    assert validate_outputs(_groupsize_release(), plan).success
+    frames = _groupsize_release()
+    frames["groupsize/groupsize_state.csv"].loc[4, "COUNT"] = "6"
+    r = validate_outputs(frames, plan)
+    assert r.error is not None and "inconsistent" in str(r.error)
+    assert (r.error.file, r.error.row, r.error.column) == ("groupsize/groupsize_state.csv", 6, "COUNT")
+    frames = _groupsize_release()
+    frames["groupsize/groupsize_county.csv"].loc[2, "COUNT"] = "-1"
+    r = validate_outputs(frames, plan)
+    assert r.error is not None and (r.error.row, r.error.column) == (4, "COUNT") and "non-negative" in str(r.error)
