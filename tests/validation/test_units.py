@@ -136,7 +136,7 @@ def _groupsize_release() -> dict[str, pd.DataFrame]:
 
 def test_groupsize_release_consistency_is_checked() -> None:
     """hierarchical-groupsize.md H3/C4: parent = sum of children for every size; counts non-negative."""
-    plan = {"entries": []}
+    plan: dict[str, list[dict[str, str]]] = {"entries": []}
     assert validate_outputs(_groupsize_release(), plan).success
     frames = _groupsize_release()
     frames["groupsize/groupsize_state.csv"].loc[4, "COUNT"] = "6"
