@@ -96,8 +96,9 @@ def _key_columns(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
 
 def compare(released: pd.DataFrame, truth: pd.DataFrame) -> pd.DataFrame:
     """Released vs true count per cell (inner join on the shared key columns): TRUE, RELEASED, ERROR, MOE90
-    (from VARIANCE when published, else NaN). Key columns are compared as text. The released value is the
-    file's COUNT column, or ESTIMATE for products that publish estimates under that name."""
+    (from VARIANCE when published, else NaN), LEVEL (the geography level: REGION_TYPE, or "all"). Key columns
+    are compared as text. The released value is the file's COUNT column, or ESTIMATE for products that publish
+    estimates under that name."""
     keys = _key_columns(released, truth)
     if not keys:
         raise ValueError("release and truth frames share no key column")
@@ -118,6 +119,7 @@ def compare(released: pd.DataFrame, truth: pd.DataFrame) -> pd.DataFrame:
     out["ERROR"] = out["RELEASED"] - out["TRUE"]
     out["MOE90"] = (Z90 * np.sqrt(pd.to_numeric(merged["VARIANCE"]).to_numpy(np.float64))
                     if "VARIANCE" in merged.columns else np.nan)
+    out["LEVEL"] = merged["REGION_TYPE"].astype(str).to_numpy() if "REGION_TYPE" in merged.columns else "all"
     return out
 
 
@@ -367,12 +369,14 @@ def accuracy_blocks(ctx: RunContext, truth: TruthFrames | None) -> list[Block]:
             blocks.append(Image(_plot_error_by_size(by_size), "RMSE of released counts by true cell size"))
             for product in dict.fromkeys(p for p, _ in cells):
                 blocks.append(Image(_plot_scatter(cells, product), f"{product}: released − true vs true count"))
+            by_level = {(p, rel, str(lv)): error_by_size(part) for (p, rel), frame in cells.items()
+                        for lv, part in frame.groupby("LEVEL", sort=False)}
             blocks.append(Table(
-                ("product", "file", "size", "cells", "mean error", "RMSE", "mean |error|", "90th pct |error|",
-                 "within 90 % MOE"),
-                tuple((p, rel, *_cells(r, "size", "cells"),
+                ("product", "file", "level", "size", "cells", "mean error", "RMSE", "mean |error|",
+                 "90th pct |error|", "within 90 % MOE"),
+                tuple((p, rel, lv, *_cells(r, "size", "cells"),
                        *(_fmt(float(r[c])) for c in ("mean_error", "rmse", "mae", "p90_abs")), _share(r))
-                      for (p, rel), t in by_size.items() for r in _records(t))))
+                      for (p, rel, lv), t in by_level.items() for r in _records(t))))
             blocks.append(Para("Observed errors include every error source of the released value (noise, "
                                "post-processing, and for PHSafe the truncation bias against the untruncated "
                                "ground truth); the MOE covers noise only."))
