@@ -125,3 +125,22 @@ def test_publish_refuses_incomplete_tampered_or_conflicting_releases(tmp_path: P
     (tmp_path / "pub2/releases/r1/counts/state.csv").write_bytes(b"something else\n")
     with pytest.raises(PublicationRefused, match="never overwritten"):
         publish(ctx, str(tmp_path / "pub2"))
+
+
+def test_separation_rule_for_s3_and_local_uris() -> None:
+    """The publication target must neither contain nor be inside the release store (any scheme)."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from dasflow.release.publish import _separate
+
+    def s(uri: str) -> Any:
+        return SimpleNamespace(uri=uri)
+
+    assert _separate(s("s3://census/das"), s("s3://census/public"))
+    assert _separate(s("s3://census/das"), s("s3://census/das-public"))  # prefix boundary is "/"
+    assert _separate(s("s3://census"), s("s3://other"))
+    assert _separate(s("s3://census/das"), s("file:///srv/pub"))
+    assert not _separate(s("s3://census/das"), s("s3://census/das/published"))
+    assert not _separate(s("s3://census/das"), s("s3://census"))
+    assert not _separate(s("file:///srv/das"), s("/srv/das/pub"))
