@@ -71,6 +71,13 @@ def test_finalize_a_phsafe_test_release_and_publish_it(tmp_path: Path) -> None:
     report = files["ACCURACY.html"].decode()
     assert "<title>TEST RELEASE" in report and "Observed error against the ground truth" in report
     assert "PH3.csv" in report
+    assert "PHSafe statistical post-processing against the ground truth" in report
+    from dasflow.release.accuracy import estimate_checks, truth_frames
+    checks = estimate_checks(ctx, truth_frames(ctx))
+    assert set(checks["file"]) >= {"PH2.csv", "PH3.csv", "PH1_num.csv"}
+    zeros = checks[checks["true count"] == "0"]
+    assert (zeros["interval_coverage"] == 0).all()  # the lower end of a flat-prior interval is > 0
+    assert (checks["cells"] > 0).all() and checks["rmse_estimate"].notna().all()
     # deterministic: a second finalize writes the same bytes
     finalize_release(ctx)
     assert _files(tmp_path / "store") == files
