@@ -157,3 +157,16 @@ def test_st5_budget_of_every_noise_call(monkeypatch):
         assert len(calls) == 3
         assert result.budget == rho
         monkeypatch.undo()
+
+
+def test_product_protocol_and_plan_is_data_independent():
+    """SafeTabP satisfies the Product protocol; plan() needs only public inputs (no person records)."""
+    from dasflow.products.base import Product
+
+    product = SafeTabP()
+    assert isinstance(product, Product) and product.name == "safetab-p"
+    cfg = config(toy_config_dict("zcdp"))
+    specs = product.plan(cfg, public(cfg, real_iterations()))
+    keys = [s.key for s in specs]
+    assert len(keys) == len(set(keys))
+    assert all(s.product == "safetab-p" and s.detail["stage"] in (1, 2) for s in specs)
