@@ -10,6 +10,7 @@ import pytest
 
 from dasflow.products.safetab_p.iterations import stability_bound
 from dasflow.products.safetab_p.product import SafeTabP
+from dasflow.products.safetab_p.tabulate import merged
 from tests.safetab_p.helpers import config, person, persons_table, public, real_iterations, toy_config_dict
 
 BLOCKS = [("010010000010001", "22800", "0001"), ("010010000020001", "22800", "9999"),
@@ -29,6 +30,7 @@ def _random_people(rng: np.random.Generator, index, n: int) -> list[list[str]]:
 
 
 def _diff(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+    a, b = merged(a), merged(b)
     m = a.merge(b, on=["GROUP", "CELL"], how="outer", suffixes=("_a", "_b")).fillna(0)
     m["D"] = m["COUNT_a"] - m["COUNT_b"]
     return m[m["D"] != 0]

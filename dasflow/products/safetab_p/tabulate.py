@@ -3,8 +3,8 @@
 Persons are first counted by (region, race-code combination, sex, age) and by (region, QSPAN code, sex,
 age); only
 those distinct combinations are flat-mapped to iterations (a combination's iterations do not depend on the
-person),
-so no Python loop ever runs over records. The result for one (region type, iteration level) is a sparse frame
+person), so no Python loop ever runs over records. The result for one (region type, iteration level) is a sparse
+frame (rows may repeat a key; counts add)
 
 ``GROUP`` (region index × n_iterations + iteration index) | ``CELL`` (sex × 116 + age) | ``COUNT``
 
@@ -64,20 +64,27 @@ class PersonCounts:
 
 
 def tabulate_level(counts: PersonCounts, level: LevelIndex) -> pd.DataFrame:
-    """Sparse (GROUP, CELL, COUNT) of one (region type, iteration level): the flat map, then the count."""
+    """Sparse (GROUP, CELL, COUNT) of one (region type, iteration level): the flat map, then the count.
+
+    Rows are not merged: a (GROUP, CELL) may appear in several rows (different race-code combinations reaching
+    the same iteration) and its count is the sum of its rows; every consumer sums (``group_totals``,
+    ``binned_cells``), so merging would only cost a hash over all rows.
+    """
     n_it = level.n_iterations
     c_ptr, c_idx = race_iterations(level, counts.combo_codes)
     rep, it = _expand(c_ptr, c_idx, counts.race_combo)
-    k_race = (counts.race_region[rep] * n_it + it) * N_CELLS + counts.race_cell[rep]
-    w_race = counts.race_count[rep]
     rep2, it2 = _expand(level.eth_ptr, level.eth_idx, counts.eth_code)
-    k_eth = (counts.eth_region[rep2] * n_it + it2) * N_CELLS + counts.eth_cell[rep2]
-    keys = np.concatenate([k_race, k_eth])
-    weights = np.concatenate([w_race, counts.eth_count[rep2]])
-    codes, uniq = pd.factorize(keys, sort=False)  # hash-based; the sparse frame needs no order
-    total = np.bincount(codes, weights=weights, minlength=len(uniq)).astype(np.int64)
-    uniq = np.asarray(uniq, dtype=np.int64)
-    return pd.DataFrame({"GROUP": uniq // N_CELLS, "CELL": (uniq % N_CELLS).astype(np.int16), "COUNT": total})
+    return pd.DataFrame({
+        "GROUP": np.concatenate([counts.race_region[rep] * n_it + it, counts.eth_region[rep2] * n_it + it2]),
+        "CELL": np.concatenate([counts.race_cell[rep], counts.eth_cell[rep2]]).astype(np.int16),
+        "COUNT": np.concatenate([counts.race_count[rep], counts.eth_count[rep2]]),
+    })
+
+
+def merged(sparse: pd.DataFrame) -> pd.DataFrame:
+    """One row per (GROUP, CELL) with its total count (for inspection and tests)."""
+    out = sparse.groupby(["GROUP", "CELL"], sort=True)["COUNT"].sum().reset_index()
+    return out
 
 
 def group_totals(sparse: pd.DataFrame, n_groups: int) -> IntArray:
