@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prefect import serve
 
-from flows.operator import ledger_report_flow, rerun_postprocess_flow, resume_flow
+from flows.operator import ledger_report_flow, publish_flow, rerun_postprocess_flow, resume_flow
 from flows.release import release_from_file
 
 
@@ -20,6 +20,7 @@ def deployments() -> list[object]:
         resume_flow.to_deployment(name="resume-release", tags=["dasflow", "operator"]),
         rerun_postprocess_flow.to_deployment(name="rerun-postprocess", tags=["dasflow", "operator"]),
         ledger_report_flow.to_deployment(name="ledger-report", tags=["dasflow", "operator"]),
+        publish_flow.to_deployment(name="publish", tags=["dasflow", "operator"]),
     ]
 
 

@@ -10,6 +10,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from dasflow.pipeline.operator import rerun_postprocess
 from dasflow.pipeline.run import open_run
+from dasflow.release.publish import publish
 from flows.release import run_release
 from tasks.stages import _artifact_key
 
@@ -43,3 +44,12 @@ def ledger_report_flow(release_id: str, store: str) -> dict[str, Any]:
         f"- spent: rho = {spent['rho']} ({spent['entries']} keys committed)\n"
         f"- epsilon at delta = 1e-10: {spent['epsilon_at_delta']} ({spent['conversion']})\n"))
     return {"planned": total, "spent": spent, "keys": len(rows)}
+
+
+@flow(name="dasflow-publish", log_prints=True)
+def publish_flow(release_id: str, store: str, target: str, test_publication: bool = False) -> dict[str, Any]:
+    """Copy a finished release to a publication location separate from the confidential inputs (re-publishing is
+    byte-identical; a test release can only be published as a marked test publication)."""
+    result = publish(open_run(release_id, store), target, test_publication=test_publication)
+    print(f"release {release_id} published to {target}")
+    return result

@@ -12,7 +12,12 @@ from typing import Any, cast
 from uuid import UUID
 
 from prefect import task
-from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+from prefect.artifacts import (
+    create_link_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 from prefect.cache_policies import NO_CACHE
 
 from dasflow.errors import InputError, LedgerRefusal
@@ -93,4 +98,9 @@ def release_task(release_id: str, store_uri: str) -> dict[str, Any]:
     manifest = stages.release_stage(ctx)
     create_table_artifact(key=_artifact_key("ledger", release_id), table=ctx.ledger.audit(),
                           description=f"privacy ledger of release {release_id}")
+    base = ctx.store.uri.rstrip("/") + f"/{ctx.root}/release"
+    create_link_artifact(key=_artifact_key("accuracy", release_id), link=f"{base}/ACCURACY.html",
+                         link_text="accuracy report", description=f"accuracy report of release {release_id}")
+    create_link_artifact(key=_artifact_key("certificate", release_id), link=f"{base}/CERTIFICATE.html",
+                         link_text="privacy certificate", description=f"privacy certificate of {release_id}")
     return {"files": len(manifest["files"]), "manifest": f"{ctx.root}/release/MANIFEST.json"}

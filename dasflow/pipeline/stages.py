@@ -21,7 +21,6 @@ from dasflow.io.store import new_token
 from dasflow.pipeline.run import (
     CONFIDENTIAL,
     RunContext,
-    code_version,
     manifest_if_current,
     write_manifest,
 )
@@ -222,9 +221,11 @@ def postprocess_stage(ctx: RunContext, product: str, *, force: bool = False) -> 
 
 
 def release_stage(ctx: RunContext) -> dict[str, Any]:
-    """Write every product's release files, the privacy certificate, and the release manifest (last)."""
+    """Write every product's release files and the ledger audit, then (``dasflow.release``) the PHSafe
+    estimates, the privacy certificate, the accuracy report, and the validated release manifest (last)."""
+    from dasflow.release.stage import finalize_release
+
     post = ctx.post_store()
-    files: dict[str, dict[str, Any]] = {}
     upstream: dict[str, str] = {}
     for p in ctx.config.products:
         record = manifest_if_current(ctx, "postprocess", p.name, _measurement_hashes(ctx, p.name))
@@ -235,19 +236,13 @@ def release_stage(ctx: RunContext) -> dict[str, Any]:
         adapter = ctx.adapter(p.name)
         for name, frame in sorted(adapter.product(ctx.product_config(p.name)).tables(estimates).items()):
             key = f"{ctx.root}/release/{p.name}/{adapter.file_name(name, ctx.config.universe)}"
-            data = _table_bytes(key, frame)
-            files[key] = {"sha256": post.put(key, data), "rows": len(frame)}
-    cert_key = f"{ctx.root}/release/CERTIFICATE.md"
-    cert = certificate_markdown(ctx)
-    files[cert_key] = {"sha256": post.put(cert_key, cert.encode()), "rows": cert.count("\n")}
+            post.put(key, _table_bytes(key, frame))
     audit_key = f"{ctx.root}/release/ledger.csv"
-    audit = ledger_csv(ctx)
-    files[audit_key] = {"sha256": post.put(audit_key, audit.encode()), "rows": audit.count("\n") - 1}
+    post.put(audit_key, ledger_csv(ctx).encode())
     faults.point("stage:release:before-manifest")
-    manifest = {"release_id": ctx.release_id, "config_sha256": ctx.config_sha256, "code_version": code_version(),
-                "test_release": ctx.config.is_test, "files": dict(sorted(files.items()))}
+    # PHSafe estimates, certificate (md + html), accuracy report, then output validation and MANIFEST.json last
+    manifest = finalize_release(ctx)
     key = f"{ctx.root}/release/MANIFEST.json"
-    post.put(key, (json.dumps(manifest, sort_keys=True, indent=1) + "\n").encode())
     write_manifest(ctx, "release", "all", upstream, {key: {"sha256": post.sha256(key)}})
     return manifest
 
@@ -266,44 +261,6 @@ def ledger_csv(ctx: RunContext) -> str:
     """The ledger audit as CSV (deterministic: no times)."""
     rows = ctx.ledger.audit()
     return str(pd.DataFrame(rows).to_csv(index=False, lineterminator="\n"))
-
-
-def certificate_markdown(ctx: RunContext) -> str:
-    """The privacy certificate: universe, every planned key's mechanism, sensitivity, budget and noise, the
-    exact totals and their (ε, δ) conversion, the RNG mode, the code version and the config hash."""
-    plan = ctx.ledger.plan_record()
-    total = plan["total"]
-    spent = ctx.ledger.spent().as_record()
-    lines = []
-    if ctx.config.is_test:
-        lines.append("**TEST RELEASE — seeded randomness; not a production release and never publishable as one.**")
-        lines.append("")
-    randomness = (f"seeded test generator (seed {ctx.config.rng.seed})" if ctx.config.is_test
-                  else "OS CSPRNG (production)")
-    cap_eps = plan["cap"].get("epsilon")
-    cap = f"rho = {plan['cap']['rho']}" + (f", epsilon = {cap_eps}" if cap_eps else "")
-    pure = f", epsilon = {total['epsilon_pure']}" if total.get("all_pure") else ""
-    lines += [
-        f"# Privacy certificate: release `{ctx.release_id}`",
-        "",
-        f"- universe: {ctx.config.universe}",
-        f"- randomness: {randomness}",
-        f"- code version: `{code_version()}`",
-        f"- frozen config SHA-256: `{ctx.config_sha256}`",
-        f"- cap: {cap}",
-        f"- planned total: rho = {total['rho']}{pure}; (epsilon, delta = 1e-10): epsilon = "
-        f"{total['epsilon_at_delta']} ({total['conversion']})",
-        f"- spent (committed entries): rho = {spent['rho']} over {spent['entries']} entries",
-        "",
-        "| product | key | level | definition | mechanism | sensitivity | budget | noise | variance | cells |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for e in plan["entries"]:
-        lines.append(f"| {e['product']} | {e['key']} | {e['level']} | {e['privacy_defn']} | {e['mechanism']} | "
-                     f"{e['sensitivity']} | {e['budget']} | {e['noise']} | {e['variance']} | {e['cells']} |")
-    lines += ["", "Input SHA-256:", ""]
-    lines += [f"- `{k}`: `{v}`" for k, v in input_hashes(ctx).items()]
-    return "\n".join(lines) + "\n"
 
 
 def status(ctx: RunContext) -> dict[str, Any]:

@@ -26,7 +26,7 @@ def test_prefect_yaml_entrypoints_are_flows_with_matching_parameters() -> None:
         assert set(schema.required or []) <= set(dep["parameters"]), dep["name"]
         assert dep["work_pool"]["name"] == "dasflow-process"
         names.append(dep["name"])
-    assert names == ["scheduled-release", "resume-release", "rerun-postprocess", "ledger-report"]
+    assert names == ["scheduled-release", "resume-release", "rerun-postprocess", "ledger-report", "publish"]
     release = next(d for d in spec["deployments"] if d["name"] == "scheduled-release")
     assert release["schedules"][0]["cron"] == "0 2 * * *"
 
@@ -48,4 +48,5 @@ def test_serve_builds_the_same_deployments() -> None:
     finally:
         sys.path.pop(0)
     built = serve.deployments()
-    assert [d.name for d in built] == ["scheduled-release", "resume-release", "rerun-postprocess", "ledger-report"]
+    assert [d.name for d in built] == ["scheduled-release", "resume-release", "rerun-postprocess", "ledger-report",
+                                       "publish"]

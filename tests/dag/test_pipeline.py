@@ -36,11 +36,11 @@ def test_full_release_writes_tables_certificate_ledger_and_manifest(tmp_path: Pa
     summary = run_all(ctx)
     assert summary["counts"] == {"product": "counts", "keys": 2, "drawn_now": 2, "rng_mode": "test"}
     files = release_files(tmp_path / "store", "r1")
-    assert set(files) == {"counts/state.csv", "counts/state_sex.csv", "CERTIFICATE.md", "ledger.csv",
-                          "MANIFEST.json"}
+    assert set(files) == {"counts/state.csv", "counts/state_sex.csv", "CERTIFICATE.md", "CERTIFICATE.html",
+                          "ACCURACY.html", "ledger.csv", "MANIFEST.json"}
     cert = files["CERTIFICATE.md"].decode()
     assert cert.startswith("**TEST RELEASE")
-    assert "rho = 3/4" in cert
+    assert "total ρ (zCDP) = 3/4" in cert and "spent (committed ledger entries): ρ = 3/4" in cert
     manifest = json.loads(files["MANIFEST.json"])
     assert manifest["test_release"] is True
     for key, info in manifest["files"].items():
