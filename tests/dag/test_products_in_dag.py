@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,27 @@ def test_safetab_p_toy_release_through_the_dag(tmp_path: Path, mechanism: str) -
     assert again["drawn_now"] == 0
     assert release_files(tmp_path / "store", raw["release_id"]) == files
     assert json.loads(files["MANIFEST.json"])["test_release"] is True
+
+
+def test_matrix_product_through_the_dag_on_synthetic_persons(tmp_path: Path) -> None:
+    """The PL94-like marginal workload on the 2,016-cell histogram of synthetic persons (TopDown format)."""
+    from dasflow import synth
+
+    store = LocalStore(tmp_path / "store")
+    synth.generate(store.local_path("confidential/synth"), persons=3000, seed=4, states=["44", "11"],
+                   formats=("topdown",))
+    workload = {"schema": {"HHGQ": 8, "VOTINGAGE": 2, "HISPANIC": 2, "CENRACE": 63},
+                "workload": {"total": "total", "va_hisp": ["VOTINGAGE", "HISPANIC"], "detailed": "detailed"},
+                "rho": "1/2", "level": "nation"}
+    raw = {"release_id": "mx", "universe": "US", "store": str(tmp_path / "store"),
+           "inputs": {"matrix": "confidential/synth/topdown/persons/"},
+           "products": [{"name": "matrix", "config_text": json.dumps(workload)}],
+           "cap": {"rho": "1/2"}, "rng": {"mode": "test", "seed": 2}}
+    ctx = freeze_config(parse_release_config(raw), store)
+    summary = run_all(ctx)["matrix"]
+    assert summary["drawn_now"] == summary["keys"] >= 1
+    assert ctx.ledger.spent().rho == Fraction(1, 2)
+    files = release_files(tmp_path / "store", "mx")
+    assert {"matrix/nation_total.csv", "matrix/nation_va_hisp.csv", "matrix/nation_detailed.csv"} <= set(files)
+    total = files["matrix/nation_total.csv"].decode().splitlines()
+    assert total[0] == "ESTIMATE|VARIANCE" and abs(float(total[1].split("|")[0]) - 3000) < 200

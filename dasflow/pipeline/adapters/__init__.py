@@ -49,6 +49,7 @@ REGISTRY: dict[str, str] = {
     "phsafe": "dasflow.pipeline.adapters.phsafe",
     "safetab-p": "dasflow.pipeline.adapters.safetab_p",
     "groupsize": "dasflow.pipeline.adapters.groupsize",
+    "matrix": "dasflow.pipeline.adapters.matrix",
 }
 
 
