@@ -2,10 +2,12 @@
 
 Every membership-type expectation (``ExpectColumnValuesToBeInSet``, ``…ToBeBetween``, ``…ToMatchRegex``,
 ``…ToNotBeNull``, ``…OfType``, the ordered column list) depends only on the column's dtype and the *set* of its
-values, so validating the distinct values is exactly equivalent to validating every row. Columns of different
-distinct-value counts are padded by repeating their first value (a repeat does not change the set). Row-level
-rules that are not set properties (uniqueness, cross-file joins, row counts) are computed vectorised over the
-full data and reach GX as a *facts* frame (one row per rule with its violation count).
+values, so validating the distinct values is exactly equivalent to validating every row. A column checked only by
+range, null and type expectations (MAFID: millions of distinct values) keeps only its min, max and a null if
+any, which decide those expectations for all rows. Columns of different distinct-value counts are padded by
+repeating their first value (a repeat does not change the set). Row-level rules that are not set properties
+(uniqueness, cross-file joins, row counts) are computed vectorised over the full data and reach GX as a *facts*
+frame (one row per rule with its violation count).
 """
 
 from __future__ import annotations
@@ -32,9 +34,27 @@ def _distinct(values: Column) -> pd.Series:
     return pd.Series(pd.unique(arr), dtype=arr.dtype)
 
 
-def domain_frame(columns: Mapping[str, Column]) -> pd.DataFrame:
-    """One column per input column holding its distinct values (padded with repeats), dtypes kept."""
-    parts = {name: _distinct(v) for name, v in columns.items()}
+def _extremes(values: Column) -> pd.Series:
+    """Min, max (and a null if any) — all a range/null/type expectation depends on."""
+    s = values.to_pandas() if isinstance(values, pa.ChunkedArray | pa.Array) else (
+        values if isinstance(values, pd.Series) else pd.Series(np.asarray(values)))
+    if len(s) == 0:
+        return s.iloc[:0]
+    picks = [s.min(), s.max()] if s.notna().any() else []
+    out = pd.Series(picks, dtype=s.dtype)
+    if s.isna().any():
+        out = pd.concat([out, s[s.isna()].iloc[:1]], ignore_index=True)
+    return out
+
+
+def domain_frame(columns: Mapping[str, Column], extremes_only: set[str] | frozenset[str] = frozenset()
+                 ) -> pd.DataFrame:
+    """One column per input column holding its distinct values (padded with repeats), dtypes kept.
+
+    Columns in ``extremes_only`` (checked only by range, null and type expectations) keep just their min, max
+    and a null if present: ``min <= v <= max`` for every v, so a range holds for all rows iff it holds for both.
+    """
+    parts = {name: (_extremes(v) if name in extremes_only else _distinct(v)) for name, v in columns.items()}
     n = max((len(s) for s in parts.values()), default=0)
     out = {}
     for name, s in parts.items():
