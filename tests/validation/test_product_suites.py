@@ -110,3 +110,34 @@ def test_topdown_persons_suite() -> None:
     r = run_product_suite("topdown", {"persons": bad, "persons_source": "cef.csv"}, {"blocks": blocks}, cfg)
     assert r.error is not None and (r.error.row, r.error.column) == (5, "H")
     assert ("topdown.persons", "H") in {(row.suite, row.column) for row in r.rows if not row.success}
+
+
+PHSAFE_CASES = ["phsafe_duplicate_mafid", "phsafe_orphan_person_mafid", "phsafe_geo_mismatch", "phsafe_bad_fips",
+                "phsafe_occupied_unit_without_race"]
+
+
+@pytest.mark.parametrize("case", [None, *PHSAFE_CASES])
+def test_phsafe_facts_replicate_check_cross_file(tmp_path: Path, case: str | None) -> None:
+    """The PHSafe fact rules are a rule-for-rule replica of the product's ``check_cross_file`` (which then runs
+    only to word a failure): on the valid base and on every cross-file corpus case, the first failing fact is
+    exactly the (file, row, column) the product's check names, and no fact fails where it passes."""
+    from dasflow.demo import _config_text
+    from dasflow.errors import InputError
+    from dasflow.products.phsafe.inputs import Inputs, check_cross_file
+    from validation.products import RUNNERS
+
+    store = corpus_store(tmp_path / "store", case)
+    a = get_adapter("phsafe")
+    cfg = a.load_config(_config_text(CONFIG_FILES["phsafe"]), "US")
+    conf, pub = a.confidential_inputs(store, INPUTS, cfg), a.public_inputs(store, INPUTS, cfg)
+    _, facts, _, _ = RUNNERS["phsafe"](conf, pub, cfg)
+    failing = [f for f in facts if int(str(f["violations"]))]
+    files = {"persons": "persons.csv", "units": "units.csv", "geo": "geo.csv"}
+    try:
+        check_cross_file(Inputs(conf["persons"], conf["units"], pub["geo"], files), cfg.state_filter)
+    except InputError as exc:
+        assert failing, f"{case}: product rejects ({exc}) but no fact failed"
+        first = failing[0]
+        assert (first["file"], first["first_row"], first["column"]) == (exc.file, exc.row, exc.column)
+    else:
+        assert not failing, f"{case}: facts {failing} fail where the product's check passes"
