@@ -82,16 +82,8 @@ class _Base:
     def _parquet(self, rel: str, table: pa.Table) -> None:
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        # encode in memory, hash the bytes, write them once (no read-back for the manifest hash)
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression=PARQUET_COMPRESSION, use_dictionary=False)
-        data = sink.getvalue()
-        with path.open("wb") as f:
-            f.write(memoryview(data))
+        pq.write_table(table, path, compression=PARQUET_COMPRESSION, use_dictionary=False)
         self._record(rel, table.num_rows)
-        rec = self.records[rel]
-        rec.bytes = data.size
-        rec.sha256 = hashlib.sha256(memoryview(data)).hexdigest()
 
     def begin_state(self, geo: StateGeography) -> None:
         return None
@@ -102,10 +94,9 @@ class _Base:
     def close(self) -> list[FileRecord]:
         out = []
         for rec in self.records.values():
-            if not rec.sha256:  # streamed text files: hash at the end
-                p = self.root / rec.path
-                rec.bytes = p.stat().st_size
-                rec.sha256 = sha256_file(p)
+            p = self.root / rec.path
+            rec.bytes = p.stat().st_size
+            rec.sha256 = sha256_file(p)
             out.append(rec)
         return sorted(out, key=lambda r: r.path)
 
