@@ -15,7 +15,7 @@ from dasflow.products.safetab_p.config import SafeTabPConfig, parse_config
 from dasflow.products.safetab_p.iterations import IterationIndex, load_iterations, packaged_iterations
 from dasflow.products.safetab_p.records import GRFC_COLUMNS, PERSON_COLUMNS, load_geography
 
-TOY = Path("/work/shared/data/safetab-p/toy")
+TOY = Path(__file__).resolve().parents[1] / "data" / "safetab_p_toy"  # copy of shared/data/safetab-p/toy
 TOY_ZCDP = TOY / "input_dir_zcdp"
 TOY_PUREDP = TOY / "input_dir_puredp"
 PACKAGE_DATA = Path(__file__).resolve().parents[2] / "dasflow" / "products" / "safetab_p" / "data"

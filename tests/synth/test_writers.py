@@ -15,7 +15,7 @@ from dasflow import synth
 
 from .conftest import PERSONS, STATES
 
-TOY = Path("/work/shared/data/safetab-p/toy")
+TOY = Path(__file__).resolve().parents[1] / "data" / "safetab_p_toy"  # copy of shared/data/safetab-p/toy
 Frames = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 DS = tuple[Path, synth.Manifest]
 
