@@ -1,0 +1,210 @@
+"""Issue 13, item 4: the local production-like stack end to end.
+
+``infra/local/stack start`` (SeaweedFS, PostgreSQL, Prefect server on PostgreSQL, process worker, all on
+127.0.0.1 with free ports), ``stack deploy`` (``deployments/prefect.yaml``), then runs triggered through the
+Prefect REST API exactly as the UI's "Run" button does (``POST /deployments/{id}/create_flow_run``):
+
+1. an uninterrupted release into ``s3://das-runs/a``: outputs, certificate, ledger and manifest are in SeaweedFS;
+2. the same release into ``s3://das-runs/b``, with the worker and its flow-run process SIGKILLed in the middle of
+   measurement; the worker is restarted by ``stack start`` and the run finished by the ``resume-release``
+   deployment: exactly one committed ledger entry per planned key (no double spend) and release files
+   byte-identical to run 1 (seeded test mode; the store is not part of the config hash).
+
+PostgreSQL missing is a failure with the install command, never a skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import psutil
+import pytest
+
+from dasflow.io.store import S3Store
+from tests.dag.helpers import release_dict, seed_inputs
+from tests.servers import free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.xdist_group("local-stack")]
+REPO = Path(__file__).resolve().parents[2]
+STACK_PY = REPO / "infra/local/stack.py"
+BUCKET = "das-runs"
+PLANNED = ["counts/state", "counts/state_sex"]
+
+
+def _stack_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("dasflow_local_stack", STACK_PY)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run_stack(env: dict[str, str], command: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(STACK_PY), command], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[dict[str, Any]]:
+    module = _stack_module()
+    try:
+        module._pg_bin("initdb")
+        module._pg_bin("pg_ctl")
+    except module.StackError as exc:
+        pytest.fail(f"the local stack needs PostgreSQL: {exc}")
+    state = Path(tempfile.mkdtemp(prefix="dasflow-stack-"))
+    gate = state / "gate"
+    gate.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AWS_", "PREFECT_", "DASFLOW_"))}
+    env.update({"DASFLOW_STACK_DIR": str(state), "PREFECT_UI_ENABLED": "false",
+                "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "1",
+                "DASFLOW_TEST_MODE": "1", "DASFLOW_PRODUCTS": "counts=tests.infra.gated_counts",
+                "DASFLOW_TEST_GATE": str(gate),
+                "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    for name in module.DEFAULT_PORTS:
+        env[f"DASFLOW_STACK_{name.upper()}_PORT"] = str(free_port())
+    try:
+        started = _run_stack(env, "start")
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert "postgres        ok" in started.stdout and "worker          ok" in started.stdout, started.stdout
+        deployed = _run_stack(env, "deploy")
+        assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+        handle = module.load(state)
+        yield {"env": env, "state": state, "gate": gate, "handle": handle, "module": module}
+    finally:
+        stopped = _run_stack(env, "stop", timeout=120)
+        status = _run_stack(env, "status", timeout=60)
+        shutil.rmtree(state, ignore_errors=True)
+    assert stopped.returncode == 0, stopped.stderr
+    assert status.returncode == 1 and status.stdout.count("DOWN") == 4, status.stdout
+
+
+def _api(stack: dict[str, Any], method: str, path: str, body: Any = None) -> Any:
+    result = stack["module"]._api(stack["handle"], method, path, body, timeout=30)
+    return result
+
+
+def _trigger(stack: dict[str, Any], flow: str, deployment: str, parameters: dict[str, Any]) -> str:
+    """What the UI's "Run" button does: POST /deployments/{id}/create_flow_run with the form's parameters."""
+    dep = _api(stack, "GET", f"/deployments/name/{flow}/{deployment}")
+    run = _api(stack, "POST", f"/deployments/{dep['id']}/create_flow_run", {"parameters": parameters})
+    return str(run["id"])
+
+
+def _wait_final(stack: dict[str, Any], run_id: str, timeout: float = 300) -> str:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        state = _api(stack, "GET", f"/flow_runs/{run_id}")["state"]["type"]
+        if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            return str(state)
+        time.sleep(1)
+    raise AssertionError(f"flow run {run_id} did not finish in {timeout} s")
+
+
+def _s3(stack: dict[str, Any]) -> Any:
+    import boto3
+
+    h = stack["handle"]
+    return boto3.client("s3", endpoint_url=h.s3_endpoint, aws_access_key_id=h.s3_key,
+                        aws_secret_access_key=h.s3_secret, region_name="us-east-1")
+
+
+def _prepare(stack: dict[str, Any], prefix: str) -> tuple[str, str]:
+    client = _s3(stack)
+    with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+        client.create_bucket(Bucket=BUCKET)
+    uri = f"s3://{BUCKET}/{prefix}"
+    seed_inputs(S3Store(uri, client=client))
+    path = stack["state"] / f"release-{prefix}.json"
+    path.write_text(json.dumps(release_dict(uri)))
+    return uri, str(path)
+
+
+def _objects(stack: dict[str, Any], prefix: str) -> dict[str, bytes]:
+    client = _s3(stack)
+    keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+            for o in page.get("Contents", [])]
+    return {k[len(prefix):]: client.get_object(Bucket=BUCKET, Key=k)["Body"].read() for k in keys}
+
+
+def _committed(objects: dict[str, bytes]) -> list[str]:
+    return sorted(k.removeprefix("ledger/entries/").removesuffix(".committed.json")
+                  for k in objects if k.startswith("ledger/entries/") and k.endswith(".committed.json"))
+
+
+def test_ui_triggered_release_writes_outputs_certificate_and_ledger_to_seaweedfs(stack: dict[str, Any]) -> None:
+    """Item 4 (a): a deployment run on the PostgreSQL-backed server, picked up by the process worker."""
+    (stack["gate"] / "open").write_text("")
+    _, config = _prepare(stack, "a")
+    run_id = _trigger(stack, "dasflow-release-from-file", "scheduled-release", {"request": {"config_path": config}})
+    assert _wait_final(stack, run_id) == "COMPLETED"
+    objects = _objects(stack, "a/runs/r1/")
+    release = {k.removeprefix("release/") for k in objects if k.startswith("release/")}
+    assert {"counts/state.csv", "counts/state_sex.csv", "CERTIFICATE.md", "ledger.csv", "MANIFEST.json"} <= release
+    assert objects["release/CERTIFICATE.md"].startswith(b"**TEST RELEASE")
+    manifest = json.loads(objects["release/MANIFEST.json"])
+    assert "counts/state.csv" in json.dumps(manifest)
+    assert _committed(objects) == PLANNED
+    assert sorted(k for k in objects if k.startswith("measurements/")) == [
+        "measurements/counts/state.parquet", "measurements/counts/state_sex.parquet"]
+    rows = objects["release/ledger.csv"].decode().splitlines()
+    assert len(rows) == 1 + len(PLANNED)
+
+
+def test_worker_sigkilled_mid_run_then_restarted_and_resumed_spends_once(stack: dict[str, Any]) -> None:
+    """Item 4 (b): SIGKILL of the worker and its flow-run process while measuring ``state_sex`` (``state``
+    already committed); restart; resume through the ``resume-release`` deployment; no double spend."""
+    gate: Path = stack["gate"]
+    (gate / "open").unlink(missing_ok=True)
+    (gate / "waiting").unlink(missing_ok=True)
+    uri, config = _prepare(stack, "b")
+    run_id = _trigger(stack, "dasflow-release-from-file", "scheduled-release", {"request": {"config_path": config}})
+    deadline = time.time() + 240
+    while not (gate / "waiting").exists():
+        assert time.time() < deadline, "the run never reached the measurement gate"
+        assert _api(stack, "GET", f"/flow_runs/{run_id}")["state"]["type"] not in ("FAILED", "CRASHED")
+        time.sleep(0.5)
+    flow_pid = int((gate / "waiting").read_text())
+    worker_pid = int((stack["state"] / "worker.pid").read_text())
+    worker = psutil.Process(worker_pid)
+    victims = [*worker.children(recursive=True), worker]
+    assert flow_pid in {p.pid for p in victims}, "the flow run is not a child of the worker"
+    for proc in victims:
+        proc.send_signal(signal.SIGKILL)
+    psutil.wait_procs(victims, timeout=30)
+
+    crashed = _objects(stack, "b/runs/r1/")
+    assert "release/MANIFEST.json" not in crashed
+    assert _committed(crashed) == ["counts/state"]
+    down = _run_stack(stack["env"], "status", timeout=60)
+    assert down.returncode == 1 and "worker          DOWN" in down.stdout, down.stdout
+
+    (gate / "open").write_text("")
+    restarted = _run_stack(stack["env"], "start")
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    resume_id = _trigger(stack, "dasflow-resume", "resume-release", {"release_id": "r1", "store": uri})
+    assert _wait_final(stack, resume_id) == "COMPLETED"
+
+    resumed = _objects(stack, "b/runs/r1/")
+    assert _committed(resumed) == PLANNED  # exactly one committed entry per planned key
+    entries = sorted(k for k in resumed if k.startswith("ledger/entries/"))
+    assert entries == [f"ledger/entries/{key}.{state}.json" for key in PLANNED
+                       for state in ("committed", "reserved")]
+    baseline = _objects(stack, "a/runs/r1/release/")
+    assert {k: v for k, v in resumed.items() if k.startswith("release/")} == {
+        f"release/{k}": v for k, v in baseline.items()}
