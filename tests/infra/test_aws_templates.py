@@ -24,7 +24,7 @@ import pytest
 
 from tests.infra.iam_eval import evaluate, wildcard_match
 
-pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS.S3.BucketPolicy")
+pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS..S3..BucketPolicy")
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "infra/aws/dasflow.yaml"
 PRE = ("Validate", "Preprocess", "Measure")
