@@ -56,7 +56,8 @@ def wls_var_diag(B: np.ndarray, W: np.ndarray, A_rows: np.ndarray, gamma: np.nda
         S = np.kron(np.diag(gamma) @ A_rows, np.diag(alpha * budget) @ W)
         scale = 2.0
     cov = np.linalg.inv(S.T @ S)
-    return scale * np.einsum("ij,jk,ik->i", V, cov, V)
+    out: np.ndarray = scale * np.einsum("ij,jk,ik->i", V, cov, V)
+    return out
 
 
 def measured_rows(spine: Spine) -> tuple[np.ndarray, np.ndarray]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -49,7 +50,7 @@ def _persons(blocks: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def setup():  # type: ignore[no-untyped-def]
+def setup() -> tuple[TopDown, pd.DataFrame, pd.DataFrame]:
     blocks = small_geography(seed=11, states=("01",), counties=2, tracts=4, max_blocks=12)
     sc = preset("pl94_persons", BETA6, 3)
     st = make_strategy(sc.levels, BETA6, F(1, 2), schema=SCHEMA, per_level=MARGINAL)
@@ -97,7 +98,8 @@ def test_measurement_nmf_and_seeded_determinism(setup) -> None:  # type: ignore[
     assert set(a.table["NOISE_DISTRIBUTION"]) == {"discrete_gaussian"}
 
 
-def _run(td, blocks, persons, seed, options=None):  # type: ignore[no-untyped-def]
+def _run(td: TopDown, blocks: pd.DataFrame, persons: pd.DataFrame, seed: int,
+         options: EstimatorOptions | None = None) -> tuple[TopDown, dict[str, Any], Any, dict[str, pd.DataFrame]]:
     pub = {"blocks": blocks, "invariants": {"total": len(persons)}}
     specs = td.plan(td.config, pub)
     prep = td.prepare({"persons": persons}, pub)
@@ -141,9 +143,10 @@ def test_detailed_only_equals_tree_dp_optimum() -> None:
     rs = np.random.default_rng(21)
     n_cells = 5
     for trial in range(4):
-        par = [[0, 0, 0], list(np.repeat(np.arange(3), rs.integers(2, 4, 3)))]
-        nb = len(par[1])
-        par.append(list(np.repeat(np.arange(nb), rs.integers(2, 4, nb))))
+        lvl1 = [int(v) for v in np.repeat(np.arange(3), rs.integers(2, 4, 3))]
+        nb = len(lvl1)
+        lvl2 = [int(v) for v in np.repeat(np.arange(nb), rs.integers(2, 4, nb))]
+        par: list[list[int]] = [[0, 0, 0], lvl1, lvl2]
         beta = [F(1, 4), F(1, 4), F(1, 4), F(1, 4)]
         sp = make_spine(par, beta)
         nblk = sp.n_units(3)
@@ -188,7 +191,6 @@ def test_detailed_only_equals_tree_dp_optimum() -> None:
         assert all(r.status.get("exact", 0) + r.status.get("single_child", 0) > 0 for r in reports[1:])
 
 
-@pytest.mark.slow
 def test_estimates_beat_noisy_answers_upper_levels(setup) -> None:  # type: ignore[no-untyped-def]
     """At the upper levels (US, state, county) the estimate's L1 error (summed over 6 repetitions) is below
     that of the raw noisy detailed answers. Ratios measured: 0.27 (US), 0.72 (state), 0.43 (county); seeds are

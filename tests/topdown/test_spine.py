@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from fractions import Fraction
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -13,6 +14,7 @@ import pytest
 from dasflow.errors import InputError
 from dasflow.products.topdown.osed import leaf_pairs, leximax_le, osed_root, osed_up
 from dasflow.products.topdown.spine import (
+    AIAN_RANGES,
     STRONG_MCD_STATES,
     PrivacyInvariantError,
     SpineConfig,
@@ -137,7 +139,7 @@ def test_s7_aian_purity(pl_spine, geo: pd.DataFrame) -> None:  # type: ignore[no
     """S7: every unit at state level and below is wholly inside or outside the AIAN union."""
     sp = pl_spine
     g = geo.set_index("GEOID").loc[sp.block_geoid.astype(str)]
-    in_aian = _in_aian(g["AIANNHCE"], SpineConfig.__dataclass_fields__["aian_ranges"].default)
+    in_aian = _in_aian(g["AIANNHCE"], AIAN_RANGES)
     assert in_aian.any() and (~in_aian).any()
     for l in range(1, sp.n_levels):
         bu = sp.block_unit[l]
@@ -230,12 +232,13 @@ def test_s15_fixed_point_and_distinct_block_sets() -> None:
     """S15: a second Alg 3 run leaves the multiset of (measured block set, γ) unchanged; with root fanout ≥ 2
     no two measured geounits cover the same block set (both rules, random trees)."""
     rs = np.random.default_rng(15)
-    for rule in ("zcdp", "puredp"):
+    rules: tuple[Literal["zcdp", "puredp"], ...] = ("zcdp", "puredp")
+    for rule in rules:
         for _ in range(30):
             par = random_parents(rs, [(2, 3), (1, 3), (1, 3)])
             sp = make_spine(par, [F(1, 10), F(2, 10), F(3, 10), F(4, 10)], rule)
-            once = move_to_pareto_frontier(sp, rule)  # type: ignore[arg-type]
-            twice = move_to_pareto_frontier(once, rule)  # type: ignore[arg-type]
+            once = move_to_pareto_frontier(sp, rule)
+            twice = move_to_pareto_frontier(once, rule)
             assert _measured_sets(once) == _measured_sets(twice)
             sets = [s for s, _ in _measured_sets(once)]
             assert len(sets) == len(set(sets))

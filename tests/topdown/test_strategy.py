@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from decimal import Decimal
 from fractions import Fraction
+from typing import Literal
 
 import numpy as np
 import pytest
 
 from dasflow.errors import InputError
 from dasflow.privacy import rng, samplers
-from dasflow.products.topdown.spine import move_to_pareto_frontier
+from dasflow.products.topdown.spine import Spine, move_to_pareto_frontier
 from dasflow.products.topdown.strategy import (
     LevelStrategy,
     QueryGroup,
@@ -103,7 +104,7 @@ def test_s4_exact_shares() -> None:
         LevelStrategy((QueryGroup("t", (), F(1, 2)), QueryGroup("d", (), F(1, 3))))
 
 
-def _two_parent_tree(c: int, rule: str) -> object:
+def _two_parent_tree(c: int, rule: str) -> Spine:
     return make_spine([[0, 0], [0] * c + [1] * c], [F(1, 3)] * 3, rule)
 
 
@@ -199,11 +200,12 @@ def test_s14_sensitivity_checker_small_spines() -> None:
                             QueryGroup("d", ("R", "C"), F(1, 2))))
     from .helpers import random_parents
 
-    for rule in ("zcdp", "puredp"):
+    rules: tuple[Literal["zcdp", "puredp"], ...] = ("zcdp", "puredp")
+    for rule in rules:
         for _ in range(5):
             par = random_parents(rs, [(1, 3), (1, 3), (1, 4)])
             beta = [F(1, 10), F(2, 10), F(3, 10), F(4, 10)]
-            sp = move_to_pareto_frontier(make_spine(par, beta, rule), rule)  # type: ignore[arg-type]
+            sp = move_to_pareto_frontier(make_spine(par, beta, rule), rule)
             budget = F(3, 2)
             st = make_strategy(sp.levels, beta, budget, schema=schema, per_level=groups,
                                privacy_defn=rule)
