@@ -284,3 +284,32 @@ def test_detailed_only_product_run_and_block_histogram() -> None:
     assert (diag["consistency_violations"] == 0).all()
     assert all(("converged" not in s) for s in diag["status"])
     assert int(est["block"]["COUNT"].sum()) == 500
+
+
+def test_pure_dp_and_no_total_invariant_paths() -> None:
+    """Pure DP (two-sided geometric, scale 2/(εγα), S3) with the pure-DP bypass rule, and a run without the
+    total invariant (root: x ≥ 0 only, per-cell rounding): both stay non-negative and exactly consistent."""
+    blocks = small_geography(seed=8, counties=2, tracts=3, max_blocks=6)
+    sc = preset("pl94_persons", BETA6, 2, privacy_rule="puredp")
+    st = make_strategy(sc.levels, BETA6, 2, schema=SCHEMA, per_level=MARGINAL, privacy_defn="puredp")
+    persons = _persons(blocks, 800, 5)
+    for total_invariant in (True, False):
+        td = TopDown(TopDownConfig(spine=sc, strategy=st, total_invariant=total_invariant))
+        pub: dict[str, Any] = {"blocks": blocks}
+        if total_invariant:
+            pub["invariants"] = {"total": 800}
+        specs = td.plan(td.config, pub)
+        assert {s.mechanism for s in specs} == {"two_sided_geometric"}
+        for s in specs:
+            assert s.noise == 2 / (2 * BETA6[s.detail["level_index"]] * F(s.detail["alpha"]))
+        prep = td.prepare({"persons": persons}, pub)
+        g = rng.seeded(3)
+        ms = {s.key: td.measure(prep, s, g) for s in specs}
+        assert set(ms[specs[0].key].table["NOISE_DISTRIBUTION"]) == {"two_sided_geometric"}
+        est = td.postprocess(ms, pub)
+        assert (est["diagnostics"]["consistency_violations"] == 0).all()
+        root = int(est["internal/US"]["COUNT"].sum())
+        assert root == 800 if total_invariant else root > 0
+        assert int(est["block"]["COUNT"].sum()) == root and (est["block"]["COUNT"] > 0).all()
+    with pytest.raises(InputError, match="invariants"):
+        TopDown(TopDownConfig(spine=sc, strategy=st)).postprocess(ms, {"blocks": blocks})
