@@ -225,3 +225,15 @@ def test_s14_sensitivity_checker_small_spines() -> None:
                                 col[b * schema.n_cells + j] += inv  # each column of Q has exactly one 1
             want = budget if rule == "zcdp" else budget / 2
             assert max(col) == want and min(col) == want
+
+
+def test_eigen_design_shares_option() -> None:
+    """Eigen-Design weights (dasflow.strategy.topdown_weights) as the α option: exact, sum to 1, > 0."""
+    from dasflow.products.topdown.strategy import eigen_level_strategy
+
+    schema = Schema((("R", 3), ("C", 4), ("H", 2)))
+    cands = {"total": [], "r": ["R"], "rc": ["R", "C"], "detailed": ["R", "C", "H"]}
+    lv = eigen_level_strategy(schema, {"total": [], "rc": ["R", "C"], "detailed": ["R", "C", "H"]}, cands)
+    assert sum((g.alpha for g in lv.groups), F(0)) == 1 and all(g.alpha > 0 for g in lv.groups)
+    assert all(isinstance(g.alpha, Fraction) for g in lv.groups)
+    assert {g.name for g in lv.groups} <= set(cands) and lv.has_detailed(schema)

@@ -258,3 +258,16 @@ def make_strategy(levels: Sequence[str], beta: Sequence[Any], budget: Any, *,
         pl = tuple(per_level)
     return Strategy(schema=sch, levels=tuple(levels), beta=b, per_level=pl,
                     budget=exact_share(budget, "budget"), privacy_defn=privacy_defn)
+
+
+def eigen_level_strategy(schema: Schema, workload: Mapping[str, Sequence[str]],
+                         candidates: Mapping[str, Sequence[str]], *, denominator: int = 1000) -> LevelStrategy:
+    """A level strategy whose shares α are the optimal exact-rational weights of
+    :func:`dasflow.strategy.topdown_weights.topdown_query_weights` (Eigen-Design weighting over marginal
+    queries) for the given workload tables; candidates with α = 0 are dropped. Data-independent."""
+    from dasflow.strategy.topdown_weights import topdown_query_weights
+
+    shares = topdown_query_weights(schema.attributes, {k: list(v) for k, v in workload.items()},
+                                   {k: list(v) for k, v in candidates.items()}, denominator=denominator)
+    return LevelStrategy(tuple(QueryGroup(name, tuple(candidates[name]), Fraction(alpha))
+                               for name, alpha in shares.items()))
