@@ -16,7 +16,6 @@ PostgreSQL missing is a failure with the install command, never a skip.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import shutil
@@ -27,7 +26,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import psutil
@@ -35,22 +33,13 @@ import pytest
 
 from dasflow.io.store import S3Store
 from tests.dag.helpers import release_dict, seed_inputs
+from tests.infra.stack_module import STACK_PY, stack_module
 from tests.servers import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.xdist_group("local-stack")]
 REPO = Path(__file__).resolve().parents[2]
-STACK_PY = REPO / "infra/local/stack.py"
 BUCKET = "das-runs"
 PLANNED = ["counts/state", "counts/state_sex"]
-
-
-def _stack_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dasflow_local_stack", STACK_PY)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
 
 
 def _run_stack(env: dict[str, str], command: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
@@ -60,7 +49,7 @@ def _run_stack(env: dict[str, str], command: str, timeout: float = 400) -> subpr
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[dict[str, Any]]:
-    module = _stack_module()
+    module = stack_module()
     try:
         module._pg_bin("initdb")
         module._pg_bin("pg_ctl")
