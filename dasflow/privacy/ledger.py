@@ -262,9 +262,15 @@ def encode_nmf(m: NoisyMeasurement, spec: MeasurementSpec | None = None) -> byte
     """Parquet bytes of a noisy measurement, with its ledger key, spec and RNG mode in the schema metadata
     (``spec``: the ledger's spec of the key, when it differs from the product's own)."""
     spec = spec or m.spec
-    table = pa.Table.from_pandas(m.table, preserve_index=False)
+    frame = m.table
+    exact = [c for c in frame.columns if frame[c].dtype == object and len(frame)
+             and all(isinstance(v, Fraction) for v in frame[c])]
+    if exact:  # exact rationals (e.g. a variance per answer) are stored as "p/q" text and read back exactly
+        frame = frame.assign(**{c: frame[c].map(str) for c in exact})
+    table = pa.Table.from_pandas(frame, preserve_index=False)
     meta = {b"dasflow.key": spec.key.encode(), b"dasflow.rng_mode": m.rng_mode.encode(),
-            b"dasflow.spec": json.dumps(spec_record(spec), sort_keys=True).encode()}
+            b"dasflow.spec": json.dumps(spec_record(spec), sort_keys=True).encode(),
+            b"dasflow.fraction_columns": json.dumps(exact).encode()}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd")
@@ -278,6 +284,8 @@ def decode_nmf(data: bytes, spec: MeasurementSpec) -> NoisyMeasurement:
     if meta.get(b"dasflow.key", b"").decode() != spec.key:
         raise LedgerRefusal(f"NMF for {spec.key!r} carries key {meta.get(b'dasflow.key')!r}")
     frame: pd.DataFrame = table.replace_schema_metadata(None).to_pandas()
+    for column in json.loads(meta.get(b"dasflow.fraction_columns", b"[]")):
+        frame[column] = frame[column].map(Fraction).astype(object)
     return NoisyMeasurement(spec=spec, table=frame, rng_mode=meta.get(b"dasflow.rng_mode", b"").decode())
 
 

@@ -50,6 +50,7 @@ REGISTRY: dict[str, str] = {
     "safetab-p": "dasflow.pipeline.adapters.safetab_p",
     "groupsize": "dasflow.pipeline.adapters.groupsize",
     "matrix": "dasflow.pipeline.adapters.matrix",
+    "topdown": "dasflow.pipeline.adapters.topdown",
 }
 
 

@@ -1,0 +1,141 @@
+"""TopDown in the DAG: PL 94-171-style persons histogram on the optimised geographic spine.
+
+Inputs: person files (Parquet; block TABBLKST/TABBLKCOU/TABTRACTCE/TABBLK and the 0-based HHGQ, VOTINGAGE,
+HISPANIC, CENRACE codes, as the synthetic census's ``topdown`` format) under the release's ``topdown`` prefix
+(confidential); under ``topdown_public``: ``GRF-C.txt`` (the public block geography, pipe-delimited, one row
+per block) and ``invariants.json`` (``{"total": N}``: the population total held invariant, public in the DAS).
+
+Config (JSON)::
+
+    {"preset": "pl94_persons", "fanout_cutoff": 8, "budget": "1", "privacy_defn": "zcdp",
+     "beta": ["104/4099", ...] (default: the 2020 PL94 person shares), "strategy": "pl94" | "detailed",
+     "total_invariant": true}
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dasflow.errors import InputError
+from dasflow.io.store import ObjectStore, StoreError
+from dasflow.pipeline.adapters import register
+from dasflow.privacy import accounting
+from dasflow.products.topdown.product import TopDown, TopDownConfig
+from dasflow.products.topdown.spine import GEOGRAPHY_COLUMNS, preset
+from dasflow.products.topdown.strategy import (
+    PL94_GEOLEVEL_SHARES,
+    Schema,
+    detailed_only_strategy,
+    make_strategy,
+)
+
+PERSON_GEO = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK")
+KNOWN_KEYS = {"preset", "fanout_cutoff", "budget", "privacy_defn", "beta", "strategy", "total_invariant"}
+
+
+def _prefix(inputs: Mapping[str, str], name: str, default: str) -> str:
+    prefix = inputs.get(name, default)
+    return prefix if prefix.endswith("/") else prefix + "/"
+
+
+def parse_topdown_config(raw: Any, source: str = "topdown config") -> TopDownConfig:
+    """The JSON config above → a validated ``TopDownConfig`` (exact shares and budget)."""
+    if not isinstance(raw, Mapping):
+        raise InputError("a TopDown config is a JSON object", file=source)
+    unknown = sorted(set(raw) - KNOWN_KEYS)
+    if unknown:
+        raise InputError(f"unknown key(s) {', '.join(unknown)}", file=source, column=unknown[0])
+    defn = str(raw.get("privacy_defn", "zcdp"))
+    budget = accounting.parse_budget(raw.get("budget"), "budget")
+    if budget is None or budget <= 0:
+        raise InputError("budget must be a finite positive number", file=source, column="budget")
+    beta = raw.get("beta", [str(b) for b in PL94_GEOLEVEL_SHARES])
+    cutoff = raw.get("fanout_cutoff")
+    if isinstance(cutoff, bool) or not isinstance(cutoff, int):
+        raise InputError("fanout_cutoff must be an integer", file=source, column="fanout_cutoff")
+    spine = preset(str(raw.get("preset", "pl94_persons")), [str(b) for b in beta], cutoff,
+                   privacy_rule="zcdp" if defn == "zcdp" else "puredp")
+    kind = raw.get("strategy", "pl94")
+    if kind not in ("pl94", "detailed"):
+        raise InputError("strategy must be 'pl94' or 'detailed'", file=source, column="strategy")
+    per_level = detailed_only_strategy(Schema()) if kind == "detailed" else None
+    strategy = make_strategy(spine.levels, list(spine.beta), str(budget), per_level=per_level, privacy_defn=defn)
+    return TopDownConfig(spine=spine, strategy=strategy, total_invariant=bool(raw.get("total_invariant", True)))
+
+
+class TopDownAdapter:
+    """One TopDown object per loaded config in a process: ``measure`` uses the spine its ``plan`` built (the
+    pipeline plans every product before measuring it)."""
+
+    name = "topdown"
+
+    def __init__(self) -> None:
+        self._products: dict[int, tuple[Any, TopDown]] = {}
+
+    def product(self, config: Any) -> TopDown:
+        held = self._products.get(id(config))
+        if held is None or held[0] is not config:
+            held = (config, TopDown(config))
+            self._products[id(config)] = held
+        return held[1]
+
+    def load_config(self, text: str, universe: str) -> TopDownConfig:
+        try:
+            raw = accounting.load_json_exact(text)
+        except ValueError as exc:
+            raise InputError(f"TopDown config is not valid JSON: {exc}", file="topdown config") from None
+        return parse_topdown_config(raw)
+
+    def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+        prefix = _prefix(inputs, "topdown_public", "public/topdown/")
+        grfc = pd.read_csv(io.BytesIO(store.get(prefix + "GRF-C.txt")), sep="|", dtype=str)
+        blocks = grfc[[c for c in grfc.columns if c in GEOGRAPHY_COLUMNS]]
+        try:
+            invariants = json.loads(store.get(prefix + "invariants.json"))
+        except (StoreError, ValueError) as exc:
+            raise InputError(f"public invariants: {exc}", file=prefix + "invariants.json") from None
+        return {"blocks": blocks, "blocks_source": prefix + "GRF-C.txt", "invariants": invariants}
+
+    def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+        prefix = _prefix(inputs, "topdown", "confidential/topdown/")
+        keys = [k for k in store.list(prefix) if k.endswith(".parquet")]
+        if not keys:
+            raise InputError("no person files", file=prefix)
+        names = list(config.strategy.schema.names)
+        parts = []
+        for key in keys:
+            table = pq.read_table(io.BytesIO(store.get(key)))
+            missing = [c for c in (*PERSON_GEO, *names) if c not in table.column_names]
+            if missing:
+                raise InputError(f"missing column(s) {', '.join(missing)}", file=key, column=missing[0])
+            parts.append(table.select([*PERSON_GEO, *names]))
+        frame = pa.concat_tables(parts).to_pandas()
+        geoid = (frame["TABBLKST"].astype(str).str.zfill(2) + frame["TABBLKCOU"].astype(str).str.zfill(3)
+                 + frame["TABTRACTCE"].astype(str).str.zfill(6) + frame["TABBLK"].astype(str).str.zfill(4))
+        persons = pd.DataFrame({"GEOID": geoid, **{n: frame[n].to_numpy() for n in names}})
+        return {"persons": persons, "persons_source": prefix}
+
+    def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any], config: Any) -> dict[str, Any]:
+        """Blocks in the public geography, attribute codes in the schema, the population invariant — before any
+        noise (the product's own tabulation raises ``InputError`` with file, row and column)."""
+        product = TopDown(config)
+        product.prepare(confidential, public)
+        total = public["invariants"].get("total")
+        if config.total_invariant and total != len(confidential["persons"]):
+            raise InputError(f"public population invariant {total} differs from the {len(confidential['persons'])}"
+                             " person records", file="invariants.json", column="total")
+        return {"persons": len(confidential["persons"]), "blocks": len(public["blocks"])}
+
+    def file_name(self, table: str, universe: str) -> str:
+        return f"{table}.csv"
+
+
+ADAPTER = TopDownAdapter()
+register("topdown", __name__)
