@@ -50,7 +50,8 @@ def eps_key(e: str) -> float:
 
 def table(ds: str, agg: dict[tuple[str, str], dict[str, Any]], methods: list[str]) -> list[str]:
     eps = sorted({e for _, e in agg}, key=eps_key)
-    lines = [f"| ε | method | reps | {' | '.join(LEVEL_NAMES)} | #CV | post-proc. s | valid | QP status or DP widenings |",
+    head = f"| ε | method | reps | {' | '.join(LEVEL_NAMES)} | #CV | post-proc. s | valid | QP status or DP widenings |"
+    lines = [head,
              "|---|---|---|---|---|---|---|---|---|---|"]
     for e in eps:
         for m in methods:
