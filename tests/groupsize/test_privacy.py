@@ -147,3 +147,14 @@ def test_p4_postprocessing_signatures_take_only_noisy_and_public():
         names = set(inspect.signature(f).parameters)
         assert names <= allowed, (f.__name__, names - allowed)
         assert not names & {"households", "truth", "counts", "inputs", "prepared"}
+
+
+def test_p2_config_parsing_exact():
+    """P2: budgets parse exactly (decimal strings -> Fraction); an infinite budget is not a release config."""
+    cfg = GroupSizeConfig.from_mapping({"budget": "0.3", "mechanism": "M_DP", "k": 5,
+                                        "level_shares": ["0.5", "0.25", "0.25"]})
+    assert cfg.budget == Fraction(3, 10) and cfg.shares() == (Fraction(1, 2), Fraction(1, 4), Fraction(1, 4))
+    with pytest.raises(ValueError):
+        GroupSizeConfig.from_mapping({"budget": "Infinity"})
+    with pytest.raises(ValueError):
+        GroupSizeConfig.from_mapping({"budget": "1", "privacy_defn": "approxdp"})
