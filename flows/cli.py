@@ -27,7 +27,8 @@ def _report(ctx: RunContext, seconds: float) -> None:
     kind = "TEST release" if ctx.config.is_test else "production"
     print(f"release {ctx.release_id} done in {seconds:.1f} s ({kind})")
     print(f"  tables:      {root}/release/")
-    print(f"  certificate: {root}/release/CERTIFICATE.md")
+    print(f"  certificate: {root}/release/CERTIFICATE.md  (and CERTIFICATE.html)")
+    print(f"  accuracy:    {root}/release/ACCURACY.html")
     print(f"  ledger:      {root}/ledger/  (audit: {root}/release/ledger.csv)")
     print(f"  spent:       rho = {spent['rho']} over {spent['entries']} measurements; "
           f"epsilon(delta=1e-10) = {spent['epsilon_at_delta']}")
