@@ -66,7 +66,8 @@ def main() -> None:
     state = Path(tempfile.mkdtemp(prefix="dasflow-bench-stack-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PREFECT_", "DASFLOW_"))}
     env.update({"DASFLOW_STACK_DIR": str(state), "PREFECT_UI_ENABLED": "false"})
-    for name in ("s3", "weed_master", "weed_volume", "weed_filer", "postgres", "prefect"):
+    for name in ("s3", "weed_master", "weed_volume", "weed_filer", "s3_grpc", "weed_master_grpc", "weed_volume_grpc",
+                 "weed_filer_grpc", "postgres", "prefect"):
         env[f"DASFLOW_STACK_{name.upper()}_PORT"] = str(free_port())
     rows: list[tuple[str, float]] = []
     try:

@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 POOL = "dasflow-process"
 HOST = "127.0.0.1"
 DEFAULT_PORTS = {"s3": 8333, "weed_master": 9333, "weed_volume": 8089, "weed_filer": 8888,
+                 "s3_grpc": 18333, "weed_master_grpc": 19333, "weed_volume_grpc": 18089, "weed_filer_grpc": 18888,
                  "postgres": 55432, "prefect": 4200}
 COMPONENTS = ("seaweedfs", "postgres", "prefect-server", "worker")
 
@@ -105,10 +106,10 @@ def load(state: Path | None = None) -> Stack:
     state.chmod(0o755)  # the postgres user must traverse it; secrets are in 0600 files
     (state / ".gitignore").write_text("*\n")  # the state directory never enters git
     ports_file = state / "ports.json"
-    if ports_file.exists():
-        ports = {k: int(v) for k, v in json.loads(ports_file.read_text()).items()}
-    else:
-        ports = {k: int(os.environ.get(f"DASFLOW_STACK_{k.upper()}_PORT", v)) for k, v in DEFAULT_PORTS.items()}
+    frozen = {k: int(v) for k, v in json.loads(ports_file.read_text()).items()} if ports_file.exists() else {}
+    ports = {k: frozen.get(k, int(os.environ.get(f"DASFLOW_STACK_{k.upper()}_PORT", v)))
+             for k, v in DEFAULT_PORTS.items()}
+    if ports != frozen:  # first use, or a state directory from a version with fewer ports
         ports_file.write_text(json.dumps(ports, indent=1) + "\n")
     secrets_file = state / "secrets.json"
     if secrets_file.exists():
@@ -254,9 +255,13 @@ def start_seaweedfs(stack: Stack) -> None:
     data = stack.state / "seaweedfs"
     data.mkdir(exist_ok=True)
     p = stack.ports
+    # every port explicit: weed's default gRPC port is port + 10000 (overflows above 55535) and its Iceberg and
+    # Lance endpoints have fixed default ports; those two are not used by dasflow and are disabled
     args = [_bin("weed"), "mini", f"-dir={data}", f"-ip={HOST}", f"-ip.bind={HOST}", "-admin.ui=false",
             "-webdav=false", f"-master.port={p['weed_master']}", f"-volume.port={p['weed_volume']}",
-            f"-filer.port={p['weed_filer']}", f"-s3.port={p['s3']}"]
+            f"-filer.port={p['weed_filer']}", f"-s3.port={p['s3']}", f"-master.port.grpc={p['weed_master_grpc']}",
+            f"-volume.port.grpc={p['weed_volume_grpc']}", f"-filer.port.grpc={p['weed_filer_grpc']}",
+            f"-s3.port.grpc={p['s3_grpc']}", "-s3.port.iceberg=0", "-s3.port.lance=0"]
     env = {**os.environ, "AWS_ACCESS_KEY_ID": stack.s3_key, "AWS_SECRET_ACCESS_KEY": stack.s3_secret}
     _spawn(stack, "seaweedfs", args, env)
     _wait(check_seaweedfs, "SeaweedFS", stack, "seaweedfs", 90)

@@ -194,6 +194,8 @@ def test_worker_sigkilled_mid_run_then_restarted_and_resumed_spends_once(stack: 
     entries = sorted(k for k in resumed if k.startswith("ledger/entries/"))
     assert entries == [f"ledger/entries/{key}.{state}.json" for key in PLANNED
                        for state in ("committed", "reserved")]
-    baseline = _objects(stack, "a/runs/r1/release/")
-    assert {k: v for k, v in resumed.items() if k.startswith("release/")} == {
-        f"release/{k}": v for k, v in baseline.items()}
+    baseline = {f"release/{k}": v for k, v in _objects(stack, "a/runs/r1/release/").items()}
+    released = {k: v for k, v in resumed.items() if k.startswith("release/")}
+    assert set(released) == set(baseline)
+    differing = sorted(k for k in baseline if released[k] != baseline[k])
+    assert not differing, f"release files differ from the uninterrupted run: {differing}"
