@@ -62,7 +62,8 @@ def _head(src: Path, dst: Path, rows: int | None) -> Path:
 
 
 def run_dasflow(product: str, data: Path) -> dict[str, Any]:
-    from dasflow.demo import _config_text
+    from importlib import resources
+
     from dasflow.io.store import LocalStore
     from dasflow.pipeline.adapters import get_adapter
     from validation import gx
@@ -78,7 +79,8 @@ def run_dasflow(product: str, data: Path) -> dict[str, Any]:
     inner = get_adapter(product)
     adapter = ValidatedAdapter(getattr(inner, "inner", inner))
     del MODULES
-    text = _config_text({"phsafe": "phsafe-us-config.json", "safetab-p": "safetab-p-config.json"}[product])
+    name = {"phsafe": "phsafe-us-config.json", "safetab-p": "safetab-p-config.json"}[product]
+    text = resources.files("dasflow.demo_data").joinpath(name).read_text(encoding="utf-8")
     cfg = adapter.load_config(text, "US")
     def preflight() -> None:
         preflight_inputs(product, store, inputs, True)

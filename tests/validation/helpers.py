@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import json
 import shutil
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from dasflow.cli import EXIT_BAD_INPUT, EXIT_LEDGER, EXIT_OK, EXIT_OTHER
 from dasflow.config import parse_release_config
-from dasflow.demo import _config_text
 from dasflow.errors import DasflowError, InputError, LedgerRefusal
 from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import freeze_config
+
+
+def _config_text(name: str) -> str:
+    """A shipped demo config (the production formats), verbatim."""
+    return resources.files("dasflow.demo_data").joinpath(name).read_text(encoding="utf-8")
+
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 CASES: dict[str, dict[str, Any]] = json.loads((CORPUS / "cases.json").read_text())

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dasflow.demo import _config_text
 from dasflow.errors import InputError
 from dasflow.pipeline.adapters import REGISTRY
-from tests.validation.helpers import CONFIG_FILES, CORPUS, corpus_store, release_raw, run_release
+from tests.validation.helpers import CONFIG_FILES, CORPUS, _config_text, corpus_store, release_raw, run_release
 from validation.adapters import MODULES
 from validation.configs import validate_product_config, validate_release_config
 

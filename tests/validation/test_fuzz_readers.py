@@ -168,8 +168,7 @@ _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow
        drop=st.booleans())
 def test_config_parsers(product: str, key: str, value: Any, drop: bool) -> None:
     """Arbitrary changes to a shipped config are accepted or rejected with ``InputError`` — nothing else."""
-    from dasflow.demo import _config_text
-    from tests.validation.helpers import CONFIG_FILES
+    from tests.validation.helpers import CONFIG_FILES, _config_text
 
     raw = json.loads(_config_text(CONFIG_FILES[product]))
     keys = sorted(raw)

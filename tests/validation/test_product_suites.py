@@ -20,7 +20,7 @@ F = Fraction
 
 
 def _inputs(tmp: Path, product: str) -> tuple[Any, Any, Any]:
-    from dasflow.demo import _config_text
+    from tests.validation.helpers import _config_text
 
     store = corpus_store(tmp / "store")
     a = get_adapter(product)
@@ -121,9 +121,9 @@ def test_phsafe_facts_replicate_check_cross_file(tmp_path: Path, case: str | Non
     """The PHSafe fact rules are a rule-for-rule replica of the product's ``check_cross_file`` (which then runs
     only to word a failure): on the valid base and on every cross-file corpus case, the first failing fact is
     exactly the (file, row, column) the product's check names, and no fact fails where it passes."""
-    from dasflow.demo import _config_text
     from dasflow.errors import InputError
     from dasflow.products.phsafe.inputs import Inputs, check_cross_file
+    from tests.validation.helpers import _config_text
     from validation.products import RUNNERS
 
     store = corpus_store(tmp_path / "store", case)

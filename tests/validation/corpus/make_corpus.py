@@ -165,7 +165,7 @@ def cases() -> dict[str, dict[str, object]]:
 
 
 def _demo(name: str) -> dict[str, Any]:
-    from dasflow.demo import _config_text
+    from tests.validation.helpers import _config_text
 
     raw: dict[str, Any] = json.loads(_config_text(name))
     return raw
