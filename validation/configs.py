@@ -67,7 +67,7 @@ def _decode(text: str, source: str) -> Any:
 
 #: the products' own adapters (their ``load_config`` is the exact parser)
 OWN_ADAPTERS = {"phsafe": "dasflow.pipeline.adapters.phsafe", "safetab-p": "dasflow.pipeline.adapters.safetab_p",
-                "groupsize": "dasflow.pipeline.adapters.groupsize"}
+                "groupsize": "dasflow.pipeline.adapters.groupsize", "topdown": "dasflow.pipeline.adapters.topdown"}
 
 
 def _own_loader(product: str) -> Callable[[str, str], Any]:

@@ -48,6 +48,11 @@ def _fact(rule: str, file: str, column: str, bad: np.ndarray) -> dict[str, objec
             "first_row": int(idx[0]) + 2 if idx.size else 0}
 
 
+def _scalar_fact(rule: str, file: str, column: str, holds: bool) -> dict[str, object]:
+    """A whole-file rule (no row): one violation when it does not hold."""
+    return {"rule": rule, "file": file, "column": column, "violations": int(not holds), "first_row": 0}
+
+
 def _not_in(values: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     """``~np.isin(values, allowed)`` by hashing (numpy sorts when the value range is wide, as MAFIDs are: 7x
     slower at 10 M rows)."""
@@ -217,9 +222,7 @@ def _groupsize(confidential: Mapping[str, Any], public: Mapping[str, Any],
     facts = [
         _fact("(STATE, COUNTY) in the public geography", source, "COUNTY",
               ~np.asarray(key.isin(known).to_numpy(), dtype=bool)),
-        _fact("occupied units = public invariant n", source, "SIZE",
-              np.array([len(hh) != int(public["n_groups"])]) if len(hh) != int(public["n_groups"]) else
-              np.zeros(0, bool)),
+        _scalar_fact("occupied units = public invariant n", source, "SIZE", len(hh) == int(public["n_groups"])),
     ]
     per_state = {str(k): int(v) for k, v in hh["STATE"].value_counts().sort_index().items()}
     summary = {"rows": {source: len(hh)}, "n_groups": int(public["n_groups"]), "households_per_state": per_state}
@@ -243,8 +246,12 @@ def _topdown(confidential: Mapping[str, Any], public: Mapping[str, Any],
     schema = config.strategy.schema
     if "spine" in public:
         blocks = np.asarray(public["spine"].block_geoid).astype(str)
-    else:
+    elif "GEOID" in public["blocks"].columns:
         blocks = public["blocks"]["GEOID"].astype(str).to_numpy()
+    else:  # a GRF-C: the block GEOID is state + county + tract + block
+        b = public["blocks"]
+        blocks = (b["TABBLKST"].astype(str) + b["TABBLKCOU"].astype(str) + b["TABTRACTCE"].astype(str)
+                  + b["TABBLK"].astype(str)).to_numpy()
     checks = [Check("ExpectTableColumnsToMatchSet", {"column_set": ["GEOID", *schema.names], "exact_match": False}),
               Check("ExpectColumnValuesToNotBeNull", {"column": "GEOID"}),
               Check("ExpectColumnValuesToMatchRegex", {"column": "GEOID", "regex": r"^[0-9]{15}$"})]
@@ -252,8 +259,13 @@ def _topdown(confidential: Mapping[str, Any], public: Mapping[str, Any],
                for a, d in schema.attributes]
     cols = {c: persons[c] for c in ["GEOID", *schema.names] if c in persons.columns}
     geoid = persons["GEOID"].astype(str).to_numpy() if "GEOID" in persons.columns else np.zeros(0, str)
+    blocks_source = str(public.get("blocks_source", "<blocks>"))
     facts = [_fact("person block in the block geography", source, "GEOID", _not_in(geoid, blocks)),
-             _fact("unique block GEOID", "<blocks>", "GEOID", _first_dup_mask(blocks))]
+             _fact("unique block GEOID", blocks_source, "GEOID", _first_dup_mask(blocks))]
+    total = (public.get("invariants") or {}).get("total")
+    if total is not None and getattr(config, "total_invariant", False):
+        facts.append(_scalar_fact("persons = public population invariant", "invariants.json", "total",
+                                  int(total) == len(persons)))
     states = pd.Series(geoid).str[:2].value_counts().sort_index()
     summary = {"rows": {source: len(persons)}, "persons_per_state": {str(k): int(v) for k, v in states.items()}}
 

@@ -55,8 +55,13 @@ def preflight_inputs(product: str, store: ObjectStore, inputs: Mapping[str, str]
         else:
             key = _prefix(inputs, "safetab-p", "confidential/safetab-p/") + PERSON_FILE
             check_delimited(local_file(store, key), PERSON_COLUMNS, "|")
-    elif product == "groupsize" and not public:
-        prefix = _prefix(inputs, "groupsize", "confidential/groupsize/")
+    elif product == "topdown" and public:
+        key = _prefix(inputs, "topdown_public", "public/topdown/") + "GRF-C.txt"
+        if store.exists(key):
+            check_delimited(local_file(store, key), ["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"], "|",
+                            extra_columns=True)
+    elif product in ("groupsize", "topdown") and not public:
+        prefix = _prefix(inputs, product, f"confidential/{product}/")
         for key in store.list(prefix):
             if key.endswith(".parquet"):
                 try:  # every page decoded: a corrupt page is a pyarrow OSError inside the adapter otherwise

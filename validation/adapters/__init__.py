@@ -5,7 +5,7 @@ from __future__ import annotations
 from dasflow.pipeline.adapters import REGISTRY
 
 MODULES = {"phsafe": "validation.adapters.phsafe", "safetab-p": "validation.adapters.safetab_p",
-           "groupsize": "validation.adapters.groupsize"}
+           "groupsize": "validation.adapters.groupsize", "topdown": "validation.adapters.topdown"}
 
 
 def install() -> None:
