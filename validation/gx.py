@@ -7,6 +7,7 @@ validation costs ~0.4 s each; field notes §3). One ephemeral context per proces
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Sequence
@@ -63,15 +64,17 @@ def build_suite(name: str, checks: Sequence[Check]) -> Any:
     """The GX suite of ``checks`` (cached per name; registered in the ephemeral context)."""
     st = _context()
     suites: dict[str, Any] = st["suites"]
-    if name not in suites:
+    digest = hashlib.sha256(repr([(c.expectation, sorted(c.kwargs.items())) for c in checks]).encode()).hexdigest()
+    key = f"{name}.{digest[:12]}"  # same name, different checks (e.g. another TopDown schema): another suite
+    if key not in suites:
         import great_expectations.expectations as gxe
 
         gx = st["gx"]
-        suite = gx.ExpectationSuite(name=f"{name}.v{SUITE_VERSION}", meta={"dasflow_suite_version": SUITE_VERSION})
+        suite = gx.ExpectationSuite(name=f"{key}.v{SUITE_VERSION}", meta={"dasflow_suite_version": SUITE_VERSION})
         for c in checks:
             suite.add_expectation(getattr(gxe, c.expectation)(**c.kwargs))
-        suites[name] = st["ctx"].suites.add(suite)
-    return suites[name]
+        suites[key] = st["ctx"].suites.add(suite)
+    return suites[key]
 
 
 def _detail(result: dict[str, Any]) -> str:
