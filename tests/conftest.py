@@ -10,3 +10,10 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 if "PREFECT_HOME" not in os.environ:
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="dasflow-prefect-home-")
+
+# Property-based tests are deterministic in CI: hypothesis derives its examples from the test's name
+# (derandomize), so a run either always passes or always fails; no example database is written.
+from hypothesis import settings
+
+settings.register_profile("dasflow", derandomize=True, database=None, deadline=None, print_blob=True)
+settings.load_profile("dasflow")

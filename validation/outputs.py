@@ -27,10 +27,12 @@ from validation.report import render_html
 from validation.result import ExpectationRow, ValidationResult
 
 #: record-level attributes of the confidential inputs; none may appear as a column of a release file
+#: record identifiers and raw CEF response fields: never a column of a release file. Category names that are
+#: legitimate dimensions of an aggregate table (CENRACE, HHGQ, HISPANIC, VOTINGAGE in TopDown and matrix
+#: tables; public block GEOIDs) are not in this set.
 CONFIDENTIAL_COLUMNS = frozenset({
-    "MAFID", "RTYPE", "QAGE", "QSEX", "HOUSEHOLDER", "CENHISP", "CENRACE", "RELSHIP", "QSPAN",
-    *(f"QRACE{i}" for i in range(1, 9)), "FINAL_POP", "NPF", "HHSPAN", "HHRACE", "TEN", "HHT", "HHT2", "CPLT",
-    "HHGQ", "SIZE", "TABBLK", "TABTRACTCE", "PID", "EUID"})
+    "MAFID", "PID", "EUID", "RTYPE", "QAGE", "QSEX", "QSPAN", "HOUSEHOLDER", "CENHISP", "RELSHIP",
+    *(f"QRACE{i}" for i in range(1, 9)), "FINAL_POP", "NPF", "HHSPAN", "HHRACE", "TEN", "HHT", "HHT2", "CPLT"})
 
 #: products whose release files may have no rows (SafeTab-P publishes only what its adaptive thresholds allow)
 MAY_BE_EMPTY = frozenset({"safetab-p"})
@@ -163,7 +165,10 @@ def validate_outputs(release: str | Path | Mapping[str, pd.DataFrame], plan_reco
                 row = int(hit[0]) + 2 if hit.size else None
             error = InputError(f"{bad.expectation} failed ({bad.detail})", file=rel, row=row or 1,
                                column=bad.column)
-        if error is None and "VARIANCE" in frame.columns and plan_record.get("entries") and "/" not in file:
+        # a VARIANCE beside NOISE_DISTRIBUTION is a noisy measurement's own (PHSafe publishes them): it must be a
+        # planned variance; post-processed estimates (e.g. the matrix product's least squares) carry their own
+        if (error is None and "VARIANCE" in frame.columns and "NOISE_DISTRIBUTION" in frame.columns
+                and plan_record.get("entries") and "/" not in file):
             planned = _planned_variances(plan_record, product)
             got = frame["VARIANCE"].astype(float).to_numpy()
             known = np.array(sorted(planned))

@@ -92,12 +92,25 @@ def validate_stage(ctx: RunContext, product: str) -> dict[str, Any]:
     cfg = ctx.product_config(product)
     public = adapter.public_inputs(ctx.store, ctx.config.inputs, cfg)
     confidential = adapter.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
-    summary = adapter.validate(confidential, public, cfg)  # raises InputError: nothing downstream runs
+    try:
+        summary = adapter.validate(confidential, public, cfg)  # raises InputError: nothing downstream runs
+    finally:
+        _store_validation_report(ctx, product, getattr(adapter, "last_result", None))
     key = f"{ctx.root}/validation/{product}.json"
     sha = ctx.store.put(key, (json.dumps({"product": product, "passed": True, **summary}, sort_keys=True,
                                          indent=1, default=str) + "\n").encode())
     faults.point(f"stage:validate:{product}:before-manifest")
     return write_manifest(ctx, "validate", product, inputs, {key: {"sha256": sha}})
+
+
+def _store_validation_report(ctx: RunContext, product: str, result: Any) -> None:
+    """The validation gate's full result (expectations, counts, first failure) and its HTML page, written
+    under ``validation/`` whether the inputs passed or not (the page may quote input values: it stays in
+    ``runs/``, never in ``release/``)."""
+    if result is None:
+        return
+    ctx.store.put(f"{ctx.root}/validation/{product}.gx.json", result.to_json().encode())
+    ctx.store.put(f"{ctx.root}/validation/{product}.html", result.html.encode())
 
 
 def preprocess_stage(ctx: RunContext, product: str) -> dict[str, Any]:
@@ -224,9 +237,11 @@ def release_stage(ctx: RunContext) -> dict[str, Any]:
     """Write every product's release files and the ledger audit, then (``dasflow.release``) the PHSafe
     estimates, the privacy certificate, the accuracy report, and the validated release manifest (last)."""
     from dasflow.release.stage import finalize_release
+    from validation import validate_outputs
 
     post = ctx.post_store()
     upstream: dict[str, str] = {}
+    written: dict[str, pd.DataFrame] = {}
     for p in ctx.config.products:
         record = manifest_if_current(ctx, "postprocess", p.name, _measurement_hashes(ctx, p.name))
         if record is None:
@@ -235,8 +250,14 @@ def release_stage(ctx: RunContext) -> dict[str, Any]:
         upstream.update({k: v["sha256"] for k, v in record["outputs"].items()})
         adapter = ctx.adapter(p.name)
         for name, frame in sorted(adapter.product(ctx.product_config(p.name)).tables(estimates).items()):
-            key = f"{ctx.root}/release/{p.name}/{adapter.file_name(name, ctx.config.universe)}"
+            rel = f"{p.name}/{adapter.file_name(name, ctx.config.universe)}"
+            key = f"{ctx.root}/release/{rel}"
             post.put(key, _table_bytes(key, frame))
+            written[rel] = frame
+    # output validation before anything else is derived: schemas, integer counts, VARIANCE as planned, no
+    # confidential column, consistency where a product promises it (validation/outputs.py)
+    configs = {p.name: ctx.product_config(p.name) for p in ctx.config.products}
+    validate_outputs(written, ctx.ledger.plan_record(), configs).raise_for_failure()
     audit_key = f"{ctx.root}/release/ledger.csv"
     post.put(audit_key, ledger_csv(ctx).encode())
     faults.point("stage:release:before-manifest")

@@ -44,13 +44,15 @@ class Adapter(Protocol):
         ...
 
 
-#: product name -> module holding ``ADAPTER`` (the products dasflow ships)
+#: product name -> module holding ``ADAPTER`` (the products dasflow ships). The input-validating products go
+#: through the validation gate of ``validation/`` (Great Expectations suites and file pre-checks wrapped around
+#: the product adapter): its ``validate`` fails closed before any noise.
 REGISTRY: dict[str, str] = {
-    "phsafe": "dasflow.pipeline.adapters.phsafe",
-    "safetab-p": "dasflow.pipeline.adapters.safetab_p",
-    "groupsize": "dasflow.pipeline.adapters.groupsize",
+    "phsafe": "validation.adapters.phsafe",
+    "safetab-p": "validation.adapters.safetab_p",
+    "groupsize": "validation.adapters.groupsize",
+    "topdown": "validation.adapters.topdown",
     "matrix": "dasflow.pipeline.adapters.matrix",
-    "topdown": "dasflow.pipeline.adapters.topdown",
 }
 
 

@@ -22,7 +22,6 @@ import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore, StoreError
-from dasflow.pipeline.adapters import register
 from dasflow.privacy import accounting
 from dasflow.products.groupsize.product import GroupSizeConfig, GroupSizeProduct
 
@@ -90,4 +89,3 @@ class GroupSizeAdapter:
 
 
 ADAPTER = GroupSizeAdapter()
-register("groupsize", __name__)

@@ -14,7 +14,6 @@ import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
-from dasflow.pipeline.adapters import register
 from dasflow.privacy import accounting
 from dasflow.products.matrix.config import MatrixConfig, parse_config
 from dasflow.products.matrix.product import MatrixProduct
@@ -62,4 +61,3 @@ class MatrixAdapter:
 
 
 ADAPTER = MatrixAdapter()
-register("matrix", __name__)

@@ -8,7 +8,6 @@ from typing import Any
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
-from dasflow.pipeline.adapters import register
 from dasflow.pipeline.adapters.files import local_file
 from dasflow.privacy import accounting
 from dasflow.products.phsafe import PHSAFE, PHSafe, PHSafeConfig, parse_config
@@ -59,4 +58,3 @@ class PHSafeAdapter:
 
 
 ADAPTER = PHSafeAdapter()
-register("phsafe", __name__)

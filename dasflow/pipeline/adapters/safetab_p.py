@@ -13,7 +13,6 @@ from typing import Any
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
-from dasflow.pipeline.adapters import register
 from dasflow.pipeline.adapters.files import local_dir, local_file
 from dasflow.privacy import accounting
 from dasflow.products.base import MeasurementSpec, NoisyMeasurement, Prepared
@@ -88,4 +87,3 @@ class SafeTabPAdapter:
 
 
 ADAPTER = SafeTabPAdapter()
-register("safetab-p", __name__)

@@ -25,7 +25,6 @@ import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore, StoreError
-from dasflow.pipeline.adapters import register
 from dasflow.privacy import accounting
 from dasflow.products.topdown.product import TopDown, TopDownConfig
 from dasflow.products.topdown.spine import GEOGRAPHY_COLUMNS, preset
@@ -138,4 +137,3 @@ class TopDownAdapter:
 
 
 ADAPTER = TopDownAdapter()
-register("topdown", __name__)

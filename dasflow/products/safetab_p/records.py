@@ -9,6 +9,7 @@ is called by ``prepare`` and raises :class:`~dasflow.errors.InputError` on the f
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,16 @@ NULL = "Null"
 IntArray = npt.NDArray[np.int64]
 
 
+def _arrow_reason(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:200]
+
+
+def _arrow_row(exc: BaseException) -> int | None:
+    """The 1-based file row (header = row 1) a pyarrow CSV error names, when it names one."""
+    match = re.search(r"[Rr]ow #?(\d+)", str(exc))
+    return int(match.group(1)) if match else None
+
+
 def read_pipe_file(path: str | Path, columns: Sequence[str], *, extra_columns: bool = False) -> pa.Table:
     """Read a pipe-delimited file with a header, every column as a string.
 
@@ -45,10 +56,14 @@ def read_pipe_file(path: str | Path, columns: Sequence[str], *, extra_columns: b
     p = Path(path)
     if not p.is_file():
         raise InputError("file not found", file=str(p))
-    table = pacsv.read_csv(
-        p, parse_options=pacsv.ParseOptions(delimiter="|"),
-        convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in columns},
-                                             strings_can_be_null=False))
+    try:
+        table = pacsv.read_csv(
+            p, parse_options=pacsv.ParseOptions(delimiter="|", quote_char=False),
+            convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in columns},
+                                                 strings_can_be_null=False))
+    except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+        raise InputError(f"malformed pipe-delimited file: {_arrow_reason(exc)}", file=str(p),
+                         row=_arrow_row(exc)) from None
     got = tuple(table.column_names)
     if extra_columns:
         missing = [c for c in columns if c not in got]
