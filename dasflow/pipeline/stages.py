@@ -51,9 +51,12 @@ def input_hashes(ctx: RunContext) -> dict[str, str]:
 
 
 def ledger_spec(product: str, spec: MeasurementSpec) -> MeasurementSpec:
-    """The spec under its release-wide ledger key ``{product}/{key}`` (keys are unique across products)."""
+    """The spec under its release-wide ledger key ``{product}/{key}`` (keys are unique across products; a
+    product whose keys already carry its name keeps them)."""
     if spec.product != product:
         raise LedgerRefusal(f"{product}: plan lists a key of product {spec.product!r}: {spec.key!r}")
+    if spec.key.startswith(f"{product}/"):
+        return spec
     return dataclasses.replace(spec, key=f"{product}/{spec.key}")
 
 
