@@ -6,9 +6,16 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from dasflow.io.store import LocalStore, ObjectStore, RestrictedStore
+
+
+def input_prefix(inputs: Mapping[str, str], name: str, default: str) -> str:
+    """The store prefix of a named release input (``default`` when the release config does not name it)."""
+    prefix = inputs.get(name, default)
+    return prefix if prefix.endswith("/") else prefix + "/"
 
 
 def local_file(store: ObjectStore, key: str) -> Path:

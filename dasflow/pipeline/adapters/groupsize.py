@@ -22,15 +22,12 @@ import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore, StoreError
+from dasflow.pipeline.adapters.files import input_prefix
 from dasflow.privacy import accounting
 from dasflow.products.groupsize.product import GroupSizeConfig, GroupSizeProduct
 
 UNIT_COLUMNS = ("TABBLKST", "TABBLKCOU", "HHGQ", "SIZE")
 
-
-def _prefix(inputs: Mapping[str, str], name: str, default: str) -> str:
-    prefix = inputs.get(name, default)
-    return prefix if prefix.endswith("/") else prefix + "/"
 
 
 class GroupSizeAdapter:
@@ -47,7 +44,7 @@ class GroupSizeAdapter:
             raise InputError(f"group-size config: {exc}", file="groupsize config") from None
 
     def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
-        prefix = _prefix(inputs, "groupsize_public", "public/groupsize/")
+        prefix = input_prefix(inputs, "groupsize_public", "public/groupsize/")
         geo = pd.read_csv(io.BytesIO(store.get(prefix + "geography.csv")), dtype=str)
         try:
             invariants = json.loads(store.get(prefix + "invariants.json"))
@@ -57,7 +54,7 @@ class GroupSizeAdapter:
         return {"geography": geo, "n_groups": n}
 
     def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
-        prefix = _prefix(inputs, "groupsize", "confidential/groupsize/")
+        prefix = input_prefix(inputs, "groupsize", "confidential/groupsize/")
         keys = [k for k in store.list(prefix) if k.endswith(".parquet")]
         if not keys:
             raise InputError("no group-size unit files", file=prefix)

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
+from dasflow.pipeline.adapters.files import input_prefix
 from dasflow.privacy import accounting
 from dasflow.products.matrix.config import MatrixConfig, parse_config
 from dasflow.products.matrix.product import MatrixProduct
@@ -36,8 +37,7 @@ class MatrixAdapter:
         return {}
 
     def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
-        prefix = inputs.get("matrix", "confidential/matrix/")
-        prefix = prefix if prefix.endswith("/") else prefix + "/"
+        prefix = input_prefix(inputs, "matrix", "confidential/matrix/")
         keys = [k for k in store.list(prefix) if k.endswith(".parquet")]
         if not keys:
             raise InputError("no Parquet record files", file=prefix)

@@ -8,15 +8,10 @@ from typing import Any
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
-from dasflow.pipeline.adapters.files import local_file
+from dasflow.pipeline.adapters.files import input_prefix, local_file
 from dasflow.privacy import accounting
 from dasflow.products.phsafe import PHSAFE, PHSafe, PHSafeConfig, parse_config
 from dasflow.products.phsafe.inputs import Inputs, check_cross_file, read_table
-
-
-def _prefix(inputs: Mapping[str, str], name: str, default: str) -> str:
-    prefix = inputs.get(name, default)
-    return prefix if prefix.endswith("/") else prefix + "/"
 
 
 class PHSafeAdapter:
@@ -37,11 +32,11 @@ class PHSafeAdapter:
         return config
 
     def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
-        geo_key = _prefix(inputs, "phsafe_geo", "public/phsafe/") + "geo.csv"
+        geo_key = input_prefix(inputs, "phsafe_geo", "public/phsafe/") + "geo.csv"
         return {"config": config, "geo": read_table(local_file(store, geo_key), "geo")}
 
     def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
-        prefix = _prefix(inputs, "phsafe", "confidential/phsafe/")
+        prefix = input_prefix(inputs, "phsafe", "confidential/phsafe/")
         return {name: read_table(local_file(store, f"{prefix}{name}.csv"), name) for name in ("persons", "units")}
 
     def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any], config: Any) -> dict[str, Any]:

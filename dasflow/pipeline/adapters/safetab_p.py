@@ -13,7 +13,7 @@ from typing import Any
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
-from dasflow.pipeline.adapters.files import local_dir, local_file
+from dasflow.pipeline.adapters.files import input_prefix, local_dir, local_file
 from dasflow.privacy import accounting
 from dasflow.products.base import MeasurementSpec, NoisyMeasurement, Prepared
 from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, load_public, parse_config, with_stage1
@@ -35,10 +35,6 @@ class PipelineSafeTabP(SafeTabP):
                     prepared = with_stage1(prepared, m)
         return self.measure(prepared, spec, rng)
 
-
-def _prefix(inputs: Mapping[str, str], name: str, default: str) -> str:
-    prefix = inputs.get(name, default)
-    return prefix if prefix.endswith("/") else prefix + "/"
 
 
 class SafeTabPAdapter:
@@ -63,13 +59,13 @@ class SafeTabPAdapter:
         return "US" if config.run_us else "PR"
 
     def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
-        folder = local_dir(store, _prefix(inputs, "safetab-p_public", "public/safetab-p/"))
+        folder = local_dir(store, input_prefix(inputs, "safetab-p_public", "public/safetab-p/"))
         if not (folder / GRFC_FILE).is_file():
             raise InputError(f"missing {GRFC_FILE}", file=str(folder / GRFC_FILE))
         return load_public(folder, folder, self._universe(config), config)  # type: ignore[arg-type]
 
     def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
-        path = local_file(store, _prefix(inputs, "safetab-p", "confidential/safetab-p/") + PERSON_FILE)
+        path = local_file(store, input_prefix(inputs, "safetab-p", "confidential/safetab-p/") + PERSON_FILE)
         return {"persons": read_pipe_file(path, PERSON_COLUMNS), "source": PERSON_FILE}
 
     def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any], config: Any) -> dict[str, Any]:

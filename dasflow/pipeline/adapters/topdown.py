@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore, StoreError
+from dasflow.pipeline.adapters.files import input_prefix
 from dasflow.privacy import accounting
 from dasflow.products.topdown.product import TopDown, TopDownConfig
 from dasflow.products.topdown.spine import GEOGRAPHY_COLUMNS, preset
@@ -38,10 +39,6 @@ from dasflow.products.topdown.strategy import (
 PERSON_GEO = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK")
 KNOWN_KEYS = {"preset", "fanout_cutoff", "budget", "privacy_defn", "beta", "strategy", "total_invariant"}
 
-
-def _prefix(inputs: Mapping[str, str], name: str, default: str) -> str:
-    prefix = inputs.get(name, default)
-    return prefix if prefix.endswith("/") else prefix + "/"
 
 
 def parse_topdown_config(raw: Any, source: str = "topdown config") -> TopDownConfig:
@@ -93,7 +90,7 @@ class TopDownAdapter:
         return parse_topdown_config(raw)
 
     def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
-        prefix = _prefix(inputs, "topdown_public", "public/topdown/")
+        prefix = input_prefix(inputs, "topdown_public", "public/topdown/")
         grfc = pd.read_csv(io.BytesIO(store.get(prefix + "GRF-C.txt")), sep="|", dtype=str)
         blocks = grfc[[c for c in grfc.columns if c in GEOGRAPHY_COLUMNS]]
         try:
@@ -103,7 +100,7 @@ class TopDownAdapter:
         return {"blocks": blocks, "blocks_source": prefix + "GRF-C.txt", "invariants": invariants}
 
     def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
-        prefix = _prefix(inputs, "topdown", "confidential/topdown/")
+        prefix = input_prefix(inputs, "topdown", "confidential/topdown/")
         keys = [k for k in store.list(prefix) if k.endswith(".parquet")]
         if not keys:
             raise InputError("no person files", file=prefix)
