@@ -64,7 +64,16 @@ def plan_task(release_id: str, store_uri: str) -> dict[str, Any]:
 
 @task(name="validate", **TASK_OPTS)
 def validate_task(release_id: str, store_uri: str, product: str) -> dict[str, Any]:
-    return _summary(stages.validate_stage(open_run(release_id, store_uri), product))
+    """The fail-closed validation gate; its Data Docs page is linked as an artifact (also on failure)."""
+    ctx = open_run(release_id, store_uri)
+    try:
+        return _summary(stages.validate_stage(ctx, product))
+    finally:
+        page = f"{ctx.root}/validation/{product}.html"
+        if ctx.store.exists(page):
+            create_link_artifact(key=_artifact_key("validation", release_id, product),
+                                 link=f"{ctx.store.uri.rstrip('/')}/{page}", link_text=f"{product} validation",
+                                 description=f"input validation (Great Expectations) of {product}")
 
 
 @task(name="preprocess", **TASK_OPTS)
