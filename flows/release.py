@@ -10,6 +10,7 @@ from prefect import flow
 from pydantic import BaseModel, Field
 
 from dasflow.config import ReleaseConfig, load_release_config, parse_release_config
+from dasflow.errors import InputError
 from dasflow.io.store import LocalStore, open_store
 from dasflow.pipeline.run import freeze_config
 from tasks.stages import (
@@ -49,6 +50,9 @@ def release_flow(config: dict[str, Any]) -> dict[str, Any]:
 
 def run_release(cfg: ReleaseConfig) -> dict[str, Any]:
     """Run the release flow with Prefect result storage in the release's own store (local stores)."""
+    if cfg.task_runner != "thread":
+        raise InputError("task_runner 'dask' (Dask scale-out) is not built in this version; use 'thread'",
+                         column="task_runner")
     store = open_store(cfg.store)
     options: dict[str, Any] = {"flow_run_name": f"release-{cfg.release_id}"}
     if isinstance(store, LocalStore):

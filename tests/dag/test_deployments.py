@@ -50,3 +50,19 @@ def test_serve_builds_the_same_deployments() -> None:
     built = serve.deployments()
     assert [d.name for d in built] == ["scheduled-release", "resume-release", "rerun-postprocess", "ledger-report",
                                        "publish"]
+
+
+def test_dask_task_runner_is_refused_until_it_is_built(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The config field exists for the scale-out work; selecting it must not silently run on threads."""
+    import pytest
+
+    from dasflow.config import parse_release_config
+    from dasflow.errors import InputError
+    from flows.release import run_release
+    from tests.dag.helpers import release_dict
+
+    raw = release_dict(str(tmp_path / "store"))
+    raw["task_runner"] = "dask"
+    with pytest.raises(InputError, match="not built"):
+        run_release(parse_release_config(raw))
+    assert not (tmp_path / "store").exists()
