@@ -38,7 +38,7 @@ SafeTab and PHSafe; change-one-record for TopDown). Converting between relations
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
@@ -290,28 +290,26 @@ def spends(node: Node) -> Iterable[Spend]:
             yield from spends(part)
 
 
-def _rho(node: Node) -> Fraction | None:
+def _fold(node: Node, leaf: Callable[[Spend], Fraction | None]) -> Fraction | None:
+    """Exact loss of a plan from its leaves' losses: sequential parts add; a parallel node of degree z costs
+    z × its largest part (generalized parallel composition); ``None`` (infinite) absorbs everything."""
     if isinstance(node, Spend):
-        return node.rho_loss()
-    values = [_rho(p) for p in node.parts]
+        return leaf(node)
+    values = [_fold(p, leaf) for p in node.parts]
     if any(v is None for v in values):
         return None
     finite = [v for v in values if v is not None]
     if isinstance(node, Sequential):
         return sum(finite, Fraction(0))
     return node.degree * max(finite)
+
+
+def _rho(node: Node) -> Fraction | None:
+    return _fold(node, Spend.rho_loss)
 
 
 def _eps(node: Node) -> Fraction | None:
-    if isinstance(node, Spend):
-        return node.epsilon_loss()
-    values = [_eps(p) for p in node.parts]
-    if any(v is None for v in values):
-        return None
-    finite = [v for v in values if v is not None]
-    if isinstance(node, Sequential):
-        return sum(finite, Fraction(0))
-    return node.degree * max(finite)
+    return _fold(node, Spend.epsilon_loss)
 
 
 def _rdp(node: Node, alpha: Fraction, divergence: GeometricDivergence) -> Decimal | None:
