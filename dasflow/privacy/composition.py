@@ -57,3 +57,14 @@ def compose_plan(specs: Iterable[MeasurementSpec]) -> PlanTotal:
     best = total.best
     return PlanTotal(total.rho, total.epsilon, total.is_pure, len(spends),
                      None if best is None else best.epsilon, "" if best is None else best.method)
+
+
+def budget_sum(specs: Iterable[MeasurementSpec]) -> Fraction | None:
+    """The plain sum of the planned budgets (ρ for a zCDP plan, ε for a pure-DP plan; ``None`` if any is
+    infinite): a single-definition product's sequential total in its own unit."""
+    total = Fraction(0)
+    for spec in specs:
+        if spec.budget is None:
+            return None
+        total += spec.budget
+    return total

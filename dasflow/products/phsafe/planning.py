@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from fractions import Fraction
 
 from dasflow.privacy import accounting
+from dasflow.privacy.composition import budget_sum
 from dasflow.products.base import MeasurementSpec
 from dasflow.products.phsafe.config import PHSafeConfig
 from dasflow.products.phsafe.tables import ITERATIONS, MEASURED, level_parts
@@ -86,12 +87,7 @@ def plan(config: PHSafeConfig) -> list[MeasurementSpec]:
 
 def total(specs: Iterable[MeasurementSpec]) -> Fraction | None:
     """Sequential composition: the sum of the planned budgets (None if any level has an infinite budget)."""
-    s = Fraction(0)
-    for spec in specs:
-        if spec.budget is None:
-            return None
-        s += spec.budget
-    return s
+    return budget_sum(specs)
 
 
 def config_total(config: PHSafeConfig) -> Fraction | None:

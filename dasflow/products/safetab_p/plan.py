@@ -27,6 +27,7 @@ from fractions import Fraction
 from typing import Any
 
 from dasflow.privacy import accounting
+from dasflow.privacy.composition import budget_sum
 from dasflow.products.base import MeasurementSpec, Mechanism
 from dasflow.products.safetab_p.config import SafeTabPConfig
 from dasflow.products.safetab_p.iterations import IterationIndex, stability_bound
@@ -116,12 +117,7 @@ def plan(cfg: SafeTabPConfig, iterations: IterationIndex, geography: Geography) 
 
 def plan_total(specs: list[MeasurementSpec]) -> Fraction | None:
     """Σ of the keys' budgets (None if any is infinite)."""
-    total = Fraction(0)
-    for s in specs:
-        if s.budget is None:
-            return None
-        total += s.budget
-    return total
+    return budget_sum(specs)
 
 
 def accounting_plan(specs: list[MeasurementSpec]) -> accounting.Sequential:
