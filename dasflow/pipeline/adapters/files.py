@@ -8,14 +8,25 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from dasflow.errors import InputError
 from dasflow.io.store import LocalStore, ObjectStore, RestrictedStore
+from dasflow.privacy import accounting
 
 
 def input_prefix(inputs: Mapping[str, str], name: str, default: str) -> str:
     """The store prefix of a named release input (``default`` when the release config does not name it)."""
     prefix = inputs.get(name, default)
     return prefix if prefix.endswith("/") else prefix + "/"
+
+
+def config_json(text: str, product: str) -> Any:
+    """A product config's JSON with exact decimals (``accounting.load_json_exact``); ``InputError`` if malformed."""
+    try:
+        return accounting.load_json_exact(text)
+    except ValueError as exc:
+        raise InputError(f"{product} config is not valid JSON: {exc}", file=f"{product} config") from None
 
 
 def local_file(store: ObjectStore, key: str) -> Path:

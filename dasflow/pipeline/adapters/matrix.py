@@ -14,8 +14,7 @@ import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
-from dasflow.pipeline.adapters.files import input_prefix
-from dasflow.privacy import accounting
+from dasflow.pipeline.adapters.files import config_json, input_prefix
 from dasflow.products.matrix.config import MatrixConfig, parse_config
 from dasflow.products.matrix.product import MatrixProduct
 
@@ -27,10 +26,7 @@ class MatrixAdapter:
         return MatrixProduct(config)
 
     def load_config(self, text: str, universe: str) -> MatrixConfig:
-        try:
-            raw = accounting.load_json_exact(text)
-        except ValueError as exc:
-            raise InputError(f"matrix workload file is not valid JSON: {exc}", file="matrix config") from None
+        raw = config_json(text, "matrix")
         return parse_config(raw, source="matrix config")
 
     def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:

@@ -8,8 +8,7 @@ from typing import Any
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
-from dasflow.pipeline.adapters.files import input_prefix, local_file
-from dasflow.privacy import accounting
+from dasflow.pipeline.adapters.files import config_json, input_prefix, local_file
 from dasflow.products.phsafe import PHSAFE, PHSafe, PHSafeConfig, parse_config
 from dasflow.products.phsafe.inputs import Inputs, check_cross_file, read_table
 
@@ -21,10 +20,7 @@ class PHSafeAdapter:
         return PHSAFE
 
     def load_config(self, text: str, universe: str) -> PHSafeConfig:
-        try:
-            raw = accounting.load_json_exact(text)
-        except ValueError as exc:
-            raise InputError(f"PHSafe config is not valid JSON: {exc}", file="phsafe config") from None
+        raw = config_json(text, "phsafe")
         config = parse_config(raw, file="phsafe config")
         if config.universe != universe:
             raise InputError(f"PHSafe config is for {config.universe} but the release universe is {universe}",

@@ -13,8 +13,7 @@ from typing import Any
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
-from dasflow.pipeline.adapters.files import input_prefix, local_dir, local_file
-from dasflow.privacy import accounting
+from dasflow.pipeline.adapters.files import config_json, input_prefix, local_dir, local_file
 from dasflow.products.base import MeasurementSpec, NoisyMeasurement, Prepared
 from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, load_public, parse_config, with_stage1
 from dasflow.products.safetab_p.records import GRFC_FILE, PERSON_COLUMNS, PERSON_FILE, read_pipe_file
@@ -44,10 +43,7 @@ class SafeTabPAdapter:
         return PipelineSafeTabP()
 
     def load_config(self, text: str, universe: str) -> SafeTabPConfig:
-        try:
-            raw = accounting.load_json_exact(text)
-        except ValueError as exc:
-            raise InputError(f"SafeTab-P config is not valid JSON: {exc}", file="safetab-p config") from None
+        raw = config_json(text, "safetab-p")
         config = parse_config(raw, source="safetab-p config")
         runs = config.run_us if universe == "US" else config.run_pr
         if not runs:

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore, StoreError
-from dasflow.pipeline.adapters.files import input_prefix
+from dasflow.pipeline.adapters.files import config_json, input_prefix
 from dasflow.privacy import accounting
 from dasflow.products.topdown.product import TopDown, TopDownConfig
 from dasflow.products.topdown.spine import GEOGRAPHY_COLUMNS, preset
@@ -83,10 +83,7 @@ class TopDownAdapter:
         return held[1]
 
     def load_config(self, text: str, universe: str) -> TopDownConfig:
-        try:
-            raw = accounting.load_json_exact(text)
-        except ValueError as exc:
-            raise InputError(f"TopDown config is not valid JSON: {exc}", file="topdown config") from None
+        raw = config_json(text, "topdown")
         return parse_topdown_config(raw)
 
     def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
