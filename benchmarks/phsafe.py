@@ -121,7 +121,8 @@ def worker(data: str, mode: str, out: str) -> dict[str, Any]:
     if mode == "ph7":
         specs = [s for s in specs if s.detail["table"] == "PH7"]
     t1 = time.perf_counter()
-    uni = build_universe(inputs.persons, inputs.units, inputs.geo, config.state_filter)
+    uni = build_universe(inputs.persons, inputs.units, inputs.geo, config.state_filter,
+                         min_tau=min(config.tau.values()))
     prepared = tabulate(uni, levels_of(specs), dict(config.tau), config.state_filter)
     t["prepare_s"] = time.perf_counter() - t1
     t2 = time.perf_counter()
@@ -157,9 +158,8 @@ def ensure_data(persons: int) -> Path:
     """Synthetic PHSafe CSVs for the 51 US state equivalents (generated once, reused)."""
     root = BENCH / f"p{persons}"
     if not (root / "manifest.json").exists():
-        from dasflow.synth.generate import generate
-
         from dasflow.products.phsafe.tables import US_STATE_CODES
+        from dasflow.synth.dataset import generate
         generate(root, persons, 2020, states=sorted(US_STATE_CODES), formats=("phsafe",))
     return root / "phsafe"
 

@@ -18,6 +18,7 @@ MAFID in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,8 +93,154 @@ def _delimiter(path: Path) -> str:
     return ","
 
 
+#: Fixed text width of each column whose values all have one width (every other column is variable-width).
+WIDTHS: dict[str, dict[str, int]] = {
+    "persons": {"RTYPE": 1, "MAFID": 9, "CENHISP": 1, "CENRACE": 2, "RELSHIP": 2},
+    "units": {"RTYPE": 1, "MAFID": 9, "HHSPAN": 1, "HHRACE": 2, "TEN": 1, "HHT": 1, "HHT2": 2, "CPLT": 1},
+    "geo": {"RTYPE": 1, "MAFID": 9, "TABBLKST": 2, "TABBLKCOU": 3, "TABTRACTCE": 6, "TABBLK": 4,
+            "TABBLKGRPCE": 1, "REGIONCE": 1, "DIVISIONCE": 1, "PLACEFP": 5, "AIANNHCE": 4},
+}
+#: Patterns of width > 4 as closed value ranges: the regex matches a w-digit string iff its value is in range.
+_WIDE_RANGES: dict[str, tuple[int, int]] = {
+    "[1-8][0-9]{8}|900000000": (100_000_000, 900_000_000),
+    "[0-9]{5}": (0, 99_999),
+    "[0-9]{6}": (0, 999_999),
+}
+_LUTS: dict[tuple[str, int], np.ndarray] = {}
+
+
+def allowed_values(pattern: str, width: int) -> np.ndarray:
+    """Boolean table over 0..10**width-1: value v is allowed iff ``pattern`` fully matches v zero-padded to
+    ``width`` digits (enumerated with ``re``, so it is the regex itself; widths ≤ 4 only)."""
+    key = (pattern, width)
+    if key not in _LUTS:
+        rx = re.compile(f"(?:{pattern})")
+        _LUTS[key] = np.array([rx.fullmatch(f"{v:0{width}d}") is not None for v in range(10 ** width)])
+    return _LUTS[key]
+
+
+def _decode_fixed(arr: pa.ChunkedArray, width: int, pattern: str) -> np.ndarray | None:
+    """Integer values of a fixed_size_binary(width) column, or None if any value breaks ``pattern``.
+
+    Exactly the regex's language: every byte must be an ASCII digit (each pattern is made of digit classes
+    only) and the value must be allowed (enumerated table for width ≤ 4, a value range for the wider ones).
+    """
+    parts = []
+    for chunk in arr.chunks:
+        n = len(chunk)
+        if chunk.null_count or n == 0:
+            if chunk.null_count:
+                return None
+            continue
+        flat = np.frombuffer(chunk.buffers()[1], dtype=np.uint8)[chunk.offset * width:(chunk.offset + n) * width]
+        digits = flat - np.uint8(48)  # bytes below '0' wrap around to > 9
+        if int(digits.max()) > 9:
+            return None
+        d = digits.reshape(n, width)
+        value = d[:, 0].astype(np.int32)
+        for j in range(1, min(width, 5)):
+            np.multiply(value, 10, out=value)
+            np.add(value, d[:, j], out=value)
+        if width > 5:  # two int32 halves keep every step in 32-bit arithmetic
+            low = d[:, 5].astype(np.int32)
+            for j in range(6, width):
+                np.multiply(low, 10, out=low)
+                np.add(low, d[:, j], out=low)
+            value = value.astype(np.int64) * 10 ** (width - 5) + low
+        if width <= 4:
+            if not bool(allowed_values(pattern, width)[value].all()):
+                return None
+        else:
+            lo, hi = _WIDE_RANGES[pattern]
+            if int(value.min()) < lo or int(value.max()) > hi:
+                return None
+        parts.append(value)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _decode_dictionary(arr: pa.ChunkedArray, pattern: str) -> np.ndarray | None:
+    """Integer values of a dictionary-encoded text column, validating each chunk's (small) dictionary only."""
+    parts = []
+    for chunk in arr.chunks:
+        if chunk.null_count:
+            return None
+        ok = pc.fill_null(pc.match_substring_regex(chunk.dictionary, f"^(?:{pattern})$"), False)
+        if not pc.all(ok).as_py():
+            return None
+        values = pc.cast(chunk.dictionary, pa.int64()).to_numpy(zero_copy_only=False)
+        parts.append(values[chunk.indices.to_numpy(zero_copy_only=False)])
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _read_fast(path: Path, name: str, delim: str) -> dict[str, np.ndarray] | None:
+    """Phase 2 without per-value regular expressions; None when anything is off (the exact path then finds
+    and reports the first bad value).
+
+    Fixed-width columns are parsed as fixed-size binary (a value of another length fails the parse) and
+    checked digit by digit; variable-width ones are dictionary-encoded and only their distinct values are
+    matched. Accepts exactly the files :func:`_read_exact` accepts, with the same integer values.
+    """
+    schema, widths = SCHEMAS[name], WIDTHS[name]
+    types = {c: (pa.binary(widths[c]) if c in widths else pa.dictionary(pa.int32(), pa.string())) for c in schema}
+    try:
+        table = _parse(path, list(schema), delim, types)
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        return None
+    out: dict[str, np.ndarray] = {}
+    for col, pattern in schema.items():
+        if col in widths and (widths[col] <= 4 or pattern in _WIDE_RANGES):
+            values = _decode_fixed(table.column(col), widths[col], pattern)
+        elif col in widths:
+            return None  # a wide pattern without a known range: let the exact path check it
+        else:
+            values = _decode_dictionary(table.column(col), pattern)
+        if values is None:
+            return None
+        if col in INT_COLUMNS[name]:
+            out[col] = values.astype(np.int64 if col == "MAFID" else np.int16, copy=False)
+    return out
+
+
+def _parse(path: Path, columns: list[str], delim: str, types: Mapping[str, pa.DataType]) -> pa.Table:
+    return pacsv.read_csv(
+        path,
+        read_options=pacsv.ReadOptions(column_names=columns, skip_rows=1, block_size=1 << 26),
+        parse_options=pacsv.ParseOptions(delimiter=delim),
+        convert_options=pacsv.ConvertOptions(column_types=dict(types), strings_can_be_null=False,
+                                             quoted_strings_can_be_null=False),
+    )
+
+
+def _read_exact(path: Path, name: str, delim: str) -> dict[str, np.ndarray]:
+    """Phase 2 value by value (every column as text, one anchored regex each); raises on the first bad row."""
+    schema = SCHEMAS[name]
+    expected = list(schema)
+    try:
+        table = _parse(path, expected, delim, {c: pa.string() for c in expected})
+    except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+        raise InputError(f"malformed file: {exc}", file=str(path)) from exc
+    out: dict[str, np.ndarray] = {}
+    for col, pattern in schema.items():
+        arr = table.column(col)
+        ok = pc.match_substring_regex(arr, f"^(?:{pattern})$")
+        ok = pc.fill_null(ok, False)
+        if not pc.all(ok).as_py():
+            bad = int(np.flatnonzero(~ok.to_numpy(zero_copy_only=False))[0])
+            value = arr[bad].as_py()
+            raise InputError(f"invalid value {value!r} (expected /{pattern}/)", file=str(path), row=bad + 2,
+                             column=col)
+        if col in INT_COLUMNS[name]:
+            dtype = np.int64 if col == "MAFID" else np.int16
+            out[col] = pc.cast(arr, pa.int64()).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+    return out
+
+
 def read_table(path: Path, name: str) -> dict[str, np.ndarray]:
-    """Read one input file, run phases 1–2 on it, and return its integer columns."""
+    """Read one input file, run phases 1–2 on it, and return its integer columns.
+
+    The fast path (:func:`_read_fast`) validates without a regex per value; any file it does not accept is
+    re-read by the exact path, which raises ``InputError`` naming the first bad row and column.
+    """
     if not path.exists():
         raise InputError(f"missing input file {path.name}", file=str(path))
     schema = SCHEMAS[name]
@@ -112,30 +259,8 @@ def read_table(path: Path, name: str) -> dict[str, np.ndarray]:
                                  f"{'|'.join(expected)} in this order)", file=str(path), row=1, column=want)
         raise InputError(f"expected {len(expected)} columns {'|'.join(expected)}, got {len(header)}",
                          file=str(path), row=1)
-    try:
-        table = pacsv.read_csv(
-            path,
-            read_options=pacsv.ReadOptions(column_names=expected, skip_rows=1, block_size=1 << 26),
-            parse_options=pacsv.ParseOptions(delimiter=delim),
-            convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in expected},
-                                                 strings_can_be_null=False, quoted_strings_can_be_null=False),
-        )
-    except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
-        raise InputError(f"malformed file: {exc}", file=str(path)) from exc
-    out: dict[str, np.ndarray] = {}
-    for col, pattern in schema.items():
-        arr = table.column(col)
-        ok = pc.match_substring_regex(arr, f"^(?:{pattern})$")
-        ok = pc.fill_null(ok, False)
-        if not pc.all(ok).as_py():
-            bad = int(np.flatnonzero(~ok.to_numpy(zero_copy_only=False))[0])
-            value = arr[bad].as_py()
-            raise InputError(f"invalid value {value!r} (expected /{pattern}/)", file=str(path), row=bad + 2,
-                             column=col)
-        if col in INT_COLUMNS[name]:
-            dtype = np.int64 if col == "MAFID" else np.int16
-            out[col] = pc.cast(arr, pa.int64()).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
-    return out
+    fast = _read_fast(path, name, delim)
+    return fast if fast is not None else _read_exact(path, name, delim)
 
 
 def read_inputs(data_path: str | Path) -> Inputs:

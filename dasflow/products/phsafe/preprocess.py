@@ -125,11 +125,13 @@ def _ph8_denom_cell(ten: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class JoinRule:
-    """Universe filters (applied BEFORE truncation) and the cell map of an Algorithm 1 table."""
+    """Universe filters (applied BEFORE truncation) and the cell map of an Algorithm 1 table; ``unit_cell``
+    says the cell map reads the unit only (the table can then be counted per unit, weighted)."""
 
     person_filter: Callable[[Columns], np.ndarray]
     unit_filter: Callable[[Columns], np.ndarray]
     cell: Callable[[Columns, Columns], np.ndarray]
+    unit_cell: bool = False
 
 
 @dataclass(frozen=True)
@@ -150,13 +152,13 @@ def _family(u: Columns) -> np.ndarray:
 
 JOIN_RULES: dict[str, JoinRule] = {
     "PH1_num": JoinRule(_all, _all, lambda p, u: _age_cell(p["QAGE"])),
-    "PH2": JoinRule(_all, _all, lambda p, u: _ph2_cell(u)),
+    "PH2": JoinRule(_all, _all, lambda p, u: _ph2_cell(u), unit_cell=True),
     "PH3": JoinRule(lambda p: np.asarray(p["QAGE"] < 18), _all, _ph3_cell),
     "PH4": JoinRule(lambda p: np.isin(p["RELSHIP"], (20, 21, 23, 25, 26, 27, 28, 29, 30, 31, 32, 33)),
                     _family, lambda p, u: _age_cell(p["QAGE"])),
     "PH6": JoinRule(lambda p: np.asarray((p["QAGE"] < 18) & np.isin(p["RELSHIP"], (25, 26, 27))), _all,
                     _ph6_cell),
-    "PH7": JoinRule(_all, _all, lambda p, u: _tenure_cell(u["TEN"])),
+    "PH7": JoinRule(_all, _all, lambda p, u: _tenure_cell(u["TEN"]), unit_cell=True),
 }
 
 UNIT_RULES: dict[str, UnitRule] = {

@@ -67,7 +67,8 @@ def prepare_exact(persons: Any, units: Any, geo: Any, config: PHSafeConfig,
                   truncate: bool = True) -> Prepared:
     """Exact per-key tabulations; ``truncate=False`` gives the non-private ground truth (R17, no
     truncation)."""
-    uni = build_universe(_columns(persons), _columns(units), _columns(geo), config.state_filter)
+    uni = build_universe(_columns(persons), _columns(units), _columns(geo), config.state_filter,
+                         min_tau=min(config.tau.values()))
     levels = levels_of(plan_mod.plan(config))
     return tabulate(uni, levels, dict(config.tau) if truncate else None, config.state_filter)
 

@@ -20,7 +20,7 @@ import pandas as pd
 
 from dasflow.products.phsafe import preprocess as pp
 from dasflow.products.phsafe.tables import ITERATIONS, MEASURED, TableDef, level_parts, regions
-from dasflow.products.phsafe.truncate import content_order, rank_within_group
+from dasflow.products.phsafe.truncate import group_starts, grouped_content_order, rank_within_group
 
 Columns = Mapping[str, np.ndarray]
 
@@ -30,22 +30,31 @@ PERSON_CONTENT: tuple[str, ...] = ("RTYPE", "QAGE", "CENHISP", "CENRACE", "RELSH
 
 @dataclass(frozen=True)
 class Records:
-    """The transformed records of one table: state index, A–G and H–I iteration indices, basis cell code."""
+    """The transformed records of one table: state index, A–G and H–I iteration indices, basis cell code;
+    ``weight`` (when set) is each row's multiplicity (rows then stand for that many identical records)."""
 
     state: np.ndarray
     ag: np.ndarray
     hi: np.ndarray
     cell: np.ndarray
+    weight: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
 class Universe:
-    """Base persons and occupied, geo-mapped units (sorted by MAFID), plus one shared content order of the
-    persons and the units' householder iteration indices."""
+    """Base persons grouped by MAFID (content order inside households larger than ``min_tau``, R7) and
+    occupied, geo-mapped units sorted by MAFID with their state and householder iteration indices.
+
+    ``big`` are the person positions in households larger than ``min_tau`` (the only ones truncation at
+    τ ≥ ``min_tau`` can touch); ``person_unit`` is each person's unit row (-1: none), or None when some
+    MAFID has several units (then each table's join handles the duplicates itself).
+    """
 
     persons: dict[str, np.ndarray]
     units: dict[str, np.ndarray]
-    order: np.ndarray
+    min_tau: int
+    big: np.ndarray
+    person_unit: np.ndarray | None
 
 
 class Gather(Mapping[str, np.ndarray]):
@@ -72,23 +81,45 @@ def _take(cols: Columns, idx: np.ndarray) -> dict[str, np.ndarray]:
     return {k: np.asarray(v)[idx] for k, v in cols.items()}
 
 
-def build_universe(persons: Columns, units: Columns, geo: Columns, state_filter: tuple[str, ...]) -> Universe:
-    """Apply the base filters and the public geography join (R4); sort persons once by content (R7).
+def _sort_by_mafid(mafid: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``rows`` ordered by ascending ``mafid[rows]`` (stable; no sort when already ordered)."""
+    m = mafid[rows]
+    if m.size > 1 and bool(np.any(m[1:] < m[:-1])):
+        return rows[np.argsort(m, kind="stable")]
+    return rows
 
-    Units are kept sorted by MAFID so every table's unit subset is sorted too (duplicates adjacent, joins by
-    binary search without re-sorting).
+
+def build_universe(persons: Columns, units: Columns, geo: Columns, state_filter: tuple[str, ...],
+                   min_tau: int = 1) -> Universe:
+    """Apply the base filters and the public geography join (R4); group persons by MAFID in content order (R7).
+
+    ``min_tau`` is the smallest τ the universe will be truncated at (1 serves every τ). Units are kept sorted
+    by MAFID so every table's unit subset is sorted too (duplicates adjacent, joins by binary search).
     """
     p = _take(persons, np.flatnonzero(pp.person_universe(persons)))
+    order, big = grouped_content_order(p["MAFID"], [p[c] for c in PERSON_CONTENT], min_tau)
+    if not np.array_equal(order, np.arange(order.size)):
+        p = _take(p, order)
     gm, gs = pp.geo_state_index(geo, state_filter)
-    st = pp.unit_states(np.asarray(units["MAFID"]), gm, gs)
-    keep = np.flatnonzero(pp.occupied_units(units) & (st >= 0))
-    keep = keep[np.argsort(np.asarray(units["MAFID"])[keep], kind="stable")]
+    umafid = np.asarray(units["MAFID"])
+    st = pp.unit_states(umafid, gm, gs)
+    keep = _sort_by_mafid(umafid, np.flatnonzero(pp.occupied_units(units) & (st >= 0)))
     u = _take(units, keep)
     u["STATE"] = st[keep]
     u["ITER_AG"] = pp.iteration_ag(u["HHRACE"])
     u["ITER_HI"] = pp.iteration_hi(u["HHRACE"], u["HHSPAN"])
-    order = content_order(p["MAFID"], [p[c] for c in PERSON_CONTENT])
-    return Universe(persons=p, units=u, order=order)
+    um = u["MAFID"]
+    person_unit = None
+    if not bool(np.any(um[1:] == um[:-1])):  # unique unit MAFIDs: join each household once
+        pm = p["MAFID"]
+        starts = group_starts(pm)
+        hh = pm[starts]
+        pos = np.searchsorted(um, hh)
+        pos_c = np.minimum(pos, max(um.size - 1, 0))
+        hit = (um[pos_c] == hh) if um.size else np.zeros(hh.size, dtype=bool)
+        hh_unit = np.where(hit, pos_c, -1).astype(np.int32)
+        person_unit = np.repeat(hh_unit, np.diff(np.append(starts, pm.size)))
+    return Universe(persons=p, units=u, min_tau=min_tau, big=big, person_unit=person_unit)
 
 
 def _unique_sorted(mafid_sorted: np.ndarray) -> np.ndarray:
@@ -102,17 +133,21 @@ def _unique_sorted(mafid_sorted: np.ndarray) -> np.ndarray:
     return ok
 
 
-def join_records(uni: Universe, table: str, tau: int | None) -> Records:
-    """Algorithm 1 up to the query: filter, ``truncate_and_join`` (τ; None = no truncation, ground truth),
-    map. Same semantics as :func:`~dasflow.products.phsafe.truncate.truncate_and_join`, sharing one sort."""
-    rule = pp.JOIN_RULES[table]
+def _join(uni: Universe, rule: pp.JoinRule, tau: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(person rows, unit rows) of the filtered, truncated (τ; None = not truncated) inner join."""
     p, u = uni.persons, uni.units
-    pmask = rule.person_filter(p)
-    ordered = uni.order[pmask[uni.order]]  # the shared content order restricted to this table's persons
-    pm = p["MAFID"][ordered]
-    if tau is not None:
-        keep = rank_within_group(pm) < tau
-        ordered, pm = ordered[keep], pm[keep]
+    keep = np.array(rule.person_filter(p), dtype=bool)
+    if tau is not None and uni.big.size:
+        sel = uni.big[keep[uni.big]]  # this table's persons in households larger than min_tau <= tau
+        keep[sel[rank_within_group(p["MAFID"][sel]) >= tau]] = False
+    if uni.person_unit is not None:  # unique unit MAFIDs: DropNonUnique is the identity
+        unit_ok = np.append(np.asarray(rule.unit_filter(u), dtype=bool), False)  # index -1: no unit
+        pu = uni.person_unit
+        hit = keep & unit_ok[pu]
+        pr = np.flatnonzero(hit)
+        return pr, pu[pr].astype(np.int64)
+    pr = np.flatnonzero(keep)
+    pm = p["MAFID"][pr]
     u_rows = np.flatnonzero(rule.unit_filter(u))
     um = u["MAFID"][u_rows]  # sorted: the universe keeps units sorted by MAFID
     if tau is not None:
@@ -124,9 +159,29 @@ def join_records(uni: Universe, table: str, tau: int | None) -> Records:
         hit = um[pos_c] == pm
     else:
         pos_c, hit = pos, np.zeros(pm.size, dtype=bool)
-    pr, ur = ordered[hit], u_rows[pos_c[hit]]
-    pj, uj = Gather(p, pr), Gather(u, ur)
+    return pr[hit], u_rows[pos_c[hit]]
+
+
+def join_records(uni: Universe, table: str, tau: int | None) -> Records:
+    """Algorithm 1 up to the query: filter, truncate (τ; None = no truncation, ground truth), join, map.
+
+    Same semantics as :func:`~dasflow.products.phsafe.truncate.truncate_and_join` (the universe's order is
+    the content order wherever truncation at τ can drop a record). Tables whose iteration and cell are
+    functions of the unit are returned per unit with the joined persons' count as weight.
+    """
+    if tau is not None and tau < uni.min_tau:
+        raise ValueError(f"tau {tau} is below the universe's min_tau {uni.min_tau}")
+    rule = pp.JOIN_RULES[table]
     tdef = MEASURED[table]
+    p, u = uni.persons, uni.units
+    pr, ur = _join(uni, rule, tau)
+    if rule.unit_cell and not tdef.by_person:
+        w = np.bincount(ur, minlength=len(u["MAFID"]))
+        rows = np.flatnonzero(w)
+        uj = Gather(u, rows)
+        return Records(state=uj["STATE"], ag=uj["ITER_AG"], hi=uj["ITER_HI"], cell=rule.cell(Gather(p, rows[:0]), uj),
+                       weight=w[rows])
+    pj, uj = Gather(p, pr), Gather(u, ur)
     if tdef.by_person:
         race, hisp = pj["CENRACE"], pj["CENHISP"]
         ag, hi = pp.iteration_ag(race), pp.iteration_hi(race, hisp)
@@ -149,26 +204,43 @@ def cell_positions(rec: Records, tdef: TableDef) -> np.ndarray:
     return lut[np.where(rec.cell >= 0, rec.cell, 63)]
 
 
-def level_vector(rec: Records, tdef: TableDef, level: str, n_states: int,
-                 cellpos: np.ndarray | None = None) -> np.ndarray:
-    """Counts of one level as a flat int64 vector indexed ((region, iteration), cell) over the public domain."""
+def fine_counts(rec: Records, tdef: TableDef, n_states: int) -> np.ndarray:
+    """Counts by (state, A–G index + 1, H–I index + 1, cell position + 1): index 0 holds the records with no
+    A–G / H–I iteration or no basis cell. One ``np.bincount`` serves every level of the table."""
+    nc = len(tdef.cells) + 1
+    if rec.state.size and int(rec.state.min()) < 0:
+        raise ValueError("a tabulated record has no state")
+    key = rec.state.astype(np.int32) * (8 * 3 * nc)
+    key += (rec.ag.astype(np.int32) + 1) * (3 * nc)
+    key += (rec.hi.astype(np.int32) + 1) * nc
+    key += cell_positions(rec, tdef) + 1
+    size = n_states * 8 * 3 * nc
+    if rec.weight is None:
+        counts = np.bincount(key, minlength=size)
+    else:
+        counts = np.rint(np.bincount(key, weights=rec.weight, minlength=size)).astype(np.int64)
+    return counts.reshape(n_states, 8, 3, nc)
+
+
+def level_from_fine(fine: np.ndarray, level: str) -> np.ndarray:
+    """One level as a flat int64 vector indexed ((region, iteration), cell) over the public domain, summed
+    from :func:`fine_counts` (records without a cell, or without the level's iteration, are not counted)."""
     geo, it = level_parts(level)
-    n_regions = 1 if geo == "usa" else n_states
-    n_iter = len(ITERATIONS[it])
-    nc = len(tdef.cells)
-    cell = cell_positions(rec, tdef) if cellpos is None else cellpos
-    ok = cell >= 0
-    idx = cell.astype(np.int32)
-    if it != "*":
-        iteration = (rec.ag if it == "A-G" else rec.hi).astype(np.int32)
-        ok &= iteration >= 0
-        idx = idx + iteration * nc
-    if geo != "usa":
-        region = rec.state.astype(np.int32)
-        ok &= region >= 0
-        idx = idx + region * (n_iter * nc)
-    size = n_regions * n_iter * nc
-    return np.bincount(idx[ok], minlength=size).astype(np.int64)
+    f = fine[..., 1:]
+    if it == "*":
+        x = f.sum(axis=(1, 2))
+    elif it == "A-G":
+        x = f[:, 1:, :, :].sum(axis=2)
+    else:
+        x = f[:, :, 1:, :].sum(axis=1)
+    if geo == "usa":
+        x = x.sum(axis=0)
+    return np.ascontiguousarray(x).reshape(-1).astype(np.int64)
+
+
+def level_vector(rec: Records, tdef: TableDef, level: str, n_states: int) -> np.ndarray:
+    """Counts of one level as a flat int64 vector indexed ((region, iteration), cell) over the public domain."""
+    return level_from_fine(fine_counts(rec, tdef, n_states), level)
 
 
 def domain_frame(tdef: TableDef, level: str, state_filter: tuple[str, ...]) -> pd.DataFrame:
@@ -206,9 +278,9 @@ def tabulate(uni: Universe, tables: Mapping[str, list[str]], tau: Mapping[str, i
         tdef = MEASURED[table]
         rec = (join_records(uni, table, None if tau is None else tau[table]) if tdef.kind == "join"
                else unit_records(uni, table))
-        cellpos = cell_positions(rec, tdef)
+        fine = fine_counts(rec, tdef, n_states)
         for level in levels:
             frame = domain_frame(tdef, level, state_filter)
-            frame["COUNT"] = level_vector(rec, tdef, level, n_states, cellpos)
+            frame["COUNT"] = level_from_fine(fine, level)
             out[f"{table}/{level}"] = frame
     return out

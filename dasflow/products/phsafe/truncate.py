@@ -73,6 +73,45 @@ def content_order(mafid: np.ndarray, fields: Sequence[np.ndarray]) -> np.ndarray
     return np.asarray(order)
 
 
+def group_starts(sorted_keys: np.ndarray) -> np.ndarray:
+    """Start positions of the runs of equal values in a sorted array."""
+    n = sorted_keys.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    start = np.empty(n, dtype=bool)
+    start[0] = True
+    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=start[1:])
+    return np.flatnonzero(start)
+
+
+def grouped_content_order(mafid: np.ndarray, fields: Sequence[np.ndarray],
+                          min_tau: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices grouped by ascending MAFID, in the content order of :func:`content_order` inside every MAFID
+    with more than ``min_tau`` rows; also returns the positions (in that order) of those rows.
+
+    For truncation at any τ ≥ ``min_tau`` this is the content order: a MAFID with at most ``min_tau`` (≤ τ)
+    rows keeps all of them whatever their order, so only the larger households are hashed and sorted (the
+    kept multiset, hence every count, is the one :func:`content_order` gives). Rows already grouped by
+    MAFID are not re-sorted; otherwise the grouping sort's order among equal MAFIDs is immaterial for the
+    same reason.
+    """
+    if min_tau < 1:
+        raise ValueError("min_tau must be >= 1")
+    n = mafid.size
+    if n > 1 and bool(np.any(mafid[1:] < mafid[:-1])):
+        order = np.argsort(mafid).astype(np.int64, copy=False)
+    else:
+        order = np.arange(n, dtype=np.int64)
+    m = mafid[order]
+    starts = group_starts(m)
+    sizes = np.diff(np.append(starts, n))
+    big = np.flatnonzero(np.repeat(sizes > min_tau, sizes))
+    if big.size:
+        rows = order[big]
+        order[big] = rows[content_order(mafid[rows], [np.asarray(f)[rows] for f in fields])]
+    return order, big
+
+
 def rank_within_group(sorted_keys: np.ndarray) -> np.ndarray:
     """For an array sorted by group key, each element's 0-based position within its run of equal keys."""
     n = sorted_keys.size
