@@ -100,7 +100,7 @@ def test_measurement_nmf_and_seeded_determinism(setup) -> None:  # type: ignore[
 
 def _run(td: TopDown, blocks: pd.DataFrame, persons: pd.DataFrame, seed: int,
          options: EstimatorOptions | None = None) -> tuple[TopDown, dict[str, Any], Any, dict[str, pd.DataFrame]]:
-    pub = {"blocks": blocks, "invariants": {"total": len(persons)}}
+    pub = {"blocks": blocks, "invariants": {"total": len(persons), "state": {"01": len(persons)}}}
     specs = td.plan(td.config, pub)
     prep = td.prepare({"persons": persons}, pub)
     g = rng.seeded(seed)
@@ -297,7 +297,7 @@ def test_pure_dp_and_no_total_invariant_paths() -> None:
         td = TopDown(TopDownConfig(spine=sc, strategy=st, total_invariant=total_invariant))
         pub: dict[str, Any] = {"blocks": blocks}
         if total_invariant:
-            pub["invariants"] = {"total": 800}
+            pub["invariants"] = {"total": 800, "state": {"01": 800}}
         specs = td.plan(td.config, pub)
         assert {s.mechanism for s in specs} == {"two_sided_geometric"}
         for s in specs:

@@ -26,9 +26,13 @@ the projection then runs across cells — followed by the exact integer allocati
 total invariant, x ≥ 0 only and the integer step is per-cell rounding (the exact optimum of the separable
 rounding objective).
 
-Invariant scope: a root total (the nation, or the state in a state-rooted run). Per-state totals below a
-multi-state root (the AIAN/non-AIAN state units of one state summing to its total) are not imposed by this
-estimator; docs/topdown.md records this limitation.
+Invariants (:class:`Constraints`, all public): the root total; per-state totals at the level whose units nest
+in states (level 1 under a US root, where a state may be split into AIAN/non-AIAN units: the sum of a state's
+units is held) — the L2 step there projects onto the row simplices *and* the state totals
+(:func:`solvers.coupled_projection`) and the rounding is a controlled rounding on the bipartite (cell, state)
+network (:func:`solvers.round_network`, exact integers); structural zeros (cells a unit's blocks cannot hold,
+e.g. HHGQ = household in a block without housing units) are never variables at any level, and a root that
+the states could not share out under them is excluded by solving the root lifted over state classes.
 
 Levels are processed in order; within a level, families are independent: :func:`estimate_families` maps over
 any subset of parents (the DAG's unit of parallel work), batching families of similar fanout.
@@ -39,13 +43,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from dasflow.products.topdown.solvers import allocate_integer, weighted_simplex_projection
+from dasflow.products.topdown.solvers import (
+    allocate_integer,
+    coupled_projection,
+    round_network,
+    weighted_simplex_projection,
+)
 from dasflow.products.topdown.spine import Spine
 
 log = logging.getLogger(__name__)
@@ -110,6 +119,75 @@ class Histogram:
         cnt = np.bincount(inv, weights=self.count).astype(np.int64)
         keep = cnt != 0
         return Histogram((uk // n_cells)[keep], (uk % n_cells)[keep], cnt[keep])
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Public invariants beyond the root total (inputs to estimation, never noisy; docs/topdown.md).
+
+    *State totals*: the units of level ``state_level`` nest in states (level 1 under a US root: the states or
+    their AIAN/non-AIAN halves; level 0 for a state-rooted spine); ``state_of_unit[u]`` indexes
+    ``state_labels``/``state_totals`` (−1: no state). The units of one state share one parent, so a state's
+    total couples the children of one family only.
+
+    *Structural zeros*: ``cell_code[j]`` is cell j's code on the structural attribute (HHGQ: 0 household,
+    1–7 GQ major type); bit k of ``allowed[l][u]`` says unit u of level l may hold persons of code k (the OR
+    over its blocks: a cell is a structural zero at a unit iff it is one in all its blocks). ``allowed[l]``
+    may be ``None`` (no facts kept for that level, see :meth:`for_level`).
+    """
+
+    state_level: int = -1
+    state_of_unit: IntArray | None = None
+    state_labels: tuple[str, ...] = ()
+    state_totals: IntArray | None = None
+    cell_code: IntArray | None = None
+    allowed: tuple[IntArray | None, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.has_states:
+            assert self.state_of_unit is not None and self.state_totals is not None
+            if len(self.state_labels) != self.state_totals.shape[0] or (self.state_totals < 0).any():
+                raise ValueError("constraints: one non-negative total per state label")
+
+    @property
+    def has_states(self) -> bool:
+        return self.state_level >= 0 and self.state_totals is not None and self.state_of_unit is not None
+
+    @property
+    def has_zeros(self) -> bool:
+        return self.cell_code is not None
+
+    def state_total(self) -> int | None:
+        return int(self.state_totals.sum()) if self.has_states and self.state_totals is not None else None
+
+    def allowed_cells(self, level: int, units: IntArray, cells: IntArray) -> npt.NDArray[np.bool_]:
+        """Whether each (unit, cell) pair may be non-zero (broadcasting ``units`` against ``cells``)."""
+        if self.cell_code is None or level >= len(self.allowed) or self.allowed[level] is None:
+            return np.ones(np.broadcast(units, cells).shape, dtype=bool)
+        al = self.allowed[level]
+        assert al is not None
+        out: npt.NDArray[np.bool_] = ((al[units] >> self.cell_code[cells]) & 1).astype(bool)
+        return out
+
+    def for_level(self, level: int) -> Constraints:
+        """The part one task needs: for the root (level 0) the root's zeros and the state units' facts; for
+        level l ≥ 1 the zeros of levels l − 1 and l, and the state totals only if l is the state level."""
+        keep = {0, self.state_level} if level == 0 else {level - 1, level}
+        allowed = tuple(a if i in keep else None for i, a in enumerate(self.allowed))
+        if level == 0 or level == self.state_level:
+            return replace(self, allowed=allowed)
+        return replace(self, allowed=allowed, state_level=-1, state_of_unit=None, state_labels=(),
+                       state_totals=None)
+
+    def violations(self, level: int, hist: Histogram) -> int:
+        """Entries of ``hist`` (level ``level``) in structural-zero cells, plus states whose total is off."""
+        bad = int(np.count_nonzero(~self.allowed_cells(level, hist.unit, hist.cell)))
+        if self.has_states and level == self.state_level:
+            assert self.state_of_unit is not None and self.state_totals is not None
+            st = self.state_of_unit[hist.unit]
+            sums = np.bincount(st[st >= 0], weights=hist.count[st >= 0], minlength=self.state_totals.size)
+            bad += int(np.count_nonzero(sums.astype(np.int64) != self.state_totals))
+        return bad
 
 
 @dataclass
@@ -220,11 +298,14 @@ def _group_weights(groups: Sequence[GroupAnswers], child: IntArray) -> list[Floa
 
 
 def estimate_families(spine: Spine, level: int, parents: IntArray, parent_hist: Histogram,
-                      groups: Sequence[GroupAnswers], opts: EstimatorOptions | None = None) -> FamilyResult:
+                      groups: Sequence[GroupAnswers], opts: EstimatorOptions | None = None, *,
+                      constraints: Constraints | None = None) -> FamilyResult:
     """Estimate the children (at ``level``) of the given parents (at ``level − 1``), all independent.
 
     ``parent_hist`` must hold the integer histograms of (at least) these parents; ``groups`` are the query
-    groups measured at ``level``. Children sum to their parent exactly in every cell.
+    groups measured at ``level``. Children sum to their parent exactly in every cell. ``constraints``: the
+    children's structural zeros are fixed at 0 (they are never variables); at the state level each state's
+    units sum to the state's total exactly (coupled projection in the L2 step, controlled rounding after).
     """
     opts = opts or EstimatorOptions()
     par_of_child = spine.parent[level]
@@ -249,6 +330,12 @@ def estimate_families(spine: Spine, level: int, parents: IntArray, parent_hist: 
     n_single = int(np.count_nonzero(fan[parents] == 1))
     if n_single:
         status["single_child"] = n_single
+        if single.any() and constraints is not None and (constraints.has_zeros or constraints.has_states):
+            only = Histogram(order[first_child[p_unit[single]]], p_cell[single], p_cnt[single])
+            if not constraints.allowed_cells(level, only.unit, only.cell).all() or \
+                    _state_gap(only, constraints, level):
+                raise ValueError(f"level {spine.levels[level]}: an only child cannot equal its parent under the "
+                                 "invariants (structural zeros or state total inconsistent with the parent)")
     multi_p = parents[fan[parents] > 1]
     gamma = spine.gamma_num[level]
     bad = multi_p[np.isin(multi_p, par_of_child[gamma == 0])]
@@ -267,7 +354,7 @@ def estimate_families(spine: Spine, level: int, parents: IntArray, parent_hist: 
             bp = ordp[batch_id == b]
             for sub in _split_by_fanout(bp, fan):
                 res = _solve_batch(spine, level, sub, p_unit, p_cell, p_cnt, fan, first_child, order, groups,
-                                   opts)
+                                   opts, constraints)
                 out_u.append(res.hist.unit)
                 out_c.append(res.hist.cell)
                 out_n.append(res.hist.count)
@@ -286,6 +373,24 @@ def estimate_families(spine: Spine, level: int, parents: IntArray, parent_hist: 
     return FamilyResult(Histogram(u[srt], c[srt], n[srt]), status, iters)
 
 
+def _state_gap(hist: Histogram, constraints: Constraints, level: int) -> bool:
+    """True if some state all of whose units are in ``hist`` (only children) has a different total."""
+    if not (constraints.has_states and level == constraints.state_level):
+        return False
+    assert constraints.state_of_unit is not None and constraints.state_totals is not None
+    units = np.unique(hist.unit)
+    st = constraints.state_of_unit[units]
+    st = np.unique(st[st >= 0])
+    if st.size == 0:
+        return False
+    members = np.isin(constraints.state_of_unit, st)
+    whole = st[~np.isin(st, constraints.state_of_unit[np.flatnonzero(members)[~np.isin(
+        np.flatnonzero(members), units)]])]
+    hs = constraints.state_of_unit[hist.unit]
+    sums = np.bincount(hs[hs >= 0], weights=hist.count[hs >= 0], minlength=constraints.state_totals.size)
+    return bool((sums[whole].astype(np.int64) != constraints.state_totals[whole]).any())
+
+
 def _split_by_fanout(bp: IntArray, fan: IntArray) -> list[IntArray]:
     out: list[IntArray] = []
     start = 0
@@ -299,7 +404,7 @@ def _split_by_fanout(bp: IntArray, fan: IntArray) -> list[IntArray]:
 
 def _solve_batch(spine: Spine, level: int, bp: IntArray, p_unit: IntArray, p_cell: IntArray, p_cnt: IntArray,
                  fan: IntArray, first_child: IntArray, order: IntArray, groups: Sequence[GroupAnswers],
-                 opts: EstimatorOptions) -> FamilyResult:
+                 opts: EstimatorOptions, constraints: Constraints | None = None) -> FamilyResult:
     bp = np.sort(bp)
     sel = np.isin(p_unit, bp)
     pu, pc, t = p_unit[sel], p_cell[sel], p_cnt[sel]
@@ -311,6 +416,22 @@ def _solve_batch(spine: Spine, level: int, bp: IntArray, p_unit: IntArray, p_cel
     mask = slot[None, :] < fan[pu][:, None]
     child = np.where(mask, order[np.minimum(first_child[pu][:, None] + slot[None, :],
                                             order.size - 1)], 0).astype(np.int64)
+    real = mask.copy()
+    if constraints is not None and constraints.has_zeros:
+        mask &= constraints.allowed_cells(level, child, pc[:, None])
+        stuck = ~mask.any(axis=1) & (t > 0)
+        if stuck.any():
+            raise ValueError(f"level {spine.levels[level]}: cell {pc[stuck][0]} of parent {pu[stuck][0]} is a "
+                             "structural zero in every child but not in the parent estimate")
+    grp = np.full((K, C), -1, dtype=np.int64)
+    gtot = np.zeros(0)
+    if constraints is not None and constraints.has_states and level == constraints.state_level:
+        assert constraints.state_of_unit is not None and constraints.state_totals is not None
+        su = np.where(real, constraints.state_of_unit[child], -1)
+        present = np.unique(su[su >= 0])
+        grp = np.where(mask & (su >= 0), np.searchsorted(present, np.maximum(su, 0)), -1)
+        gtot = constraints.state_totals[present].astype(np.float64)
+    coupled = gtot.size > 0
     fam_index = np.searchsorted(bp, pu)
     var_child = child[mask]
     var_cell = np.broadcast_to(pc[:, None], (K, C))[mask]
@@ -329,13 +450,23 @@ def _solve_batch(spine: Spine, level: int, bp: IntArray, p_unit: IntArray, p_cel
         z0[mask] = g.gather(var_child, g.row_index[var_cell])
     else:
         z0 = np.where(mask, (tf / np.maximum(fan[pu], 1))[:, None], 0.0)
+    nu_hold = [np.zeros(gtot.size)]
+
+    def feasible(zm: FloatArray, metric: FloatArray) -> FloatArray:
+        """Projection onto the family constraints (row simplices; state totals when coupled)."""
+        if not coupled:
+            xs, _ = weighted_simplex_projection(zm, metric, tf, mask)
+            return xs
+        xs, nu_hold[0] = coupled_projection(zm, metric, tf, mask, grp, gtot, nu0=nu_hold[0])
+        return xs
+
     if len(groups) == 1 and det:
-        Z = z0
         W = np.ones((K, C))
         W[mask] = weights[0]
+        Z = feasible(z0, W) if coupled else z0   # coupled: the exact WLS optimum is the W-metric projection
         status["exact"] = bp.size
     else:
-        x0, _ = weighted_simplex_projection(z0, S, tf, mask)
+        x0 = feasible(z0, S)
         try:
             ops = _Ops(var_child, var_cell, groups, weights)
             # metric D = diag(Gershgorin row sums of H): H ⪯ D (non-negative symmetric H), so step 1 in
@@ -347,8 +478,7 @@ def _solve_batch(spine: Spine, level: int, bp: IntArray, p_unit: IntArray, p_cel
             def project(v: FloatArray) -> FloatArray:
                 M = np.zeros((K, C))
                 M[mask] = v
-                X, _ = weighted_simplex_projection(M, DM, tf, mask)
-                out: FloatArray = X[mask]
+                out: FloatArray = feasible(M, DM)[mask]
                 return out
 
             v, conv, iters = _fista(x0[mask], ops, d_var, np.ones(var_child.size), var_fam, bp.size,
@@ -369,17 +499,82 @@ def _solve_batch(spine: Spine, level: int, bp: IntArray, p_unit: IntArray, p_cel
             Z = x0
             status["fallback"] = bp.size
         W = S
-    X = allocate_integer(Z, W, t, mask)
+    X = _round_coupled(Z, W, t, mask, grp, gtot, status) if coupled else allocate_integer(Z, W, t, mask)
     nz = X > 0
     return FamilyResult(Histogram(child[nz], np.broadcast_to(pc[:, None], (K, C))[nz], X[nz]), status, iters)
 
 
+def _round_coupled(Z: FloatArray, W: FloatArray, t: IntArray, mask: npt.NDArray[np.bool_], grp: IntArray,
+                   gtot: FloatArray, status: dict[str, int]) -> IntArray:
+    """Controlled rounding of a family batch under row sums ``t`` and the state totals (exact integers)."""
+    from scipy import sparse
+
+    K, C = Z.shape
+    vr, vc = np.nonzero(mask)
+    g = grp[vr, vc]
+    nv = vr.size
+    ing = np.flatnonzero(g >= 0)
+    A = sparse.coo_matrix((np.ones(nv + ing.size), (np.concatenate([vr, K + g[ing]]),
+                                                     np.concatenate([np.arange(nv), ing]))),
+                          shape=(K + gtot.size, nv))
+    b = np.concatenate([t, np.rint(gtot).astype(np.int64)])
+    x, widened = round_network(Z[mask], W[mask], A, b)
+    if widened:
+        status["rounding_widened"] = status.get("rounding_widened", 0) + 1
+        log.warning("topdown: controlled rounding needed the widened box (L2 point only approximately feasible)")
+    X = np.zeros((K, C), dtype=np.int64)
+    X[mask] = x
+    return X
+
+
+def root_total(total: int | None, constraints: Constraints | None) -> int | None:
+    """The root's invariant total: ``total``, or the sum of the state totals; both given → they must agree."""
+    st = constraints.state_total() if constraints is not None else None
+    if total is not None and st is not None and int(total) != st:
+        raise ValueError(f"invariants disagree: total {total} ≠ {st}, the sum of the state totals")
+    return int(total) if total is not None else st
+
+
+def _state_classes(constraints: Constraints | None, root_mask: int) -> tuple[IntArray, IntArray] | None:
+    """States grouped by the codes their blocks allow (``(masks, totals)``), when some state cannot hold
+    some code the root can (then not every root histogram with the right total can be split into the
+    states: the root solve must be restricted to those that can). ``None`` when every split is possible."""
+    if constraints is None or not (constraints.has_states and constraints.has_zeros) or \
+            constraints.state_level < 1:
+        return None
+    al = constraints.allowed[constraints.state_level]
+    assert al is not None and constraints.state_of_unit is not None and constraints.state_totals is not None
+    n_st = constraints.state_totals.size
+    smask = np.zeros(n_st, dtype=np.int64)
+    ok = constraints.state_of_unit >= 0
+    np.bitwise_or.at(smask, constraints.state_of_unit[ok], al[ok])
+    dead = np.flatnonzero((smask == 0) & (constraints.state_totals > 0))
+    if dead.size:
+        raise ValueError(f"state {constraints.state_labels[dead[0]]}: positive total but no housing unit or "
+                         "group quarters in any block")
+    need = constraints.state_totals > 0
+    if ((smask[need] & root_mask) == root_mask).all():
+        return None
+    masks, inv = np.unique(smask, return_inverse=True)
+    return masks.astype(np.int64), np.bincount(inv, weights=constraints.state_totals).astype(np.int64)
+
+
 def estimate_root(spine: Spine, groups: Sequence[GroupAnswers], n_cells: int, total: int | None,
-                  opts: EstimatorOptions | None = None) -> FamilyResult:
-    """Root histogram: L2 step over all cells (x ≥ 0, Σx = total if given) then exact integer rounding."""
+                  opts: EstimatorOptions | None = None, *, constraints: Constraints | None = None) -> FamilyResult:
+    """Root histogram: L2 step over all cells (x ≥ 0, Σx = total if given) then exact integer rounding.
+
+    ``constraints``: the root's structural zeros are fixed at 0; state totals make the root total their sum
+    (checked against ``total``). When structural zeros keep some state from holding some code, the root is
+    solved *lifted* over state classes (variables ``X_{k,j}`` ≥ 0 per class k of states with equal allowed
+    codes, ``Σ_j X_{k,j}`` = the class total, the objective on ``x_j = Σ_k X_{k,j}``): exactly the L2 optimum
+    over root histograms the states can share out, so the state-level problem is always feasible; the
+    rounding is then the controlled rounding of the lifted variables."""
     opts = opts or EstimatorOptions()
+    total = root_total(total, constraints)
     cells = np.arange(n_cells, dtype=np.int64)
     root = np.zeros(n_cells, dtype=np.int64)
+    allowed = (constraints.allowed_cells(0, root, cells) if constraints is not None
+               else np.ones(n_cells, dtype=bool))
     weights = _group_weights(groups, root)
     s = float(np.sum([w[0] for w in weights]))
     det = [i for i, g in enumerate(groups) if g.detailed]
@@ -388,8 +583,20 @@ def estimate_root(spine: Spine, groups: Sequence[GroupAnswers], n_cells: int, to
         g = groups[det[0]]
         z0 = g.gather(root, g.row_index[cells])
     else:
-        z0 = np.full(n_cells, (total or 0) / n_cells)
-    mask = np.ones((1, n_cells), dtype=bool)
+        z0 = np.full(n_cells, (total or 0) / max(int(allowed.sum()), 1))
+    z0 = np.where(allowed, z0, 0.0)
+    classes = None
+    if constraints is not None and total is not None:
+        code = constraints.cell_code
+        rmask = int(np.bitwise_or.reduce(np.left_shift(1, code[allowed]))) if code is not None and \
+            allowed.any() else 0
+        classes = _state_classes(constraints, rmask)
+    if classes is not None and constraints is not None:
+        x = _root_lifted(groups, weights, z0, allowed, classes, int(total or 0), s, opts, status,
+                         constraints)
+        return FamilyResult(Histogram.from_dense(np.zeros(1, dtype=np.int64), x[None, :]), status,
+                            status.pop("_iters", 0))
+    mask = allowed[None, :]
     S = np.full((1, n_cells), s)
     if not (len(groups) == 1 and det):
         ops = _Ops(root, cells, groups, weights)
@@ -398,7 +605,7 @@ def estimate_root(spine: Spine, groups: Sequence[GroupAnswers], n_cells: int, to
 
     def project(v: FloatArray) -> FloatArray:
         if total is None:
-            clipped: FloatArray = np.maximum(v, 0.0)
+            clipped: FloatArray = np.where(allowed, np.maximum(v, 0.0), 0.0)
             return clipped
         X, _ = weighted_simplex_projection(v[None, :], S, np.array([float(total)]), mask)
         row: FloatArray = X[0]
@@ -416,11 +623,60 @@ def estimate_root(spine: Spine, groups: Sequence[GroupAnswers], n_cells: int, to
         z = v
         w = s
     if total is None:
-        x = np.maximum(np.floor(z + 0.5), 0).astype(np.int64)
+        x = np.where(allowed, np.maximum(np.floor(z + 0.5), 0), 0).astype(np.int64)
     else:
+        if total > 0 and not allowed.any():
+            raise ValueError("root: every cell is a structural zero but the invariant total is positive")
         x = allocate_integer(z[None, :], np.full((1, n_cells), w), np.array([total], dtype=np.int64),
                              mask)[0]
     return FamilyResult(Histogram.from_dense(np.zeros(1, dtype=np.int64), x[None, :]), status, iters)
+
+
+def _root_lifted(groups: Sequence[GroupAnswers], weights: Sequence[FloatArray], z0: FloatArray,
+                 allowed: npt.NDArray[np.bool_], classes: tuple[IntArray, IntArray], total: int, s: float,
+                 opts: EstimatorOptions, status: dict[str, int], constraints: Constraints) -> IntArray:
+    """Root solve over state classes (see :func:`estimate_root`); returns the integer root histogram."""
+    from scipy import sparse
+
+    masks, ktot = classes
+    assert constraints.cell_code is not None
+    n_cells = z0.size
+    M = ((masks[:, None] >> constraints.cell_code[None, :]) & 1).astype(bool) & allowed[None, :]
+    vk, vj = np.nonzero(M)
+    nv = vk.size
+    lifted = np.zeros(nv, dtype=np.int64)
+    ops = _Ops(lifted, vj, groups, [w[vj] for w in weights])
+    d = ops.row_sum_bound(np.ones(nv))
+    DM = np.ones(M.shape)
+    DM[M] = d
+    kt = ktot.astype(np.float64)
+
+    def project(v: FloatArray) -> FloatArray:
+        X = np.zeros(M.shape)
+        X[M] = v
+        P, _ = weighted_simplex_projection(X, DM, kt, M)
+        out: FloatArray = P[M]
+        return out
+
+    share = kt[vk] / max(float(total), 1.0)
+    v, conv, iters = _fista(project(np.maximum(z0[vj], 0.0) * share), ops, d, np.ones(nv),
+                            np.zeros(nv, dtype=np.int64), 1, project, opts)
+    status["lifted_" + ("converged" if conv[0] else "max_iter")] = 1
+    status["_iters"] = iters
+    xt = np.bincount(vj, weights=v, minlength=n_cells)
+    # controlled rounding: variables X (cost 0) and x_j (cost s·(1 − 2 frac)); Σ_j X_kj = N_k, Σ_k X_kj = x_j
+    cols = np.concatenate([np.arange(nv), np.arange(nv), nv + np.arange(n_cells)])
+    rows = np.concatenate([vk, masks.size + vj, masks.size + np.arange(n_cells)])
+    vals = np.concatenate([np.ones(nv), np.ones(nv), -np.ones(n_cells)])
+    A = sparse.coo_matrix((vals, (rows, cols)), shape=(masks.size + n_cells, nv + n_cells))
+    b = np.concatenate([ktot, np.zeros(n_cells, dtype=np.int64)])
+    w = np.concatenate([np.zeros(nv), np.full(n_cells, s)])
+    sol, widened = round_network(np.concatenate([v, xt]), w, A, b)
+    if widened:
+        status["rounding_widened"] = 1
+        log.warning("topdown root: controlled rounding needed the widened box")
+    x: IntArray = sol[nv:]
+    return x
 
 
 @dataclass
@@ -433,6 +689,7 @@ class LevelReport:
     consistency_violations: int
     l1_error: float | None = None
     cpu_seconds: float = 0.0
+    invariant_violations: int = 0
 
 
 def consistency_violations(spine: Spine, level: int, child: Histogram, parent: Histogram) -> int:
@@ -496,10 +753,14 @@ def combine_bottom_up(spine: Spine, measurements: Sequence[Sequence[GroupAnswers
 
 def estimate_topdown(spine: Spine, measurements: Sequence[Sequence[GroupAnswers]], n_cells: int,
                      total: int | None, *, truth: Sequence[Histogram] | None = None,
-                     opts: EstimatorOptions | None = None) -> tuple[list[Histogram], list[LevelReport]]:
+                     opts: EstimatorOptions | None = None, constraints: Constraints | None = None
+                     ) -> tuple[list[Histogram], list[LevelReport]]:
     """Whole top-down pass. ``measurements[l]`` are the query groups measured at level l (only units with
-    γ > 0). ``truth`` (test mode only) adds the per-level L1 error. Returns (histograms, reports)."""
+    γ > 0). ``truth`` (test mode only) adds the per-level L1 error. ``constraints``: state totals and
+    structural zeros (see :class:`Constraints`); each level's report counts entries violating them (must be
+    0). Returns (histograms, reports)."""
     opts = opts or EstimatorOptions()
+    total = root_total(total, constraints)
     if opts.bottom_up:
         measurements = combine_bottom_up(spine, measurements, opts.bottom_up_max_entries)
     hists: list[Histogram] = []
@@ -508,15 +769,17 @@ def estimate_topdown(spine: Spine, measurements: Sequence[Sequence[GroupAnswers]
         t0 = time.perf_counter()
         c0 = time.process_time()
         if l == 0:
-            res = estimate_root(spine, measurements[0], n_cells, total, opts)
+            res = estimate_root(spine, measurements[0], n_cells, total, opts, constraints=constraints)
             viol = 0 if total is None else int(res.hist.count.sum() != total)
         else:
             res = estimate_families(spine, l, np.arange(spine.n_units(l - 1)), hists[l - 1], measurements[l],
-                                    opts)
+                                    opts, constraints=constraints)
             viol = consistency_violations(spine, l, res.hist, hists[l - 1])
         hists.append(res.hist)
+        inv_viol = constraints.violations(l, res.hist) if constraints is not None else 0
         rep = LevelReport(spine.levels[l], spine.n_units(l), res.status, time.perf_counter() - t0,
-                          res.iterations, viol, cpu_seconds=time.process_time() - c0)
+                          res.iterations, viol, cpu_seconds=time.process_time() - c0,
+                          invariant_violations=inv_viol)
         if truth is not None:
             rep.l1_error = _l1(res.hist, truth[l])
         log.info("topdown estimate %s: %d units, %.1f s cpu, status %s, %d violations", rep.level, rep.units,

@@ -28,10 +28,13 @@ IntArray = npt.NDArray[np.int64]
 
 
 def block_histogram(spine: Spine, persons: pd.DataFrame, schema: Schema, *, source: str = "<persons>",
-                    geoid_column: str = "GEOID") -> Histogram:
+                    geoid_column: str = "GEOID", structural: tuple[str, IntArray] | None = None) -> Histogram:
     """Tabulate person records (block GEOID + schema attribute codes) to internal block histograms.
 
     Every record must name a block of the spine and valid attribute codes (InputError with the row otherwise).
+    ``structural = (attribute, block_mask)``: every record's code on ``attribute`` must be allowed in its block
+    (bit set in ``block_mask[block]``, public block facts) — a person in a structural-zero cell is refused
+    with its row and the attribute's column.
     """
     if geoid_column not in persons.columns:
         raise InputError(f"persons: column {geoid_column} missing", file=source, column=geoid_column)
@@ -48,6 +51,16 @@ def block_histogram(spine: Spine, persons: pd.DataFrame, schema: Schema, *, sour
     block = srt[pos].astype(np.int64)
     cell = schema.cell_index({a: persons[a].to_numpy() for a in schema.names if a in persons.columns},
                              source)
+    if structural is not None:
+        attr, bmask = structural
+        code = np.asarray(persons[attr].to_numpy(), dtype=np.int64)
+        bad = np.flatnonzero(((bmask[block] >> code) & 1) == 0)
+        if bad.size:
+            i = int(bad[0])
+            what = "housing units" if code[i] == 0 else f"group quarters of type {code[i]}"
+            raise InputError(f"person in block {geoid[i]} has {attr} = {code[i]} but the public block facts "
+                             f"give the block no {what} (a structural zero)", file=source, row=i + 2,
+                             column=attr)
     n = schema.n_cells
     key = block * n + cell
     uk, cnt = np.unique(key, return_counts=True)

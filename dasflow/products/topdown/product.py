@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from dasflow.errors import InputError
@@ -30,10 +31,21 @@ from dasflow.products.base import (
     Prepared,
 )
 from dasflow.products.topdown.estimate import (
+    Constraints,
     EstimatorOptions,
     GroupAnswers,
     Histogram,
     estimate_topdown,
+)
+from dasflow.products.topdown.invariants import (
+    BLOCK_FACTS_FILE,
+    INVARIANTS_FILE,
+    STRUCTURAL_ATTRIBUTE,
+    block_masks,
+    check_gq_types,
+    level_masks,
+    parse_state_invariants,
+    structural_cell_codes,
 )
 from dasflow.products.topdown.measure import (
     block_histogram,
@@ -46,20 +58,32 @@ from dasflow.products.topdown.measure import (
 from dasflow.products.topdown.spine import Spine, SpineConfig, build_spine
 from dasflow.products.topdown.strategy import CHANGE_ONE_SENSITIVITY, Strategy
 
+IntArray = npt.NDArray[np.int64]
+
 #: Standard (published) geolevels and their GEOID prefix lengths (S21: from the block GEOID only).
 STANDARD_LEVELS: tuple[tuple[str, int], ...] = (
     ("US", 0), ("state", 2), ("county", 5), ("tract", 11), ("block_group", 12), ("block", 15),
 )
 
 
+INVARIANT_KINDS = ("total", "state")
+
+
 @dataclass(frozen=True)
 class TopDownConfig:
-    """Spine settings, strategy (levels must match the spine's), invariants and solver options."""
+    """Spine settings, strategy (levels must match the spine's), invariants and solver options.
+
+    ``invariants``: which population totals are held exactly — any of ``"total"`` (the root) and ``"state"``
+    (each state); ``None`` = what the 2020 DAS held, total and state, unless ``total_invariant=False`` (the
+    older switch: then none). ``structural_zeros``: impose the public block facts (``None`` = whenever the
+    schema has the HHGQ attribute)."""
 
     spine: SpineConfig
     strategy: Strategy
     total_invariant: bool = True
     options: EstimatorOptions = field(default_factory=EstimatorOptions)
+    invariants: tuple[str, ...] | None = None
+    structural_zeros: bool | None = None
 
     def __post_init__(self) -> None:
         if tuple(self.strategy.levels) != tuple(self.spine.levels):
@@ -67,6 +91,29 @@ class TopDownConfig:
                              f"{self.spine.levels}")
         if tuple(self.strategy.beta) != tuple(self.spine.beta):
             raise InputError("topdown: strategy β and spine β differ")
+        if self.invariants is not None:
+            unknown = sorted(set(self.invariants) - set(INVARIANT_KINDS))
+            if unknown:
+                raise InputError(f"topdown: unknown invariant(s) {unknown}; known {list(INVARIANT_KINDS)}",
+                                 column="invariants")
+            if not self.total_invariant and "total" in self.invariants:
+                raise InputError("topdown: total_invariant = false contradicts invariants holding 'total'",
+                                 column="invariants")
+        if self.structural_zeros and STRUCTURAL_ATTRIBUTE not in self.strategy.schema.names:
+            raise InputError(f"topdown: structural zeros need the {STRUCTURAL_ATTRIBUTE} attribute in the schema",
+                             column="structural_zeros")
+
+    @property
+    def invariant_kinds(self) -> tuple[str, ...]:
+        if self.invariants is not None:
+            return tuple(k for k in INVARIANT_KINDS if k in self.invariants)
+        return INVARIANT_KINDS if self.total_invariant else ()
+
+    @property
+    def uses_structural_zeros(self) -> bool:
+        if self.structural_zeros is not None:
+            return self.structural_zeros
+        return STRUCTURAL_ATTRIBUTE in self.strategy.schema.names
 
 
 def _key(level: str, group: str) -> str:
@@ -75,13 +122,16 @@ def _key(level: str, group: str) -> str:
 
 class TopDown:
     """TopDown on the optimised spine. ``public`` carries ``blocks`` (the block geography) or a built
-    ``spine``; optional ``spine_cache_dir``; for estimation ``invariants`` = {"total": N} when configured."""
+    ``spine``; optional ``spine_cache_dir``; ``invariants`` = ``{"total": N, "state": {FIPS: n}}`` as configured
+    and ``block_facts`` (a DataFrame in the ``block_facts.csv`` format of :mod:`.invariants`; optional
+    ``block_facts_source``) when structural zeros are on."""
 
     name = "topdown"
 
     def __init__(self, config: TopDownConfig) -> None:
         self.config = config
         self._spines: dict[str, Spine] = {}
+        self._masks: dict[tuple[str, int], IntArray] = {}
 
     # -- public helpers ----------------------------------------------------------------------------------
     def spine(self, public: Mapping[str, Any], config: TopDownConfig | None = None) -> Spine:
@@ -98,6 +148,69 @@ class TopDown:
                          cache_dir=public.get("spine_cache_dir"))
         self._spines[sp.input_hash] = sp
         return sp
+
+    def block_mask(self, public: Mapping[str, Any]) -> IntArray | None:
+        """Allowed structural codes per block (internal order) from the public block facts; ``None`` when
+        structural zeros are off or no facts were given (``constraints`` refuses the latter)."""
+        if not self.config.uses_structural_zeros or public.get("block_facts") is None:
+            return None
+        sp = self.spine(public)
+        facts: pd.DataFrame = public["block_facts"]
+        key = (sp.input_hash, id(facts))
+        if key not in self._masks:
+            source = str(public.get("block_facts_source", BLOCK_FACTS_FILE))
+            n_codes = dict(self.config.strategy.schema.attributes)[STRUCTURAL_ATTRIBUTE]
+            if isinstance(public.get("blocks"), pd.DataFrame):
+                check_gq_types(public["blocks"], facts, n_codes, str(public.get("blocks_source", "<blocks>")),
+                               source)
+            self._masks[key] = block_masks(sp, facts, n_codes, source)
+        return self._masks[key]
+
+    def constraints(self, public: Mapping[str, Any]) -> Constraints | None:
+        """The estimator's public constraints (state totals, structural zeros) as configured; InputError naming
+        the public file and key when one is missing or inconsistent. ``None`` when there are none."""
+        cfg = self.config
+        sp = self.spine(public)
+        kinds = cfg.invariant_kinds
+        inv = public.get("invariants") or {}
+        kw: dict[str, Any] = {}
+        if "state" in kinds:
+            if "state" not in inv:
+                raise InputError("the state invariants are configured but 'state' is missing", file=INVARIANTS_FILE,
+                                 column="state")
+            level, of_unit, labels, totals = parse_state_invariants(inv["state"], sp)
+            if "total" in kinds and "total" in inv and int(inv["total"]) != int(totals.sum()):
+                raise InputError(f"the state populations sum to {int(totals.sum())}, not the total "
+                                 f"{inv['total']}", file=INVARIANTS_FILE, column="state")
+            kw.update(state_level=level, state_of_unit=of_unit, state_labels=labels, state_totals=totals)
+        if cfg.uses_structural_zeros:
+            if public.get("block_facts") is None:
+                raise InputError("structural zeros are configured but the public block facts are missing",
+                                 file=BLOCK_FACTS_FILE)
+            bm = self.block_mask(public)
+            assert bm is not None
+            kw.update(cell_code=structural_cell_codes(cfg.strategy.schema), allowed=tuple(level_masks(sp, bm)))
+        return Constraints(**kw) if kw else None
+
+    def group_answers(self, measurements: Mapping[str, NoisyMeasurement]) -> list[list[GroupAnswers]]:
+        """NMF tables → per level, the query groups' answers (the estimator's input)."""
+        st = self.config.strategy
+        per_level: list[list[GroupAnswers]] = []
+        for l, level in enumerate(st.levels):
+            groups = []
+            for g in st.per_level[l].groups:
+                key = _key(level, g.name)
+                if key not in measurements:
+                    raise InputError(f"topdown: measurement {key} missing")
+                t = measurements[key].table
+                units = t["UNIT"].to_numpy(np.int64)
+                answers = (np.stack(t[NOISY_COLUMN].to_list()) if len(t)
+                           else np.zeros((0, g.n_rows(st.schema)), dtype=np.int64))
+                groups.append(GroupAnswers(g.name, g.row_index(st.schema), g.n_rows(st.schema), units,
+                                           answers, np.array([float(v) for v in t[VARIANCE_COLUMN]]),
+                                           set(g.keep) == set(st.schema.names)))
+            per_level.append(groups)
+        return per_level
 
     # -- Product interface ---------------------------------------------------------------------------------
     def plan(self, config: Any, public: Mapping[str, Any]) -> list[MeasurementSpec]:
@@ -133,8 +246,10 @@ class TopDown:
         """Tabulate persons (GEOID + schema attributes) onto every internal level (stability 1)."""
         sp = self.spine(public)
         persons: pd.DataFrame = inputs["persons"]
+        bm = self.block_mask(public)
         bh = block_histogram(sp, persons, self.config.strategy.schema,
-                             source=str(inputs.get("persons_source", "<persons>")))
+                             source=str(inputs.get("persons_source", "<persons>")),
+                             structural=None if bm is None else (STRUCTURAL_ATTRIBUTE, bm))
         out: Prepared = {}
         for l, h in enumerate(level_histograms(sp, bh)):
             out[f"hist/{sp.levels[l]}"] = pd.DataFrame({"UNIT": h.unit, "CELL": h.cell, "COUNT": h.count})
@@ -163,29 +278,17 @@ class TopDown:
         """Top-down estimation from the NMFs and public facts only."""
         sp = self.spine(public)
         st = self.config.strategy
-        per_level: list[list[GroupAnswers]] = []
-        for l, level in enumerate(st.levels):
-            groups = []
-            for g in st.per_level[l].groups:
-                key = _key(level, g.name)
-                if key not in measurements:
-                    raise InputError(f"topdown: measurement {key} missing")
-                t = measurements[key].table
-                units = t["UNIT"].to_numpy(np.int64)
-                answers = (np.stack(t[NOISY_COLUMN].to_list()) if len(t)
-                           else np.zeros((0, g.n_rows(st.schema)), dtype=np.int64))
-                groups.append(GroupAnswers(g.name, g.row_index(st.schema), g.n_rows(st.schema), units,
-                                           answers, np.array([float(v) for v in t[VARIANCE_COLUMN]]),
-                                           set(g.keep) == set(st.schema.names)))
-            per_level.append(groups)
+        per_level = self.group_answers(measurements)
         total = None
-        if self.config.total_invariant:
-            inv = public.get("invariants", {})
+        if "total" in self.config.invariant_kinds:
+            inv = public.get("invariants") or {}
             if "total" not in inv:
-                raise InputError("topdown: total_invariant is configured but public['invariants']['total'] "
-                                 "is missing")
+                raise InputError("topdown: the total invariant is configured but public['invariants']['total'] "
+                                 "is missing", file=INVARIANTS_FILE, column="total")
             total = int(inv["total"])
-        hists, reports = estimate_topdown(sp, per_level, st.schema.n_cells, total, opts=self.config.options)
+        cons = self.constraints(public)
+        hists, reports = estimate_topdown(sp, per_level, st.schema.n_cells, total, opts=self.config.options,
+                                          constraints=cons)
         est: Estimates = {}
         for l, h in enumerate(hists):
             est[f"internal/{sp.levels[l]}"] = pd.DataFrame({"UNIT": h.unit, "CELL": h.cell, "COUNT": h.count})
