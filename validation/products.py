@@ -262,15 +262,42 @@ def _topdown(confidential: Mapping[str, Any], public: Mapping[str, Any],
     blocks_source = str(public.get("blocks_source", "<blocks>"))
     facts = [_fact("person block in the block geography", source, "GEOID", _not_in(geoid, blocks)),
              _fact("unique block GEOID", blocks_source, "GEOID", _first_dup_mask(blocks))]
-    total = (public.get("invariants") or {}).get("total")
-    if total is not None and getattr(config, "total_invariant", False):
+    kinds = getattr(config, "invariant_kinds", ("total",) if getattr(config, "total_invariant", False) else ())
+    invariants = public.get("invariants") or {}
+    total = invariants.get("total")
+    if total is not None and "total" in kinds:
         facts.append(_scalar_fact("persons = public population invariant", "invariants.json", "total",
                                   int(total) == len(persons)))
     states = pd.Series(geoid).str[:2].value_counts().sort_index()
+    state_inv = invariants.get("state")
+    if isinstance(state_inv, dict) and "state" in kinds:
+        geo_states = set(pd.Series(blocks).str[:2])
+        facts.append(_scalar_fact("invariant states = states of the block geography", "invariants.json", "state",
+                                  set(map(str, state_inv)) == geo_states))
+        for k, n in sorted(state_inv.items()):
+            facts.append(_scalar_fact(f"persons of state {k} = public state population invariant",
+                                      "invariants.json", f"state.{k}", int(states.get(str(k), 0)) == n))
+    product = TopDown(config)
+    if public.get("block_facts") is not None and getattr(config, "uses_structural_zeros", False) \
+            and "HHGQ" in persons.columns and len(persons):
+        from dasflow.products.topdown.invariants import STRUCTURAL_ATTRIBUTE
+
+        bm = product.block_mask(public)
+        sp = product.spine(public)
+        assert bm is not None
+        order = np.argsort(sp.block_geoid.astype(str))
+        sg = sp.block_geoid.astype(str)[order]
+        pos = np.minimum(np.searchsorted(sg, geoid), sg.size - 1)
+        known = sg[pos] == geoid
+        code = pd.to_numeric(persons[STRUCTURAL_ATTRIBUTE], errors="coerce").fillna(0).to_numpy().astype(np.int64)
+        code = np.clip(code, 0, 62)
+        impossible = known & (((bm[order[pos]] >> code) & 1) == 0)
+        facts.append(_fact("person in a cell its block's public facts allow (no structural zero)", source,
+                           STRUCTURAL_ATTRIBUTE, impossible))
     summary = {"rows": {source: len(persons)}, "persons_per_state": {str(k): int(v) for k, v in states.items()}}
 
     def own() -> None:
-        TopDown(config).prepare(confidential, public)
+        product.prepare(confidential, public)
 
     return [InputSuite("topdown.persons", source, cols, checks)], facts, summary, own
 

@@ -89,7 +89,16 @@ def test_topdown_through_the_dag_on_a_synthetic_state(tmp_path: Path) -> None:
     manifest = synth.generate(root, persons=4000, seed=6, states=["44"], formats=("topdown", "safetab_p"))
     store.put("public/topdown/GRF-C.txt", (root / "safetab_p" / "GRF-C.txt").read_bytes())
     total = int(manifest.data["totals"]["persons"])
-    store.put("public/topdown/invariants.json", json.dumps({"total": total}).encode())
+    store.put("public/topdown/invariants.json", json.dumps({"total": total, "state": {"44": total}}).encode())
+    import numpy as np
+    import pandas as pd
+
+    from dasflow.products.topdown.invariants import build_block_facts, geoids_of
+
+    units = pd.concat([pd.read_parquet(p) for p in sorted((root / "topdown" / "units").rglob("*.parquet"))])
+    grfc = pd.read_csv(root / "safetab_p" / "GRF-C.txt", sep="|", dtype=str)
+    facts = build_block_facts(units, geoids_of(grfc, "GRF-C.txt"))
+    store.put("public/topdown/block_facts.csv", facts.to_csv(sep="|", index=False).encode())
     config = {"preset": "pl94_persons", "fanout_cutoff": 8, "budget": "1", "privacy_defn": "zcdp",
               "strategy": "pl94"}
     raw = {"release_id": "td", "universe": "US", "store": str(tmp_path / "store"),
@@ -99,10 +108,15 @@ def test_topdown_through_the_dag_on_a_synthetic_state(tmp_path: Path) -> None:
     ctx = freeze_config(parse_release_config(raw), store)
     run_all(ctx)
     assert ctx.ledger.spent().rho == 1
-    import pandas as pd
-
     state = pd.read_csv(tmp_path / "store/runs/td/release/topdown/topdown_state.csv", sep="|")
-    block = pd.read_csv(tmp_path / "store/runs/td/release/topdown/topdown_block.csv", sep="|")
+    block = pd.read_csv(tmp_path / "store/runs/td/release/topdown/topdown_block.csv", sep="|",
+                        dtype={"GEOID": str})
     count = "COUNT"
     assert int(state[count].sum()) == int(block[count].sum()) == total
     assert (block[count] >= 0).all()
+    # structural zeros: no released person in a household cell of a block without housing units, nor in a GQ
+    # type the block has no facility of
+    f = facts.set_index("GEOID")
+    has = f.loc[block["GEOID"].str.zfill(15), ["HU", *(f"GQ{t}" for t in range(1, 8))]].to_numpy()
+    held = block[count].to_numpy() > 0
+    assert (has[np.arange(len(block)), block["HHGQ"].to_numpy()][held] > 0).all()

@@ -1,5 +1,6 @@
 """TopDown inputs through the DAG with the validation gate: a valid one-state synthetic census passes the
-validate stage with the GX suite; a person in a block outside the GRF-C and a wrong population invariant are
+validate stage with the GX suite; a person in a block outside the GRF-C, a wrong population invariant (total or
+state), a state missing from the invariants and a person in a structural-zero cell (public block facts) are
 rejected (exit 2, file/row/column or file/key) with nothing measured."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from dasflow.errors import InputError
 from dasflow.io.store import LocalStore
 from dasflow.pipeline.adapters import REGISTRY
+from dasflow.products.topdown.invariants import build_block_facts, geoids_of
 from tests.validation.helpers import run_release
 from validation.adapters import MODULES
 
@@ -35,7 +37,11 @@ def _store(tmp: Path) -> tuple[LocalStore, dict[str, Any], int]:
     manifest = synth.generate(root, persons=1500, seed=4, states=["10"], formats=("topdown", "safetab_p"))
     store.put("public/topdown/GRF-C.txt", (root / "safetab_p" / "GRF-C.txt").read_bytes())
     total = int(manifest.data["totals"]["persons"])
-    store.put("public/topdown/invariants.json", json.dumps({"total": total}).encode())
+    store.put("public/topdown/invariants.json", json.dumps({"total": total, "state": {"10": total}}).encode())
+    units = pd.concat([pd.read_parquet(p) for p in sorted((root / "topdown" / "units").rglob("*.parquet"))])
+    grfc = pd.read_csv(root / "safetab_p" / "GRF-C.txt", sep="|", dtype=str)
+    facts = build_block_facts(units, geoids_of(grfc, "GRF-C.txt"))
+    store.put("public/topdown/block_facts.csv", facts.to_csv(sep="|", index=False).encode())
     raw = {"release_id": "td", "universe": "US", "store": str(tmp / "store"),
            "inputs": {"topdown": "confidential/synth/topdown/persons/", "topdown_public": "public/topdown/"},
            "products": [{"name": "topdown", "config_text": json.dumps(CONFIG)}],
@@ -79,9 +85,58 @@ def test_topdown_gate(tmp_path: Path) -> None:
     for k in store.list(""):
         if not k.startswith("runs/"):
             wrong.put(k, store.get(k))
-    wrong.put("public/topdown/invariants.json", json.dumps({"total": total + 1}).encode())
+    wrong.put("public/topdown/invariants.json", json.dumps({"total": total + 1, "state": {"10": total}}).encode())
     errors = []
     assert run_release(wrong, {**raw, "store": str(tmp_path / "inv" / "store")}, errors=errors) == 2
     exc = errors[0]
     assert isinstance(exc, InputError) and (exc.file, exc.column) == ("invariants.json", "total"), str(exc)
     _nothing_spent(tmp_path / "inv")
+
+
+def _copy(store: LocalStore, tmp: Path, name: str, replace: dict[str, bytes]) -> tuple[LocalStore, str]:
+    out = LocalStore(tmp / name / "store")
+    for k in store.list(""):
+        if not k.startswith("runs/"):
+            out.put(k, replace.get(k, store.get(k)))
+    return out, str(tmp / name / "store")
+
+
+@pytest.mark.parametrize("case", ["state_total", "state_extra", "state_missing"])
+def test_topdown_gate_state_invariants(tmp_path: Path, case: str) -> None:
+    """A state population invariant that disagrees with the records, a state not in the geography, and a
+    geography state without an invariant: exit 2 naming invariants.json and the key, nothing measured."""
+    store, raw, total = _store(tmp_path)
+    inv = {"state_total": {"total": total, "state": {"10": total - 1}},
+           "state_extra": {"total": total, "state": {"10": total, "11": 0}},
+           "state_missing": {"total": total, "state": {}}}[case]
+    bad, root = _copy(store, tmp_path, case, {"public/topdown/invariants.json": json.dumps(inv).encode()})
+    errors: list[BaseException] = []
+    assert run_release(bad, {**raw, "store": root}, errors=errors) == 2
+    exc = errors[0]
+    want = {"state_total": "state.10", "state_extra": "state.11", "state_missing": "state.10"}[case]
+    assert isinstance(exc, InputError) and exc.file == "invariants.json", str(exc)
+    assert exc.column in (want, "state"), str(exc)
+    _nothing_spent(tmp_path / case)
+
+
+def test_topdown_gate_structural_zero_person(tmp_path: Path) -> None:
+    """A person whose HHGQ its block's public facts rule out (e.g. a GQ type the block has no facility of):
+    exit 2 with the person file, row and column HHGQ, nothing measured."""
+    store, raw, _ = _store(tmp_path)
+    facts = pd.read_csv(io.BytesIO(store.get("public/topdown/block_facts.csv")), sep="|", dtype={"GEOID": str})
+    key = next(k for k in store.list("confidential/synth/topdown/persons/") if k.endswith(".parquet"))
+    frame = pd.read_parquet(io.BytesIO(store.get(key)))
+    geoid = (frame["TABBLKST"].astype(str).str.zfill(2) + frame["TABBLKCOU"].astype(str).str.zfill(3)
+             + frame["TABTRACTCE"].astype(str).str.zfill(6) + frame["TABBLK"].astype(str).str.zfill(4))
+    no_gq2 = set(facts.loc[facts["GQ2"] == 0, "GEOID"])
+    row = int(next(i for i, g in enumerate(geoid) if g in no_gq2 and i >= 3))
+    frame.loc[row, "HHGQ"] = 2
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False)
+    bad, root = _copy(store, tmp_path, "zero", {key: buf.getvalue()})
+    errors: list[BaseException] = []
+    assert run_release(bad, {**raw, "store": root}, errors=errors) == 2
+    exc = errors[0]
+    assert isinstance(exc, InputError) and (exc.row, exc.column) == (row + 2, "HHGQ"), str(exc)
+    assert exc.file is not None and "topdown" in exc.file
+    _nothing_spent(tmp_path / "zero")

@@ -3,13 +3,17 @@
 Inputs: person files (Parquet; block TABBLKST/TABBLKCOU/TABTRACTCE/TABBLK and the 0-based HHGQ, VOTINGAGE,
 HISPANIC, CENRACE codes, as the synthetic census's ``topdown`` format) under the release's ``topdown`` prefix
 (confidential); under ``topdown_public``: ``GRF-C.txt`` (the public block geography, pipe-delimited, one row
-per block) and ``invariants.json`` (``{"total": N}``: the population total held invariant, public in the DAS).
+per block), ``invariants.json`` (``{"total": N, "state": {"01": n1, ...}}``: the nation's and each state's
+population, held invariant, public in the DAS) and ``block_facts.csv`` (per block: housing units ``HU`` and GQ
+facilities ``GQ1``…``GQ7``, the structural-zero facts; format in :mod:`dasflow.products.topdown.invariants`,
+built from a unit file by ``invariants.build_block_facts``).
 
 Config (JSON)::
 
     {"preset": "pl94_persons", "fanout_cutoff": 8, "budget": "1", "privacy_defn": "zcdp",
      "beta": ["104/4099", ...] (default: the 2020 PL94 person shares), "strategy": "pl94" | "detailed",
-     "total_invariant": true}
+     "invariants": ["total", "state"] (default; [] for none), "structural_zeros": true (default with HHGQ),
+     "total_invariant": true (older switch: false = no invariants)}
 """
 
 from __future__ import annotations
@@ -27,6 +31,12 @@ from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore, StoreError
 from dasflow.pipeline.adapters.files import config_json, input_prefix
 from dasflow.privacy import accounting
+from dasflow.products.topdown.invariants import (
+    BLOCK_FACTS_FILE,
+    INVARIANTS_FILE,
+    check_state_invariants,
+    read_block_facts,
+)
 from dasflow.products.topdown.product import TopDown, TopDownConfig
 from dasflow.products.topdown.spine import GEOGRAPHY_COLUMNS, preset
 from dasflow.products.topdown.strategy import (
@@ -37,7 +47,8 @@ from dasflow.products.topdown.strategy import (
 )
 
 PERSON_GEO = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK")
-KNOWN_KEYS = {"preset", "fanout_cutoff", "budget", "privacy_defn", "beta", "strategy", "total_invariant"}
+KNOWN_KEYS = {"preset", "fanout_cutoff", "budget", "privacy_defn", "beta", "strategy", "total_invariant",
+              "invariants", "structural_zeros"}
 
 
 
@@ -63,7 +74,17 @@ def parse_topdown_config(raw: Any, source: str = "topdown config") -> TopDownCon
         raise InputError("strategy must be 'pl94' or 'detailed'", file=source, column="strategy")
     per_level = detailed_only_strategy(Schema()) if kind == "detailed" else None
     strategy = make_strategy(spine.levels, list(spine.beta), str(budget), per_level=per_level, privacy_defn=defn)
-    return TopDownConfig(spine=spine, strategy=strategy, total_invariant=bool(raw.get("total_invariant", True)))
+    inv = raw.get("invariants")
+    if inv is not None and (not isinstance(inv, list) or not all(isinstance(k, str) for k in inv)):
+        raise InputError('invariants must be a list such as ["total", "state"]', file=source, column="invariants")
+    zeros = raw.get("structural_zeros")
+    if zeros is not None and not isinstance(zeros, bool):
+        raise InputError("structural_zeros must be true or false", file=source, column="structural_zeros")
+    total_inv = raw.get("total_invariant", True)
+    if not isinstance(total_inv, bool):
+        raise InputError("total_invariant must be true or false", file=source, column="total_invariant")
+    return TopDownConfig(spine=spine, strategy=strategy, total_invariant=total_inv,
+                         invariants=None if inv is None else tuple(inv), structural_zeros=zeros)
 
 
 class TopDownAdapter:
@@ -94,7 +115,17 @@ class TopDownAdapter:
             invariants = json.loads(store.get(prefix + "invariants.json"))
         except (StoreError, ValueError) as exc:
             raise InputError(f"public invariants: {exc}", file=prefix + "invariants.json") from None
-        return {"blocks": blocks, "blocks_source": prefix + "GRF-C.txt", "invariants": invariants}
+        if not isinstance(invariants, dict):
+            raise InputError("invariants.json must hold a JSON object", file=prefix + "invariants.json")
+        out: dict[str, Any] = {"blocks": blocks, "blocks_source": prefix + "GRF-C.txt", "invariants": invariants}
+        facts_key = prefix + BLOCK_FACTS_FILE
+        if store.exists(facts_key):
+            out["block_facts"] = read_block_facts(store.get(facts_key), facts_key)
+            out["block_facts_source"] = facts_key
+        elif config.uses_structural_zeros:
+            raise InputError("structural zeros are configured but the public block facts are missing",
+                             file=facts_key)
+        return out
 
     def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
         prefix = input_prefix(inputs, "topdown", "confidential/topdown/")
@@ -119,12 +150,23 @@ class TopDownAdapter:
         """Blocks in the public geography, attribute codes in the schema, the population invariant — before any
         noise (the product's own tabulation raises ``InputError`` with file, row and column)."""
         product = TopDown(config)
-        product.prepare(confidential, public)
-        total = public["invariants"].get("total")
-        if config.total_invariant and total != len(confidential["persons"]):
-            raise InputError(f"public population invariant {total} differs from the {len(confidential['persons'])}"
-                             " person records", file="invariants.json", column="total")
-        return {"persons": len(confidential["persons"]), "blocks": len(public["blocks"])}
+        product.prepare(confidential, public)   # blocks, codes, and no person in a structural-zero cell
+        persons = confidential["persons"]
+        inv = public["invariants"]
+        kinds = config.invariant_kinds
+        if "total" in kinds:
+            total = inv.get("total")
+            if total is None:
+                raise InputError("the total invariant is configured but 'total' is missing", file=INVARIANTS_FILE,
+                                 column="total")
+            if total != len(persons):
+                raise InputError(f"public population invariant {total} differs from the {len(persons)} person "
+                                 "records", file=INVARIANTS_FILE, column="total")
+        cons = product.constraints(public)   # states = the geography's, Σ states = total, facts complete
+        if cons is not None and cons.has_states and cons.state_totals is not None:
+            check_state_invariants(persons["GEOID"].to_numpy(), cons.state_labels, cons.state_totals)
+        return {"persons": len(persons), "blocks": len(public["blocks"]),
+                "invariants": list(kinds), "structural_zeros": bool(cons is not None and cons.has_zeros)}
 
     def file_name(self, table: str, universe: str) -> str:
         return f"{table}.csv"
