@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -110,10 +111,15 @@ class Geography:
     region_of: dict[str, IntArray]
     source: str
 
+    @cached_property
+    def _sorted_blocks(self) -> tuple[IntArray, IntArray]:
+        order = np.argsort(self.block_keys, kind="stable").astype(np.int64)
+        return order, self.block_keys[order]
+
     def block_index(self, keys: IntArray) -> IntArray:
-        """Row of each block key in this geography (−1 where the block is not in it); vectorised."""
-        order = np.argsort(self.block_keys, kind="stable")
-        sorted_keys = self.block_keys[order]
+        """Row of each block key in this geography (−1 where the block is not in it); vectorised (the sort of
+        the block keys is computed once per geography, not once per call: partitions reuse it)."""
+        order, sorted_keys = self._sorted_blocks
         if len(sorted_keys) == 0:
             return np.full(len(keys), -1, dtype=np.int64)
         at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
@@ -195,16 +201,65 @@ class PersonArrays:
         return len(self.combo)
 
 
+def fixed_width_bytes(col: pa.ChunkedArray | pa.Array) -> npt.NDArray[np.uint8] | None:
+    """(n, w) uint8 view of a string column whose values all have the same byte length w, else None.
+
+    Fixed-width text columns (every production code column, ages, geography) are then checked and converted
+    with a few numpy passes over the bytes instead of per-row regular expressions."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if arr.type not in (pa.string(), pa.large_string()) or arr.null_count:
+        return None
+    n = len(arr)
+    if n == 0:
+        return None
+    off_type = np.int32 if arr.type == pa.string() else np.int64
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=off_type)[arr.offset:arr.offset + n + 1]
+    width = int(offsets[1] - offsets[0])
+    if width == 0 or int(offsets[-1] - offsets[0]) != n * width or not (np.diff(offsets) == width).all():
+        return None
+    data = np.frombuffer(bufs[2], dtype=np.uint8)[int(offsets[0]):int(offsets[-1])]
+    return data.reshape(n, width)
+
+
+def parse_digits(col: pa.ChunkedArray, min_width: int, max_width: int) -> tuple[npt.NDArray[np.bool_], IntArray]:
+    """(ok, value) per row: ok iff the value is ``min_width``..``max_width`` ASCII digits (``^\\d{a,b}$``).
+
+    Fast path for fixed-width columns (numpy over the bytes); otherwise a regular expression and a cast of the
+    matching rows. ``value`` is 0 where not ok."""
+    b = fixed_width_bytes(col)
+    if b is not None and min_width <= b.shape[1] <= max_width:
+        ok = np.ones(len(b), dtype=bool)
+        val = np.zeros(len(b), dtype=np.int64)
+        for j in range(b.shape[1]):  # over the column's width (≤ 6 bytes), not over records
+            d = b[:, j] - np.uint8(48)  # wraps below '0'
+            ok &= d <= 9
+            val *= 10
+            val += d
+        val[~ok] = 0
+        return ok, val
+    ok = np.asarray(pc.match_substring_regex(col, rf"^\d{{{min_width},{max_width}}}$")
+                    .to_numpy(zero_copy_only=False), dtype=bool)
+    val = np.zeros(len(col), dtype=np.int64)
+    if ok.any():
+        val[ok] = pc.cast(pc.filter(col, pa.array(ok)), pa.int64()).to_numpy()
+    return ok, val
+
+
+_NULL_WORD = np.frombuffer(NULL.encode(), dtype=np.uint32)[0]  # "Null" as one 4-byte word
+
+
 def _code_column(col: pa.ChunkedArray, index: IterationIndex, source: str, column: str) -> IntArray:
     """A code column → code indices (−1 for Null); anything else not in the code list is rejected."""
-    is_null = pc.equal(col, NULL).to_numpy(zero_copy_only=False)
-    ok_fmt = pc.match_substring_regex(col, r"^\d{4}$").to_numpy(zero_copy_only=False)
-    bad = ~is_null & ~ok_fmt
-    _first_bad(bad, col, "not a race/ethnicity code", source, column)
-    vals = np.zeros(len(col), dtype=np.int64)
-    fmt = ok_fmt & ~is_null
-    if fmt.any():
-        vals[fmt] = pc.cast(pc.filter(col, pa.array(fmt)), pa.int64()).to_numpy()
+    b = fixed_width_bytes(col)
+    if b is not None and b.shape[1] == len(NULL):
+        is_null = b.view(np.uint32)[:, 0] == _NULL_WORD
+    else:
+        is_null = np.asarray(pc.equal(col, NULL).to_numpy(zero_copy_only=False), dtype=bool)
+    if is_null.all():  # e.g. QRACE3..8 of most files: nothing to check or look up
+        return np.full(len(col), -1, dtype=np.int64)
+    ok_fmt, vals = parse_digits(col, 4, 4)
+    _first_bad(~is_null & ~ok_fmt, col, "not a race/ethnicity code", source, column)
     idx = np.where(is_null, -1, index.encode(vals))
     _first_bad(~is_null & (idx < 0), col, "code not in race-and-ethnicity-codes.txt", source, column)
     return idx.astype(np.int64)
@@ -244,22 +299,54 @@ def _factorize_first(key: IntArray) -> tuple[IntArray, IntArray]:
     return codes.astype(np.int64), first
 
 
+def encode_race(race: npt.NDArray[np.int16], n_codes: int) -> tuple[IntArray, IntArray]:
+    """(n, 8) validated code indices (−1 after the last) → (per-person combination id, combination table).
+
+    Rows 0..n_codes−1 of the table are the single-code combinations (row c = code c), so the ~90 % of persons
+    with one race code need no sort; only multi-code persons go through :func:`encode_combos`, and a
+    multi-code row whose codes collapse to one code (a repeated code) gets that code's single-code id.
+    """
+    k = race.shape[1]
+    single = race[:, 1] < 0 if k > 1 else np.ones(len(race), bool)
+    combo = race[:, 0].astype(np.int64)
+    table = np.full((n_codes, k), -1, dtype=np.int64)
+    table[:, 0] = np.arange(n_codes)
+    multi = np.flatnonzero(~single)
+    if len(multi):
+        m_combo, m_rows = encode_combos(race[multi])
+        collapsed = m_rows[:, 1] < 0
+        m_id = np.where(collapsed, m_rows[:, 0], n_codes + np.cumsum(~collapsed) - 1)
+        combo[multi] = m_id[m_combo]
+        table = np.concatenate([table, m_rows[~collapsed]])
+    return combo, table
+
+
 def encode_persons(table: pa.Table, geo: Geography, index: IterationIndex, max_race_codes: int,
                    state_filter: Sequence[str], source: str) -> PersonArrays:
-    """Validate every person row (whole file, before filtering), then encode the run's persons."""
+    """Validate every person row (whole file, before filtering), then encode the run's persons.
+
+    Checks run in a fixed order, each reporting its first offending row (file row, header = 1): QAGE, QSEX,
+    geography digits, CENRACE, the race codes (per column, then Null order and count), QSPAN, the block.
+    """
     age_col = table.column("QAGE")
-    _first_bad(pc.invert(pc.match_substring_regex(age_col, r"^\d{1,3}$")), age_col, "QAGE must be an integer",
-               source, "QAGE")
-    age = pc.cast(age_col, pa.int64()).to_numpy()
+    ok, age = parse_digits(age_col, 1, 3)
+    _first_bad(~ok, age_col, "QAGE must be an integer", source, "QAGE")
     _first_bad(age > MAX_AGE, age_col, f"QAGE outside 0..{MAX_AGE}", source, "QAGE")
     sex_col = table.column("QSEX")
-    _first_bad(pc.invert(pc.is_in(sex_col, pa.array(["1", "2"]))), sex_col, "QSEX must be 1 or 2", source,
-               "QSEX")
-    for col, width in (("TABBLKST", 2), ("TABBLKCOU", 3), ("TABTRACTCE", 6), ("TABBLK", 4)):
-        _digits(table, col, width, source)
+    ok, sex = parse_digits(sex_col, 1, 1)
+    _first_bad(~ok | (sex < 1) | (sex > 2), sex_col, "QSEX must be 1 or 2", source, "QSEX")
+    key = np.zeros(table.num_rows, dtype=np.int64)
+    st_np = key
+    for col, width, scale in (("TABBLKST", 2, 1), ("TABBLKCOU", 3, 1000), ("TABTRACTCE", 6, 1_000_000),
+                              ("TABBLK", 4, 10_000)):
+        ok, val = parse_digits(table.column(col), width, width)
+        _first_bad(~ok, table.column(col), f"must be {width} digits", source, col)
+        if col == "TABBLKST":
+            st_np = val
+        key = key * scale + val
     cr = table.column("CENRACE")
-    _first_bad(pc.invert(pc.match_substring_regex(cr, r"^(0[1-9]|[1-5]\d|6[0-3])$")), cr,
-               "CENRACE must be 01..63", source, "CENRACE")
+    ok, cr_val = parse_digits(cr, 2, 2)
+    _first_bad(~ok | (cr_val < 1) | (cr_val > 63), cr, "CENRACE must be 01..63", source, "CENRACE")
     race = np.stack([_code_column(table.column(c), index, source, c).astype(np.int16) for c in RACE_COLUMNS],
                     axis=1)
     null = race < 0
@@ -271,24 +358,25 @@ def encode_persons(table: pa.Table, geo: Geography, index: IterationIndex, max_r
         col = table.column(RACE_COLUMNS[j])
         raise InputError(f"race code after a Null: {col[int(rows[0])].as_py()!r}", file=source,
                          row=int(rows[0]) + 2, column=RACE_COLUMNS[j])
-    n_codes = (~null).sum(axis=1)
-    too_many = n_codes > max_race_codes
-    if too_many.any():
-        i = int(np.flatnonzero(too_many)[0])
-        c = RACE_COLUMNS[max_race_codes]
-        raise InputError(f"more than max_race_codes={max_race_codes} race codes", file=source, row=i + 2,
-                         column=c)
+    if max_race_codes < len(RACE_COLUMNS):
+        too_many = ~null[:, max_race_codes]  # Nulls only trail, so a code in column max+1 means too many
+        if too_many.any():
+            i = int(np.flatnonzero(too_many)[0])
+            c = RACE_COLUMNS[max_race_codes]
+            raise InputError(f"more than max_race_codes={max_race_codes} race codes", file=source, row=i + 2,
+                             column=c)
+    del null, after_null
     eth = _code_column(table.column("QSPAN"), index, source, "QSPAN")
     _first_bad(eth < 0, table.column("QSPAN"), "QSPAN must be a code, not Null", source, "QSPAN")
 
     # blocks of the run's geography (numeric 15-digit keys); a person whose block is missing is rejected
-    st_np = pc.cast(table.column("TABBLKST"), pa.int64()).to_numpy()
     keep = _run_states(st_np, geo.universe, state_filter)
-    pos = geo.block_index(block_key(table))
+    pos = geo.block_index(key)
     _first_bad(keep & (pos < 0), table.column("TABBLK"), f"block not in {Path(geo.source).name} (for this run)",
                source, "TABBLK")
-    sel = np.flatnonzero(keep)
-    combo, combos = encode_combos(race[sel])
-    region = {rt: geo.region_of[rt][pos[sel]].astype(np.int32) for rt in geo.region_ids}
-    sex = (pc.cast(sex_col, pa.int8()).to_numpy()[sel] - 1).astype(np.int8)
-    return PersonArrays(region, combo, combos, eth[sel], sex, age[sel].astype(np.int16))
+    sel = np.flatnonzero(keep) if not keep.all() else None
+    if sel is not None:
+        race, pos, eth, sex, age = race[sel], pos[sel], eth[sel], sex[sel], age[sel]
+    combo, combos = encode_race(race, len(index.codes))
+    region = {rt: geo.region_of[rt][pos].astype(np.int32) for rt in geo.region_ids}
+    return PersonArrays(region, combo, combos, eth, (sex - 1).astype(np.int8), age.astype(np.int16))

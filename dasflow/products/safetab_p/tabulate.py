@@ -1,37 +1,62 @@
-"""The flat map g_i and group-by count, vectorised: persons → sparse (population group, sex, age) counts.
+"""The flat map g_i and group-by count, vectorised: persons → sparse (population group, sex, age bin) counts.
 
-Persons are first counted by (region, race-code combination, sex, age) and by (region, QSPAN code, sex,
-age); only
+Persons are first counted by (region, race-code combination, cell) and by (region, QSPAN code, cell); only
 those distinct combinations are flat-mapped to iterations (a combination's iterations do not depend on the
-person), so no Python loop ever runs over records. The result for one (region type, iteration level) is a sparse
-frame (rows may repeat a key; counts add)
+person), so no Python loop ever runs over records. A CELL is sex × AGE23 bin (``sex · 23 + bin``): the AGE23
+edges contain every AGE4 and AGE9 edge, so every stage-2 query (Sex × AGE4/AGE9/AGE23) is a sum of these cells,
+and counting the 46 cells instead of the 232 (sex, single year of age) pairs is exact and ~5× more compact.
 
-``GROUP`` (region index × n_iterations + iteration index) | ``CELL`` (sex × 116 + age) | ``COUNT``
+The result for one (region type, iteration level) is a sparse frame (rows may repeat a key; counts add)
+
+``GROUP`` (region index × n_iterations + iteration index) | ``CELL`` (sex × 23 + AGE23 bin) | ``COUNT``
 
 holding every non-zero count; the public group domain (all regions × all iterations of the level) is implicit.
 Stability: one person adds 1 to at most |g_L(person)| ≤ s distinct groups (one region per region type), and
-within
-a group to exactly one CELL.
+within a group to exactly one CELL.
+
+Partitioned input (:meth:`PersonCounts.merge`): counts of disjoint person sets add, so per-partition counts
+(e.g. one state's persons at a time) are summed per (region, combination, cell) BEFORE any flat map or noise;
+the merged counts equal the counts of all persons together, whatever the partition.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
 from dasflow.products.safetab_p.iterations import IntArray, LevelIndex, race_iterations
-from dasflow.products.safetab_p.records import MAX_AGE, PersonArrays
+from dasflow.products.safetab_p.plan import AGE_BINS
+from dasflow.products.safetab_p.records import PersonArrays
 
-N_AGES = MAX_AGE + 1
-N_CELLS = 2 * N_AGES
+CELL_BINS = np.array(AGE_BINS[3], dtype=np.int64)  # AGE23 edges
+N_AGE_CELLS = len(CELL_BINS) + 1
+N_CELLS = 2 * N_AGE_CELLS
 SPARSE_COLUMNS = ("GROUP", "CELL", "COUNT")
+ETH_CODES = 10_000  # QSPAN code indices are < 10,000 (codes are distinct 4-digit numbers)
+_CELL_STARTS = np.concatenate([[0], CELL_BINS])
+for _k, _bins in AGE_BINS.items():  # every stage-2 age bin must be a union of AGE23 cells
+    if not set(_bins) <= set(AGE_BINS[3]):
+        raise AssertionError(f"AGE_BINS[{_k}] edges are not AGE23 edges")
+
+
+def person_cells(persons: PersonArrays) -> IntArray:
+    """Each person's CELL (sex × AGE23 bin)."""
+    return persons.sex.astype(np.int64) * N_AGE_CELLS + np.digitize(persons.age, CELL_BINS)
 
 
 def count_keys(key: IntArray) -> tuple[IntArray, IntArray]:
-    """Distinct keys and their multiplicities (hash-based, O(n))."""
-    codes, uniq = pd.factorize(key, sort=False)
-    return np.asarray(uniq, dtype=np.int64), np.bincount(codes, minlength=len(uniq)).astype(np.int64)
+    """Distinct keys (sorted) and their multiplicities."""
+    uniq, counts = np.unique(key, return_counts=True)
+    return uniq.astype(np.int64), counts.astype(np.int64)
+
+
+def _sum_by_key(key: IntArray, count: IntArray) -> tuple[IntArray, IntArray]:
+    """Distinct keys (sorted) and the sum of their counts."""
+    uniq, inv = np.unique(key, return_inverse=True)
+    return uniq.astype(np.int64), np.bincount(inv.ravel(), weights=count, minlength=len(uniq)).astype(np.int64)
 
 
 def _expand(ptr: IntArray, idx: IntArray, owner: IntArray) -> tuple[IntArray, IntArray]:
@@ -43,24 +68,87 @@ def _expand(ptr: IntArray, idx: IntArray, owner: IntArray) -> tuple[IntArray, In
 
 
 class PersonCounts:
-    """Persons of one region type counted by (region, combination | QSPAN code, cell); level-independent."""
+    """Persons of one region type counted by (region, combination | QSPAN code, cell); level-independent.
+
+    Stored as sorted packed keys ``(region · n_combo + combo) · N_CELLS + cell`` (race) and
+    ``(region · 10000 + code) · N_CELLS + cell`` (ethnicity) with their counts; ``combo_codes`` is the
+    combination table (row = sorted code indices, −1 padded)."""
+
+    race_key: IntArray
+    race_count: IntArray
+    eth_key: IntArray
+    eth_count: IntArray
+    combo_codes: IntArray
 
     def __init__(self, persons: PersonArrays, region_type: str) -> None:
         reg = persons.region[region_type]
-        keep = reg >= 0
-        r = reg[keep].astype(np.int64)
-        cell = persons.sex[keep].astype(np.int64) * N_AGES + persons.age[keep]
-        n_combo = max(len(persons.combo_codes), 1)
-        k1, self.race_count = count_keys((r * n_combo + persons.combo[keep]) * N_CELLS + cell)
-        self.race_cell = k1 % N_CELLS
-        self.race_region = k1 // N_CELLS // n_combo
-        self.race_combo = k1 // N_CELLS % n_combo
-        eth = persons.eth[keep]
-        k2, self.eth_count = count_keys((r * 10000 + eth) * N_CELLS + cell)
-        self.eth_cell = k2 % N_CELLS
-        self.eth_region = k2 // N_CELLS // 10000
-        self.eth_code = k2 // N_CELLS % 10000
+        keep = np.flatnonzero(reg >= 0) if (reg < 0).any() else None
+        r = reg.astype(np.int64) if keep is None else reg[keep].astype(np.int64)
+        cell = person_cells(persons)
+        combo, eth = persons.combo, persons.eth
+        if keep is not None:
+            cell, combo, eth = cell[keep], combo[keep], eth[keep]
         self.combo_codes = persons.combo_codes
+        n_combo = self.n_combo
+        self.race_key, self.race_count = count_keys((r * n_combo + combo) * N_CELLS + cell)
+        self.eth_key, self.eth_count = count_keys((r * ETH_CODES + eth) * N_CELLS + cell)
+
+    @property
+    def n_combo(self) -> int:
+        return max(len(self.combo_codes), 1)
+
+    @property
+    def race_cell(self) -> IntArray:
+        return self.race_key % N_CELLS
+
+    @property
+    def race_region(self) -> IntArray:
+        return self.race_key // N_CELLS // self.n_combo
+
+    @property
+    def race_combo(self) -> IntArray:
+        return self.race_key // N_CELLS % self.n_combo
+
+    @property
+    def eth_cell(self) -> IntArray:
+        return self.eth_key % N_CELLS
+
+    @property
+    def eth_region(self) -> IntArray:
+        return self.eth_key // N_CELLS // ETH_CODES
+
+    @property
+    def eth_code(self) -> IntArray:
+        return self.eth_key // N_CELLS % ETH_CODES
+
+    @property
+    def rows(self) -> int:
+        """Stored (key, count) rows (memory: 16 bytes each)."""
+        return len(self.race_key) + len(self.eth_key)
+
+    @classmethod
+    def merge(cls, parts: Sequence[PersonCounts]) -> PersonCounts:
+        """The counts of the union of disjoint person sets: combination tables unified (distinct rows), then
+        counts summed per (region, combination | code, cell). Exact integer sums, before any noise."""
+        if not parts:
+            raise ValueError("nothing to merge")
+        if len(parts) == 1:
+            return parts[0]
+        table, inv = np.unique(np.concatenate([p.combo_codes for p in parts]), axis=0, return_inverse=True)
+        inv = inv.ravel().astype(np.int64)
+        out = cls.__new__(cls)
+        out.combo_codes = table.astype(np.int64)
+        n_new = out.n_combo
+        keys, offset = [], 0
+        for p in parts:  # over partitions (e.g. states), not records
+            remap = inv[offset:offset + len(p.combo_codes)]
+            offset += len(p.combo_codes)
+            combo = remap[p.race_combo] if len(p.combo_codes) else p.race_combo
+            keys.append((p.race_region * n_new + combo) * N_CELLS + p.race_cell)
+        out.race_key, out.race_count = _sum_by_key(np.concatenate(keys), np.concatenate([p.race_count for p in parts]))
+        out.eth_key, out.eth_count = _sum_by_key(np.concatenate([p.eth_key for p in parts]),
+                                                 np.concatenate([p.eth_count for p in parts]))
+        return out
 
 
 def tabulate_level(counts: PersonCounts, level: LevelIndex) -> pd.DataFrame:
@@ -72,11 +160,13 @@ def tabulate_level(counts: PersonCounts, level: LevelIndex) -> pd.DataFrame:
     """
     n_it = level.n_iterations
     c_ptr, c_idx = race_iterations(level, counts.combo_codes)
-    rep, it = _expand(c_ptr, c_idx, counts.race_combo)
-    rep2, it2 = _expand(level.eth_ptr, level.eth_idx, counts.eth_code)
+    rkey, ekey = counts.race_key, counts.eth_key
+    rep, it = _expand(c_ptr, c_idx, rkey // N_CELLS % counts.n_combo)
+    rep2, it2 = _expand(level.eth_ptr, level.eth_idx, ekey // N_CELLS % ETH_CODES)
     return pd.DataFrame({
-        "GROUP": np.concatenate([counts.race_region[rep] * n_it + it, counts.eth_region[rep2] * n_it + it2]),
-        "CELL": np.concatenate([counts.race_cell[rep], counts.eth_cell[rep2]]).astype(np.int16),
+        "GROUP": np.concatenate([rkey[rep] // N_CELLS // counts.n_combo * n_it + it,
+                                 ekey[rep2] // N_CELLS // ETH_CODES * n_it + it2]),
+        "CELL": np.concatenate([rkey[rep] % N_CELLS, ekey[rep2] % N_CELLS]).astype(np.int16),
         "COUNT": np.concatenate([counts.race_count[rep], counts.eth_count[rep2]]),
     })
 
@@ -94,15 +184,15 @@ def group_totals(sparse: pd.DataFrame, n_groups: int) -> IntArray:
 
 
 def binned_cells(sparse: pd.DataFrame, groups: IntArray, bins: npt.NDArray[np.int64]) -> IntArray:
-    """True Sex × AgeK counts of the given (sorted) groups: shape (len(groups), 2, len(bins)+1), empty
-    cells 0."""
+    """True Sex × Age counts of the given (sorted) groups for age ``bins`` (a subset of the AGE23 edges):
+    shape (len(groups), 2, len(bins)+1), empty cells 0."""
     nb = len(bins) + 1
     g = sparse["GROUP"].to_numpy()
     pos = np.searchsorted(groups, g)
     pos_c = np.minimum(pos, max(len(groups) - 1, 0))
     hit = (len(groups) > 0) & (groups[pos_c] == g) if len(groups) else np.zeros(len(g), bool)
     cell = sparse["CELL"].to_numpy()[hit].astype(np.int64)
-    sex, age = cell // N_AGES, cell % N_AGES
-    flat = (pos[hit] * 2 + sex) * nb + np.digitize(age, bins)
+    sex, age_cell = cell // N_AGE_CELLS, cell % N_AGE_CELLS
+    flat = (pos[hit] * 2 + sex) * nb + np.digitize(_CELL_STARTS, bins)[age_cell]
     out = np.bincount(flat, weights=sparse["COUNT"].to_numpy()[hit], minlength=len(groups) * 2 * nb)
     return out.astype(np.int64).reshape(len(groups), 2, nb)
