@@ -57,11 +57,15 @@ def geo_state_index(geo: Columns, state_filter: tuple[str, ...]) -> tuple[np.nda
     keep = ~np.isin(geo["RTYPE"], (4, 5)) & np.isin(geo["TABBLKST"], states)
     m = geo["MAFID"][keep]
     st = np.searchsorted(states, geo["TABBLKST"][keep].astype(np.int64))
-    _uniq, inverse, counts = np.unique(m, return_inverse=True, return_counts=True)
-    single = counts[inverse] == 1
-    m, st = m[single], st[single]
-    srt = np.argsort(m, kind="stable")
-    return m[srt], st[srt].astype(np.int16)
+    if m.size > 1 and bool(np.any(m[1:] < m[:-1])):
+        srt = np.argsort(m, kind="stable")
+        m, st = m[srt], st[srt]
+    single = np.ones(m.size, dtype=bool)  # m is sorted: a MAFID is single iff it differs from both neighbours
+    if m.size > 1:
+        eq = m[1:] == m[:-1]
+        single[1:] &= ~eq
+        single[:-1] &= ~eq
+    return m[single], st[single].astype(np.int16)
 
 
 def unit_states(u_mafid: np.ndarray, geo_mafid: np.ndarray, geo_state: np.ndarray) -> np.ndarray:
