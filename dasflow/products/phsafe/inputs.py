@@ -283,7 +283,7 @@ def _read_fast(path: Path, name: str, delim: str) -> dict[str, np.ndarray] | Non
 def _parse(path: Path, columns: list[str], delim: str, types: Mapping[str, pa.DataType]) -> pa.Table:
     return pacsv.read_csv(
         path,
-        read_options=pacsv.ReadOptions(column_names=columns, skip_rows=1, block_size=1 << 26),
+        read_options=pacsv.ReadOptions(column_names=columns, skip_rows=1, block_size=1 << 21),  # cache-sized
         parse_options=pacsv.ParseOptions(delimiter=delim),
         convert_options=pacsv.ConvertOptions(column_types=dict(types), strings_can_be_null=False,
                                              quoted_strings_can_be_null=False),
