@@ -78,6 +78,7 @@ class Gather(Mapping[str, np.ndarray]):
 
 
 def _take(cols: Columns, idx: np.ndarray) -> dict[str, np.ndarray]:
+    """Rows ``idx`` (indices or a boolean mask) of every column."""
     return {k: np.asarray(v)[idx] for k, v in cols.items()}
 
 
@@ -96,16 +97,20 @@ def build_universe(persons: Columns, units: Columns, geo: Columns, state_filter:
     ``min_tau`` is the smallest τ the universe will be truncated at (1 serves every τ). Units are kept sorted
     by MAFID so every table's unit subset is sorted too (duplicates adjacent, joins by binary search).
     """
-    p = _take(persons, np.flatnonzero(pp.person_universe(persons)))
+    p = _take(persons, pp.person_universe(persons))  # a boolean mask gathers faster than indices
     order, big = grouped_content_order(p["MAFID"], [p[c] for c in PERSON_CONTENT], min_tau)
     if not np.array_equal(order, np.arange(order.size)):
         p = _take(p, order)
     gm, gs = pp.geo_state_index(geo, state_filter)
     umafid = np.asarray(units["MAFID"])
     st = pp.unit_states(umafid, gm, gs)
-    keep = _sort_by_mafid(umafid, np.flatnonzero(pp.occupied_units(units) & (st >= 0)))
-    u = _take(units, keep)
-    u["STATE"] = st[keep]
+    mask = pp.occupied_units(units) & (st >= 0)
+    keep = np.flatnonzero(mask)
+    srt = _sort_by_mafid(umafid, keep)
+    if srt is not keep:
+        mask = srt  # not grouped in the file: gather in MAFID order
+    u = _take(units, mask)
+    u["STATE"] = st[mask]
     u["ITER_AG"] = pp.iteration_ag(u["HHRACE"])
     u["ITER_HI"] = pp.iteration_hi(u["HHRACE"], u["HHSPAN"])
     um = u["MAFID"]
