@@ -1,4 +1,4 @@
-"""Relaxed-QP baselines M_H-R and M_HC-R (Fioretto et al. Secs. 5 and 8): convex QP with HiGHS, then rounding.
+"""Relaxed-QP baselines M_H-R and M_HC-R (Fioretto et al. Secs. 5 and 8): convex QP, then rounding.
 
 M_H-R: min sum (x - noisy)^2 over all (level, region, column) subject to parent = sum of children per column,
 x >= 0 and sum_j x[root, j] = n (Model 1 without integrality); each entry is then rounded to the nearest
@@ -6,37 +6,77 @@ integer. M_HC-R: the same on cumulative variables y (Model 2 without integrality
 0, consistency per column, y[root, k] = n; rounded, then Lambda^{-1}. Rounding breaks consistency and
 faithfulness; the callers count the violations (#CV, requirement V2) instead of hiding them.
 
-The QP is solved by HiGHS (``highspy``; interior/active-set QP) with an optional time limit;
-``QPResult.status`` reports whether the optimum was reached. Privacy: post-processing of noisy arrays plus
-public n and tree.
+Solvers. The default is Clarabel (``clarabel``; a primal-dual interior-point method with a sparse LDL
+factorisation of the KKT system), the open analogue of the barrier QP the paper ran in Gurobi. The
+problem is posed sparsely: Hessian 2I, one equality row per non-leaf (r, j) plus the n row, -I rows for x >= 0
+(and one 2-entry row per monotonicity constraint for M_HC-R). ``solver="highs"`` keeps the former HiGHS path
+for comparison only: HiGHS' QP solver is a primal active-set method that changes the active set one bound at a
+time and keeps a *dense* factor of the reduced Hessian (null-space dimension ~ free variables - equality
+rows, here ~ 10^4..10^6), so it runs out of time at k = 10 and out of memory (``std::bad_alloc``) at Census
+scale, whatever the formulation. Clarabel works on the deviation d = x - anchor from a non-negative anchor
+(the leaves' clipped noisy values and their tree sums), with the right-hand sides scaled to ~1e6: its relative
+tolerances then act on noise-sized quantities (solving in x directly stops with duality gaps ~1e7 when n ~
+1e8, and the unscaled cumulative problem is declared infeasible).
+
+Certificate. ``QPResult.kkt`` is computed here from the returned primal x and dual z, independently of the
+solver's own stopping test, in the units of the original problem: the largest primal residual (equality rows,
+negativity, monotonicity), the stationarity residual ||2(x - t) + A'z||_inf, the most negative inequality
+multiplier, and the duality gap f(x) - g(z+) where g is the exact Lagrangian dual function evaluated at the
+multipliers with the inequality part clipped to >= 0 (a valid lower bound on the optimum, so the gap bounds
+the sub-optimality of x up to its primal residual).
+
+Privacy: post-processing of noisy arrays plus public n and tree.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Literal
 
-import highspy
 import numpy as np
 import numpy.typing as npt
+import scipy.sparse as sp
 
 from dasflow.postprocess.isotonic import cumulative_inverse
 from dasflow.postprocess.tree_dp import TreeShape
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+QPSolver = Literal["clarabel", "highs"]
 
-__all__ = ["QPResult", "relaxed_counts_qp", "relaxed_cumulative_qp", "round_half_up"]
+__all__ = ["KKTReport", "QPResult", "QPSolver", "relaxed_counts_qp", "relaxed_cumulative_qp", "round_half_up"]
+
+
+@dataclass(frozen=True)
+class KKTReport:
+    """Optimality certificate of a relaxed solution (original units; see the module docstring)."""
+
+    objective: float
+    dual_bound: float
+    primal_residual: float
+    stationarity: float
+    dual_infeasibility: float
+
+    @property
+    def gap(self) -> float:
+        """Absolute duality gap f(x) - g(z+)."""
+        return self.objective - self.dual_bound
+
+    @property
+    def relative_gap(self) -> float:
+        return self.gap / max(1.0, abs(self.objective))
 
 
 @dataclass(frozen=True)
 class QPResult:
-    """Relaxed solution per level (float), its rounding (int), solver status and solve seconds."""
+    """Relaxed solution per level (float), its rounding (int), solver status, solve seconds, certificate."""
 
     relaxed: tuple[FloatArray, ...]
     rounded: tuple[IntArray, ...]
     status: str
     seconds: float
+    kkt: KKTReport | None = None
 
 
 def round_half_up(x: FloatArray) -> IntArray:
@@ -72,38 +112,113 @@ def _consistency_rows(shape: TreeShape, k: int, off: list[int]) -> tuple[IntArra
         lens.append(rl)
         idx.append(col)
         val.append(np.where(pos == 0, 1.0, -1.0))
+    if not lens:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
     return np.concatenate(lens), np.concatenate(idx), np.concatenate(val)
 
 
-def _solve(
-    n_var: int,
-    target: FloatArray,
-    lens: IntArray,
-    cols: IntArray,
-    vals: FloatArray,
-    row_lo: FloatArray,
-    row_hi: FloatArray,
-    time_limit: float | None,
-    solver: str | None = None,
-) -> tuple[FloatArray, str, float]:
+@dataclass(frozen=True)
+class _Problem:
+    """min ||x - t||^2 s.t. A_eq x = b_eq, A_le x <= 0 (monotone rows), x >= 0."""
+
+    target: FloatArray
+    a_eq: sp.csr_matrix
+    b_eq: FloatArray
+    a_le: sp.csr_matrix  # may have 0 rows
+    anchor: FloatArray  # a non-negative point near the optimum: the solver works on d = x - anchor
+
+
+def _csr(lens: IntArray, cols: IntArray, vals: FloatArray, n_var: int) -> sp.csr_matrix:
+    indptr = np.r_[0, np.cumsum(lens)].astype(np.int64)
+    return sp.csr_matrix((vals, cols.astype(np.int64), indptr), shape=(int(lens.size), n_var))
+
+
+def _certificate(p: _Problem, x: FloatArray, z_eq: FloatArray, z_le: FloatArray, z_nn: FloatArray) -> KKTReport:
+    """Primal/dual residuals and the duality gap of (x, z) for the problem p (module docstring).
+
+    Lagrangian: ||x - t||^2 + z_eq'(A_eq x - b_eq) + z_le'(A_le x) - z_nn'x with z_le, z_nn >= 0.
+    """
+    t = p.target
+    r_eq = p.a_eq @ x - p.b_eq
+    r_le = np.maximum(p.a_le @ x, 0.0) if p.a_le.shape[0] else np.zeros(0)
+    primal = max(float(np.abs(r_eq).max(initial=0.0)), float(r_le.max(initial=0.0)), float(np.maximum(-x, 0).max()))
+    grad = 2.0 * (x - t) + p.a_eq.T @ z_eq - z_nn
+    if p.a_le.shape[0]:
+        grad = grad + p.a_le.T @ z_le
+    stat = float(np.abs(grad).max(initial=0.0))
+    dual_inf = float(max(np.maximum(-z_le, 0).max(initial=0.0), np.maximum(-z_nn, 0).max(initial=0.0)))
+    # exact dual function at (z_eq, z_le+, z_nn+): min_x ||x - t||^2 + w'x - z_eq'b_eq, w = A_eq'z + A_le'z - z_nn
+    zl, zn = np.maximum(z_le, 0.0), np.maximum(z_nn, 0.0)
+    w = p.a_eq.T @ z_eq - zn
+    if p.a_le.shape[0]:
+        w = w + p.a_le.T @ zl
+    dual = float(w @ t - 0.25 * (w @ w) - z_eq @ p.b_eq)
+    obj = float(((x - t) ** 2).sum())
+    return KKTReport(obj, dual, primal, stat, dual_inf)
+
+
+_TOL = (1e-9, 1e-10)  # absolute / relative duality-gap tolerances (on the deviation from the anchor)
+
+
+def _solve_clarabel(p: _Problem, time_limit: float | None) -> tuple[FloatArray, str, float, KKTReport | None]:
+    """Clarabel on d = x - anchor (targets t - anchor are noise-sized, so the IPM's relative tolerances act
+    on the deviation instead of on counts of size ~n: solving in x directly leaves gaps of ~1e7 at n ~ 1e8)."""
+    import clarabel  # optional dependency of the experiment baselines
+
+    n_var = p.target.size
+    n_eq, n_le = p.a_eq.shape[0], p.a_le.shape[0]
+    x0 = p.anchor
+    a = sp.vstack([p.a_eq, p.a_le, -sp.identity(n_var, format="csr")], format="csc")
+    b = np.r_[p.b_eq - p.a_eq @ x0, -(p.a_le @ x0) if n_le else np.zeros(0), x0]
+    cones = [clarabel.ZeroConeT(n_eq)]
+    if n_le:
+        cones.append(clarabel.NonnegativeConeT(n_le))
+    cones.append(clarabel.NonnegativeConeT(n_var))
+    hess = sp.diags(np.full(n_var, 2.0), format="csc")
+    settings = clarabel.DefaultSettings()
+    settings.verbose = False
+    settings.tol_gap_abs, settings.tol_gap_rel = _TOL
+    if time_limit is not None:
+        settings.time_limit = float(time_limit)
+    t0 = time.perf_counter()
+    # the -I rows' right-hand sides are the anchor (~n at the root); keep them ~1e6 (unscaled, the cumulative
+    # problem is declared dual infeasible at n ~ 1e8)
+    scale = max(1.0, float(np.abs(b).max(initial=0.0)) / 1e6)
+    solver = clarabel.DefaultSolver(hess, -2.0 * (p.target - x0) / scale, a, b / scale, cones, settings)
+    del a, b, hess
+    sol = solver.solve()
+    secs = time.perf_counter() - t0
+    status = str(sol.status)
+    x = x0 + scale * np.asarray(sol.x, dtype=np.float64)
+    z = scale * np.asarray(sol.z, dtype=np.float64)
+    if x.size != n_var or not np.all(np.isfinite(x)):
+        return np.full(n_var, np.nan), status, secs, None
+    kkt = _certificate(p, x, z[:n_eq], z[n_eq : n_eq + n_le], z[n_eq + n_le :])
+    return x, status, secs, kkt
+
+
+def _solve_highs(p: _Problem, time_limit: float | None) -> tuple[FloatArray, str, float, KKTReport | None]:
+    import highspy
+
+    n_var = p.target.size
     h = highspy.Highs()  # type: ignore[no-untyped-call]
     h.setOptionValue("output_flag", False)
-    if solver is not None:
-        h.setOptionValue("solver", solver)
     if time_limit is not None:
         h.setOptionValue("time_limit", float(time_limit))
+    a = sp.vstack([p.a_eq, p.a_le], format="csr")
+    inf = highspy.kHighsInf
     lp = highspy.HighsLp()
     lp.num_col_ = n_var
-    lp.num_row_ = int(lens.size)
-    lp.col_cost_ = -2.0 * target
+    lp.num_row_ = int(a.shape[0])
+    lp.col_cost_ = -2.0 * p.target
     lp.col_lower_ = np.zeros(n_var)
-    lp.col_upper_ = np.full(n_var, highspy.kHighsInf)
-    lp.row_lower_ = row_lo
-    lp.row_upper_ = row_hi
+    lp.col_upper_ = np.full(n_var, inf)
+    lp.row_lower_ = np.r_[p.b_eq, np.full(p.a_le.shape[0], -inf)]
+    lp.row_upper_ = np.r_[p.b_eq, np.zeros(p.a_le.shape[0])]
     lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-    lp.a_matrix_.start_ = np.r_[0, np.cumsum(lens)].astype(np.int32)
-    lp.a_matrix_.index_ = cols.astype(np.int32)
-    lp.a_matrix_.value_ = vals
+    lp.a_matrix_.start_ = a.indptr.astype(np.int32)
+    lp.a_matrix_.index_ = a.indices.astype(np.int32)
+    lp.a_matrix_.value_ = a.data
     hess = highspy.HighsHessian()
     hess.dim_ = n_var
     hess.format_ = highspy.HessianFormat.kTriangular
@@ -118,56 +233,105 @@ def _solve(
     h.run()
     secs = time.perf_counter() - t0
     status = h.modelStatusToString(h.getModelStatus())
-    sol = np.asarray(h.getSolution().col_value, dtype=np.float64)
-    if sol.size != n_var:
-        sol = np.full(n_var, np.nan)
-    return sol, status, secs
+    x = np.asarray(h.getSolution().col_value, dtype=np.float64)
+    if x.size != n_var:
+        x = np.full(n_var, np.nan)
+    return x, status, secs, None
+
+
+def _run(p: _Problem, time_limit: float | None, solver: QPSolver) -> tuple[FloatArray, str, float, KKTReport | None]:
+    if solver == "clarabel":
+        return _solve_clarabel(p, time_limit)
+    if solver == "highs":
+        return _solve_highs(p, time_limit)
+    raise ValueError(f"unknown QP solver {solver!r}")
 
 
 def _split(x: FloatArray, shape: TreeShape, k: int, off: list[int]) -> tuple[FloatArray, ...]:
     return tuple(x[off[l] : off[l + 1]].reshape(shape.sizes[l], k) for l in range(shape.levels))
 
 
-def relaxed_counts_qp(
-    shape: TreeShape, noisy: list[npt.NDArray[np.generic]], total: int, time_limit: float | None = None
-) -> QPResult:
-    """M_H-R: relaxed Model 1 solved by HiGHS, rounded entry-wise."""
+def _targets(shape: TreeShape, noisy: list[npt.NDArray[np.generic]]) -> tuple[int, list[int], FloatArray]:
+    if len(noisy) != shape.levels:
+        raise ValueError(f"need one noisy array per level ({shape.levels}), got {len(noisy)}")
     k = int(np.asarray(noisy[0]).shape[1])
+    for l, a in enumerate(noisy):
+        if np.asarray(a).shape != (shape.sizes[l], k):
+            raise ValueError(f"level {l}: noisy array must have shape ({shape.sizes[l]}, {k})")
     off = _offsets(shape, k)
     target = np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in noisy])
+    if not np.all(np.isfinite(target)):
+        raise ValueError("noisy values must be finite")
+    return k, off, target
+
+
+def _tree_sums(shape: TreeShape, leaf: FloatArray) -> FloatArray:
+    """Flattened (level-major) values of every level given the leaves: parents = sums of children."""
+    levels = [leaf]
+    for l in range(shape.levels - 2, -1, -1):
+        levels.append(np.add.reduceat(levels[-1], shape.child_starts(l), axis=0))
+    return np.concatenate([a.ravel() for a in reversed(levels)])
+
+
+def counts_problem(shape: TreeShape, noisy: list[npt.NDArray[np.generic]], total: int) -> _Problem:
+    """The relaxed Model 1 (M_H-R) as data (also used by the tests' independent solves)."""
+    k, off, target = _targets(shape, noisy)
     lens, cols, vals = _consistency_rows(shape, k, off)
-    n_cons = lens.size
     lens = np.r_[lens, k]
     cols = np.r_[cols, np.arange(k, dtype=np.int64)]
     vals = np.r_[vals, np.ones(k)]
-    lo = np.r_[np.zeros(n_cons), float(total)]
-    sol, status, secs = _solve(off[-1], target, lens, cols, vals, lo, lo.copy(), time_limit)
+    b = np.r_[np.zeros(lens.size - 1), float(total)]
+    leaf = np.maximum(np.asarray(noisy[-1], dtype=np.float64), 0.0)
+    anchor = _tree_sums(shape, leaf)
+    return _Problem(target, _csr(lens, cols, vals, off[-1]), b, sp.csr_matrix((0, off[-1])), anchor)
+
+
+def cumulative_problem(shape: TreeShape, noisy_cum: list[npt.NDArray[np.generic]], total: int) -> _Problem:
+    """The relaxed Model 2 (M_HC-R) as data: consistency + y[root, k] = n, monotone rows y_j - y_{j+1} <= 0."""
+    k, off, target = _targets(shape, noisy_cum)
+    lens, cols, vals = _consistency_rows(shape, k, off)
+    lens = np.r_[lens, 1]
+    cols = np.r_[cols, k - 1]
+    vals = np.r_[vals, 1.0]
+    b = np.r_[np.zeros(lens.size - 1), float(total)]
+    a_idx = np.arange(off[-1], dtype=np.int64).reshape(-1, k)[:, :-1].ravel()
+    n_mono = a_idx.size
+    le = _csr(np.full(n_mono, 2, dtype=np.int64), np.column_stack([a_idx, a_idx + 1]).ravel(),
+              np.tile([1.0, -1.0], n_mono), off[-1])
+    leaf = np.maximum.accumulate(np.maximum(np.asarray(noisy_cum[-1], dtype=np.float64), 0.0), axis=1)
+    return _Problem(target, _csr(lens, cols, vals, off[-1]), b, le, _tree_sums(shape, leaf))
+
+
+def relaxed_counts_qp(
+    shape: TreeShape,
+    noisy: list[npt.NDArray[np.generic]],
+    total: int,
+    time_limit: float | None = None,
+    solver: QPSolver = "clarabel",
+) -> QPResult:
+    """M_H-R: relaxed Model 1, rounded entry-wise."""
+    k = int(np.asarray(noisy[0]).shape[1])
+    off = _offsets(shape, k)
+    sol, status, secs, kkt = _run(counts_problem(shape, noisy, total), time_limit, solver)
     relaxed = _split(sol, shape, k, off)
     rounded = tuple(round_half_up(np.nan_to_num(r)) for r in relaxed)
-    return QPResult(relaxed, rounded, status, secs)
+    return QPResult(relaxed, rounded, status, secs, kkt)
 
 
 def relaxed_cumulative_qp(
-    shape: TreeShape, noisy_cum: list[npt.NDArray[np.generic]], total: int, time_limit: float | None = None
+    shape: TreeShape,
+    noisy_cum: list[npt.NDArray[np.generic]],
+    total: int,
+    time_limit: float | None = None,
+    solver: QPSolver = "clarabel",
 ) -> QPResult:
     """M_HC-R: relaxed Model 2 on cumulative variables, rounded, then Lambda^{-1} (``rounded`` holds
     counts)."""
     k = int(np.asarray(noisy_cum[0]).shape[1])
     off = _offsets(shape, k)
-    target = np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in noisy_cum])
-    lens, cols, vals = _consistency_rows(shape, k, off)
-    n_eq = lens.size
-    # y[root, k] = n, then monotone rows y[r, j] - y[r, j+1] <= 0
-    a_idx = np.arange(off[-1], dtype=np.int64).reshape(-1, k)[:, :-1].ravel()
-    n_mono = a_idx.size
-    lens = np.r_[lens, 1, np.full(n_mono, 2, dtype=np.int64)]
-    cols = np.r_[cols, k - 1, np.column_stack([a_idx, a_idx + 1]).ravel()]
-    vals = np.r_[vals, 1.0, np.tile([1.0, -1.0], n_mono)]
-    lo = np.r_[np.zeros(n_eq), float(total), np.full(n_mono, -highspy.kHighsInf)]
-    hi = np.r_[np.zeros(n_eq), float(total), np.zeros(n_mono)]
-    sol, status, secs = _solve(off[-1], target, lens, cols, vals, lo, hi, time_limit)
+    sol, status, secs, kkt = _run(cumulative_problem(shape, noisy_cum, total), time_limit, solver)
     relaxed = _split(sol, shape, k, off)
     rounded = tuple(
         np.asarray(cumulative_inverse(round_half_up(np.nan_to_num(r))), dtype=np.int64) for r in relaxed
     )
-    return QPResult(relaxed, rounded, status, secs)
+    return QPResult(relaxed, rounded, status, secs, kkt)

@@ -300,11 +300,9 @@ def _parent_from_phi(
     size = np.where(feasible, newhi - newlo, 0).astype(np.int64)
     k0 = newlo - sum_lo
     f0 = phi_lo + slope_at.prefix(k0)
-    rows = np.repeat(np.arange(size.size, dtype=np.int64), size)
-    within = _seg_arange(size)
-    slopes = slope_at.at(rows, np.repeat(k0, size) + within)
+    slopes = slope_at.window(k0, size)
     if own.c is not None:
-        v = np.repeat(newlo, size) + within
+        v = np.repeat(newlo - np.r_[0, np.cumsum(size)[:-1]], size) + np.arange(int(size.sum()), dtype=np.int64)
         slopes = slopes + _own_slope(v, np.repeat(own.c, size), own.weight, own.kind)
         f0 = f0 + _own_cost(newlo, own.c, own.weight, own.kind)
     return Tables(newlo, size, np.where(feasible, f0, np.inf), slopes, feasible)
@@ -317,6 +315,10 @@ class _SlopeAt:
         raise NotImplementedError
 
     def at(self, rows: IntArray, q: IntArray) -> FloatArray:  # merged slope number q of parent ``rows``
+        raise NotImplementedError
+
+    def window(self, k0: IntArray, size: IntArray) -> FloatArray:
+        """Concatenated merged slopes k0_p .. k0_p + size_p - 1 of every parent p."""
         raise NotImplementedError
 
 
@@ -332,6 +334,12 @@ class _GenericSlopes(_SlopeAt):
         out: FloatArray = self.merged[self.moff[rows] + q]
         return out
 
+    def window(self, k0: IntArray, size: IntArray) -> FloatArray:
+        first = self.moff[:-1] + k0 - np.r_[0, np.cumsum(size)[:-1]]
+        idx = np.repeat(first, size) + np.arange(int(size.sum()), dtype=np.int64)
+        out: FloatArray = self.merged[idx]
+        return out
+
 
 class _CountingSlopes(_SlopeAt):
     """Ragged histograms over t (slope w*(2t+1)), one row per parent, stored flat.
@@ -344,10 +352,19 @@ class _CountingSlopes(_SlopeAt):
     def __init__(self, cnt: IntArray, roff: IntArray, tmin: IntArray, weight: float) -> None:
         self.roff, self.tmin, self.weight = roff, tmin, weight
         widths = np.diff(roff)
-        tv = np.repeat(tmin, widths) + _seg_arange(widths)
-        self.cc = np.cumsum(cnt)
-        self.ccz = np.concatenate([[0], self.cc]).astype(np.int64)
-        self.cslz = np.concatenate([[0.0], np.cumsum(cnt * (weight * (2.0 * tv + 1.0)))])
+        # t value of every flat histogram slot: tmin_p + (f - roff_p)
+        tv = np.repeat(tmin - roff[:-1], widths)
+        tv += np.arange(tv.size, dtype=np.int64)
+        self.ccz = np.zeros(cnt.size + 1, dtype=np.int64)
+        np.cumsum(cnt, out=self.ccz[1:])
+        self.cc = self.ccz[1:]
+        slope = tv.astype(np.float64)
+        del tv
+        slope *= 2.0 * weight
+        slope += weight
+        slope *= cnt
+        self.cslz = np.zeros(cnt.size + 1, dtype=np.float64)
+        np.cumsum(slope, out=self.cslz[1:])
         self.base = self.ccz[roff[:-1]]
 
     def tindex(self, rows: IntArray, q: IntArray) -> IntArray:
@@ -373,13 +390,52 @@ class _CountingSlopes(_SlopeAt):
     def at(self, rows: IntArray, q: IntArray) -> FloatArray:
         return self._slope(rows, self.tindex(rows, q))
 
+    def window(self, k0: IntArray, size: IntArray) -> FloatArray:
+        """Expand only the histogram slots that cover each window (two binary searches per parent, then a
+        repeat of every slot's slope by its count clipped to the window)."""
+        rows = np.flatnonzero(size > 0).astype(np.int64)
+        if rows.size == 0:
+            return np.zeros(0, dtype=np.float64)
+        q_lo = k0[rows]
+        q_hi = q_lo + size[rows]
+        first = self.tindex(rows, q_lo)
+        last = self.tindex(rows, q_hi - 1)
+        nslot = last - first + 1
+        slot = np.repeat(first - np.r_[0, np.cumsum(nslot)[:-1]], nslot) + np.arange(int(nslot.sum()), dtype=np.int64)
+        g_lo = np.repeat(self.base[rows] + q_lo, nslot)
+        g_hi = np.repeat(self.base[rows] + q_hi, nslot)
+        cnt = np.minimum(self.ccz[slot + 1], g_hi) - np.maximum(self.ccz[slot], g_lo)
+        srow = np.repeat(rows, nslot)
+        out: FloatArray = np.repeat(self._slope(srow, slot), cnt)
+        return out
+
+
+def _sort_per_parent(slopes: FloatArray, sum_size: IntArray) -> FloatArray:
+    """Sort ``slopes`` within each parent's contiguous block (block sizes ``sum_size``).
+
+    Integral slopes (the production case: integer noisy values, integer weights) are sorted in ONE flat
+    ``np.sort`` of the key ``slope - min + parent * span``: integers below 2^53, so the float keys are exact and
+    subtracting the offsets back returns the slopes bit for bit. Anything else falls back to a lexsort.
+    """
+    if slopes.size == 0:
+        return slopes.copy()
+    lo = float(slopes.min())
+    span = float(slopes.max()) - lo + 1.0
+    n_par = sum_size.size
+    if math.isfinite(span) and span * n_par < 2.0**52 and bool(np.all(slopes == np.floor(slopes))):
+        offs = np.repeat(np.arange(n_par, dtype=np.float64) * span - lo, sum_size)
+        key = slopes + offs
+        key.sort()
+        key -= offs
+        return key
+    elem_parent = np.repeat(np.arange(n_par, dtype=np.int64), sum_size)
+    out: FloatArray = slopes[np.lexsort((slopes, elem_parent))]
+    return out
+
 
 def _merge_generic(child: Tables, starts: IntArray, n_parents: int) -> tuple[_Merge, _GenericSlopes]:
-    child_parent = np.repeat(np.arange(n_parents, dtype=np.int64), np.diff(np.r_[starts, child.lo.size]))
-    elem_parent = np.repeat(child_parent, child.size)
-    order = np.lexsort((child.slopes, elem_parent))
-    merged = child.slopes[order]
-    sum_size = np.add.reduceat(child.size, starts)
+    sum_size = np.add.reduceat(child.size, starts) if child.size.size else np.zeros(n_parents, dtype=np.int64)
+    merged = _sort_per_parent(child.slopes, sum_size)
     moff = np.concatenate([[0], np.cumsum(sum_size)]).astype(np.int64)
     info = _Merge(sum_lo=np.add.reduceat(child.lo, starts), starts=starts, merged=merged, moff=moff)
     return info, _GenericSlopes(merged, moff)

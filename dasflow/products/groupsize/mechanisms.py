@@ -8,7 +8,7 @@ of a level, sequential over the L levels) + a post-processor that sees only the 
 mechanism  query          L1 sens. (pure) / Δ² (zCDP)      post-processing
 =========  =============  ===============================  ==========================================
 M_DP       counts c^r     2 / 2        (Lemma 4)           exact tree DP (Algorithm 1)
-M_H-R      counts c^r     2 / 2                            relaxed QP (HiGHS) + rounding; has #CV
+M_H-R      counts c^r     2 / 2                            relaxed QP (Clarabel IPM) + rounding; has #CV
 TopDown    counts c^r     2 / 2                            two-level L2 + largest remainder (Sec. 10)
 M_DPC      Λ(c^r)         1 / 1        (Lemma 6)           PAVA per region, round, Λ⁻¹, tree DP
 M_HC-R     Λ(c^r)         1 / 1                            relaxed cumulative QP + rounding; has #CV
@@ -43,7 +43,7 @@ from dasflow.postprocess.chain_dp import (
     solve_chain_isotonic,
 )
 from dasflow.postprocess.isotonic import cumulative, cumulative_inverse, isotonic_nonneg
-from dasflow.postprocess.relaxed_qp import relaxed_counts_qp, relaxed_cumulative_qp, round_half_up
+from dasflow.postprocess.relaxed_qp import QPResult, relaxed_counts_qp, relaxed_cumulative_qp, round_half_up
 from dasflow.postprocess.tree_dp import LevelCost, TreeShape, solve_tree, window_radius
 from dasflow.postprocess.twolevel_topdown import twolevel_topdown
 
@@ -107,6 +107,15 @@ class PostResult:
     note: str = ""
 
 
+def _qp_note(res: QPResult) -> str:
+    """Solver status plus the KKT certificate (duality gap, primal residual, stationarity) of the relaxed QP."""
+    if res.kkt is None:
+        return f"qp_status={res.status}"
+    k = res.kkt
+    return (f"qp_status={res.status} gap={k.gap:.2e} rel_gap={k.relative_gap:.1e} "
+            f"primal_res={k.primal_residual:.1e} stationarity={k.stationarity:.1e}")
+
+
 def _radii(variances: Sequence[float], multiplier: float) -> list[int]:
     return [window_radius(v, multiplier) for v in variances]
 
@@ -161,9 +170,9 @@ def postprocess(
     elif mechanism == "M_H-R":
         res = relaxed_counts_qp(shape, list(arrays), total, qp_time_limit)
         levels = res.rounded
-        note = f"qp_status={res.status}"
+        note = _qp_note(res)
     else:  # M_HC-R
         res = relaxed_cumulative_qp(shape, list(arrays), total, qp_time_limit)
         levels = res.rounded
-        note = f"qp_status={res.status}"
+        note = _qp_note(res)
     return PostResult(tuple(np.asarray(x, dtype=np.int64) for x in levels), time.perf_counter() - t0, note)
