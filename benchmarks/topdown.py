@@ -3,6 +3,9 @@ level, peak RSS, and a scipy relaxed-QP baseline on a subset of the same parents
 
     .venv/bin/python benchmarks/topdown.py --persons 5000000 --state 01 --seed 7 [--json out.json]
 
+Invariants as the 2020 DAS held them: the total and the state population (``invariants.json``), and the
+structural zeros of the public block facts (housing units and GQ facilities per major type per block).
+
 The baseline solves the *same* continuous per-family problem (WLS over the family's active variables with
 x ≥ 0 and Σ_c x_c = t per cell) with scipy.optimize.minimize(method="SLSQP"), then our exact integer allocation,
 on the first ``--baseline-parents`` multi-child families of the chosen level with at most
@@ -62,8 +65,10 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def build_inputs(state: str, persons: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Block geography (with GQ-type presence, an invariant from the unit file) and person records."""
+def build_inputs(state: str, persons: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Block geography (with GQ-type presence, an invariant from the unit file), person records and the public
+    block facts (housing units and GQ facilities per major type per block, counted from the unit file exactly
+    as ``invariants.build_block_facts`` does, by bincount per chunk)."""
     ctx = synth.state_context(state, persons, seed)
     geo = ctx.geo
     county = geo.county_fips[geo.tract_county][geo.block_tract].astype(np.int64)
@@ -71,10 +76,12 @@ def build_inputs(state: str, persons: int, seed: int) -> tuple[pd.DataFrame, pd.
     geoid = pd.Series([state] * geo.n_blocks) + pd.Series(county).map("{:03d}".format) + \
         pd.Series(tract).map("{:06d}".format) + pd.Series(geo.block_code.astype(np.int64)).map("{:04d}".format)
     gq_bits = np.zeros((geo.n_blocks, 7), dtype=np.int8)
+    unit_counts = np.zeros(geo.n_blocks * 8, dtype=np.int64)
     parts = []
     for _, chunk in synth.iter_state_chunks(state, persons, seed):
         ub = chunk.unit_block.astype(np.int64)
         hh = chunk.unit_hhgq.astype(np.int64)
+        unit_counts += np.bincount(ub * 8 + hh, minlength=unit_counts.size)
         gq = hh > 0
         gq_bits[ub[gq], hh[gq] - 1] = 1
         pu = chunk.person_unit
@@ -93,12 +100,16 @@ def build_inputs(state: str, persons: int, seed: int) -> tuple[pd.DataFrame, pd.
         "GQ_TYPES": gq_str.to_numpy(),
     })
     people.insert(0, "GEOID", blocks["GEOID"].to_numpy()[people.pop("BLOCK").to_numpy()])
-    return blocks, people
+    counts = unit_counts.reshape(geo.n_blocks, 8)
+    facts = pd.DataFrame({"GEOID": blocks["GEOID"].to_numpy(), "HU": counts[:, 0],
+                          **{f"GQ{t}": counts[:, t] for t in range(1, 8)}})
+    return blocks, people, facts
 
 
 def baseline(td: TopDown, sp: Any, ms: dict[str, Any], est: dict[str, pd.DataFrame], level: str,
-             n_parents: int, max_vars: int) -> dict[str, Any]:
-    """scipy SLSQP relaxed QP + exact allocation vs our solver, on the same families."""
+             n_parents: int, max_vars: int, cons: Any = None) -> dict[str, Any]:
+    """scipy SLSQP relaxed QP + exact allocation vs our solver, on the same families (structural zeros are
+    excluded from the variables of both)."""
     from scipy.optimize import minimize
 
     st = td.config.strategy
@@ -118,7 +129,7 @@ def baseline(td: TopDown, sp: Any, ms: dict[str, Any], est: dict[str, pd.DataFra
     size = np.bincount(parent_hist.unit, minlength=fan.size)[cand] * fan[cand]
     cand = cand[size <= max_vars][:n_parents]   # SLSQP is dense O(n³): cap the family size
     c0 = time.process_time()
-    ours = estimate_families(sp, l, cand, parent_hist, groups)
+    ours = estimate_families(sp, l, cand, parent_hist, groups, constraints=cons)
     t_ours = time.process_time() - c0
     t_base = 0.0
     gaps = []
@@ -130,20 +141,29 @@ def baseline(td: TopDown, sp: Any, ms: dict[str, Any], est: dict[str, pd.DataFra
         C, K = kids.size, cells.size
         var_child = np.repeat(kids, K)
         var_cell = np.tile(cells, C)
+        ok = (cons.allowed_cells(l, var_child, var_cell) if cons is not None
+              else np.ones(var_child.size, dtype=bool))
+        var_child, var_cell = var_child[ok], var_cell[ok]
+        row_of = np.tile(np.arange(K), C)[ok]
+        nv = int(ok.sum())
         weights = [1.0 / g.variance[g.position(var_child)] for g in groups]
         ops = _Ops(var_child, var_cell, groups, weights)
-        A_eq = np.zeros((K, C * K))
-        for c in range(C):
-            A_eq[np.arange(K), c * K + np.arange(K)] = 1.0
-        x0 = np.repeat(tvals[None, :] / C, C, axis=0).ravel().astype(float)
+        A_eq = np.zeros((K, nv))
+        A_eq[row_of, np.arange(nv)] = 1.0
+        n_ok = np.bincount(row_of, minlength=K)
+        x0 = (tvals[row_of] / np.maximum(n_ok[row_of], 1)).astype(float)
         c1 = time.process_time()
         res = minimize(lambda v, o=ops: 0.5 * o.objective(v), x0, jac=ops.grad, method="SLSQP",
-                       bounds=[(0, None)] * (C * K),
+                       bounds=[(0, None)] * nv,
                        constraints=[{"type": "eq", "fun": lambda v, a=A_eq, tv=tvals: a @ v - tv,
                                      "jac": lambda v, a=A_eq: a}],
                        options={"maxiter": 500, "ftol": 1e-9})
-        s_c = np.sum(weights, axis=0).reshape(C, K).T
-        X = allocate_integer(res.x.reshape(C, K).T, s_c, tvals.astype(np.int64), np.ones((K, C), bool))
+        full = np.zeros(C * K)
+        full[ok] = res.x
+        sw = np.ones(C * K)
+        sw[ok] = np.sum(weights, axis=0)
+        X = allocate_integer(full.reshape(C, K).T, sw.reshape(C, K).T, tvals.astype(np.int64),
+                             ok.reshape(C, K).T)
         t_base += time.process_time() - c1
         if not res.success:
             fails += 1
@@ -152,8 +172,8 @@ def baseline(td: TopDown, sp: Any, ms: dict[str, Any], est: dict[str, pd.DataFra
         ci = np.searchsorted(kids, ours.hist.unit[m])
         ki = np.searchsorted(cells, ours.hist.cell[m])
         mine[ci, ki] = ours.hist.count[m]
-        obj_base = ops.objective(X.T.ravel().astype(float))
-        obj_ours = ops.objective(mine.ravel())
+        obj_base = ops.objective(X.T.ravel()[ok].astype(float))
+        obj_ours = ops.objective(mine.ravel()[ok])
         gaps.append((obj_ours - obj_base) / max(abs(obj_base), 1e-9))
     return {"level": level, "parents": int(cand.size), "max_vars": max_vars,
             "vars_total": int((np.bincount(parent_hist.unit, minlength=fan.size)[cand] * fan[cand]).sum()),
@@ -179,7 +199,7 @@ def main() -> int:
                            "cpu_count": psutil.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                                      time.gmtime())}
     ck = Clock()
-    blocks, persons = build_inputs(args.state, args.persons, args.seed)
+    blocks, persons, facts = build_inputs(args.state, args.persons, args.seed)
     out["synth"] = ck.read()
     note("synth " + str(out["synth"]))
     out["blocks"] = len(blocks)
@@ -196,7 +216,13 @@ def main() -> int:
     osed = sp.diagnostics["osed"]
     out["osed_max_before_after"] = [int(osed["OSED_BEFORE"].max()), int(osed["OSED_AFTER"].max())]
     out["osed_mean_before_after"] = [float(osed["OSED_BEFORE"].mean()), float(osed["OSED_AFTER"].mean())]
-    pub = {"spine": sp, "invariants": {"total": len(persons)}}
+    pub = {"spine": sp, "block_facts": facts,
+           "invariants": {"total": len(persons), "state": {args.state: len(persons)}}}
+    ck = Clock()
+    cons = td.constraints(pub)
+    out["constraints"] = ck.read()
+    out["structural_zero_blocks"] = {"no_housing_units": int((facts["HU"] == 0).sum()),
+                                     "no_units_at_all": int((facts.iloc[:, 1:].sum(axis=1) == 0).sum())}
     ck = Clock()
     specs = td.plan(td.config, pub)
     out["plan"] = ck.read()
@@ -233,8 +259,10 @@ def main() -> int:
     out["l1_per_level_test_mode"] = l1_report(est, prep, sp.levels)
     out["table_rows"] = {k: len(v) for k, v in tables.items()}
     out["peak_rss_mb_before_baseline"] = peak_rss_mb()
+    out["invariant_violations_per_level"] = dict(zip(diag["level"], diag["invariant_violations"].astype(int),
+                                                      strict=True))
     out["baseline"] = baseline(td, sp, ms, est, args.baseline_level, args.baseline_parents,
-                               args.baseline_max_vars)
+                               args.baseline_max_vars, cons)
     note("baseline " + str(out["baseline"]))
     # full-US extrapolation from per-unit costs (serial, one core): scale each level by US/state units
     us_blocks = 8_132_968

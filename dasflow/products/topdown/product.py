@@ -131,7 +131,8 @@ class TopDown:
     def __init__(self, config: TopDownConfig) -> None:
         self.config = config
         self._spines: dict[str, Spine] = {}
-        self._masks: dict[tuple[str, int], IntArray] = {}
+        self._masks: dict[tuple[str, int], tuple[pd.DataFrame, IntArray]] = {}
+        self._by_blocks: dict[int, tuple[pd.DataFrame, SpineConfig, Spine]] = {}
 
     # -- public helpers ----------------------------------------------------------------------------------
     def spine(self, public: Mapping[str, Any], config: TopDownConfig | None = None) -> Spine:
@@ -144,9 +145,13 @@ class TopDown:
         if "blocks" not in public:
             raise InputError("topdown: public inputs need 'blocks' (block geography) or a built 'spine'")
         blocks: pd.DataFrame = public["blocks"]
+        held = self._by_blocks.get(id(blocks))
+        if held is not None and held[0] is blocks and held[1] is cfg.spine:
+            return held[2]   # the same geography object and settings: built once per product (prepare, facts)
         sp = build_spine(blocks, cfg.spine, source=str(public.get("blocks_source", "<blocks>")),
                          cache_dir=public.get("spine_cache_dir"))
         self._spines[sp.input_hash] = sp
+        self._by_blocks[id(blocks)] = (blocks, cfg.spine, sp)
         return sp
 
     def block_mask(self, public: Mapping[str, Any]) -> IntArray | None:
@@ -157,14 +162,14 @@ class TopDown:
         sp = self.spine(public)
         facts: pd.DataFrame = public["block_facts"]
         key = (sp.input_hash, id(facts))
-        if key not in self._masks:
+        if key not in self._masks or self._masks[key][0] is not facts:
             source = str(public.get("block_facts_source", BLOCK_FACTS_FILE))
             n_codes = dict(self.config.strategy.schema.attributes)[STRUCTURAL_ATTRIBUTE]
             if isinstance(public.get("blocks"), pd.DataFrame):
                 check_gq_types(public["blocks"], facts, n_codes, str(public.get("blocks_source", "<blocks>")),
                                source)
-            self._masks[key] = block_masks(sp, facts, n_codes, source)
-        return self._masks[key]
+            self._masks[key] = (facts, block_masks(sp, facts, n_codes, source))
+        return self._masks[key][1]
 
     def constraints(self, public: Mapping[str, Any]) -> Constraints | None:
         """The estimator's public constraints (state totals, structural zeros) as configured; InputError naming
@@ -296,6 +301,7 @@ class TopDown:
         est["block"] = pd.DataFrame({"GEOID": sp.block_geoid[bh.unit].astype(str), "CELL": bh.cell,
                                      "COUNT": bh.count})
         est["diagnostics"] = pd.DataFrame([r.__dict__ for r in reports])
+        est["invariants"] = invariant_listing(sp, total, cons)
         return est
 
     def tables(self, estimates: Estimates) -> dict[str, pd.DataFrame]:
@@ -322,6 +328,25 @@ class TopDown:
         if len(self._spines) == 1:
             return next(iter(self._spines.values()))
         raise InputError("topdown: measure() needs the spine of the plan; call plan() with the same product")
+
+
+def invariant_listing(sp: Spine, total: int | None, cons: Constraints | None) -> pd.DataFrame:
+    """What the estimation held exactly (the certificate's list of invariants): the total, each state's
+    population, and per level the number of (unit, HHGQ code) pairs that were structural zeros."""
+    rows: list[dict[str, Any]] = []
+    if total is not None:
+        rows.append({"KIND": "total", "SCOPE": sp.levels[0], "VALUE": int(total)})
+    if cons is not None and cons.has_states and cons.state_totals is not None:
+        rows += [{"KIND": "state", "SCOPE": k, "VALUE": int(v)}
+                 for k, v in zip(cons.state_labels, cons.state_totals.tolist(), strict=True)]
+    if cons is not None and cons.cell_code is not None:
+        n_codes = int(cons.cell_code.max()) + 1
+        for l, al in enumerate(cons.allowed):
+            if al is not None:
+                held = sum(int(np.count_nonzero((al >> k) & 1)) for k in range(n_codes))
+                rows.append({"KIND": "structural_zeros", "SCOPE": sp.levels[l],
+                             "VALUE": al.size * n_codes - held})
+    return pd.DataFrame(rows, columns=["KIND", "SCOPE", "VALUE"])
 
 
 def l1_report(estimates: Estimates, prepared: Prepared, levels: tuple[str, ...]) -> dict[str, float]:
