@@ -49,11 +49,17 @@ def _parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run a release (an existing release resumes)")
     r.add_argument("config")
-
-    for name, text in (("resume", "resume a stopped release"), ("status", "stages done / pending, ledger")):
-        s = sub.add_parser(name, help=text)
-        s.add_argument("release_id")
-        s.add_argument("--store", default=None)
+    rs = sub.add_parser("resume", help="resume a stopped release")
+    rs.add_argument("release_id")
+    rs.add_argument("--store", default=None)
+    for parser in (r, rs):
+        parser.add_argument("--task-runner", choices=["thread", "dask"], default=None,
+                            help="where mapped tasks run: threads here, or a Dask cluster (overrides the config)")
+        parser.add_argument("--dask-address", default=None,
+                            help="Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: a local 2-worker cluster)")
+    stat = sub.add_parser("status", help="stages done / pending, ledger")
+    stat.add_argument("release_id")
+    stat.add_argument("--store", default=None)
 
     lg = sub.add_parser("ledger", help="the privacy ledger of a release")
     lg.add_argument("release_id")
@@ -88,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("parameters_dir")
     st.add_argument("data_dir")
     st.add_argument("output_dir", nargs="?", default=None)
+    st.add_argument("--ground-truth", action="store_true", help="execute: the non-private twin (no noise)")
     return p
 
 

@@ -12,7 +12,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 from pathlib import Path
 
-from dasflow.config import load_release_config
+from dasflow.config import ReleaseConfig, load_release_config
 from dasflow.errors import LedgerRefusal
 from dasflow.io.store import open_store
 from dasflow.pipeline import stages
@@ -34,10 +34,19 @@ def _report(ctx: RunContext, seconds: float) -> None:
           f"epsilon(delta=1e-10) = {spent['epsilon_at_delta']}")
 
 
+def _execution(cfg: ReleaseConfig, args: argparse.Namespace) -> ReleaseConfig:
+    """The config with the command line's execution settings (not part of the frozen config's hash)."""
+    update = {k: v for k, v in (("task_runner", getattr(args, "task_runner", None)),
+                                ("dask_address", getattr(args, "dask_address", None))) if v is not None}
+    if update.get("dask_address") and "task_runner" not in update:
+        update["task_runner"] = "dask"
+    return cfg.model_copy(update=update) if update else cfg
+
+
 def run_command(args: argparse.Namespace) -> int:
     from flows.release import run_release
 
-    cfg = load_release_config(args.config)
+    cfg = _execution(load_release_config(args.config), args)
     t0 = time.perf_counter()
     run_release(cfg)
     _report(open_run(cfg.release_id, cfg.store), time.perf_counter() - t0)
@@ -49,7 +58,7 @@ def resume_command(args: argparse.Namespace) -> int:
 
     ctx = open_run(args.release_id, args.store or "dasflow-store")
     t0 = time.perf_counter()
-    run_release(ctx.config)
+    run_release(_execution(ctx.config, args))
     _report(open_run(ctx.release_id, ctx.config.store), time.perf_counter() - t0)
     return 0
 

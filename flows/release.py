@@ -3,10 +3,13 @@ noise) → one subflow per product (preprocess → measure → post-process) →
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from prefect import flow
+from prefect import flow, unmapped
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from pydantic import BaseModel, Field
 
 from dasflow.config import ReleaseConfig, load_release_config, parse_release_config
@@ -16,6 +19,8 @@ from dasflow.pipeline.run import freeze_config
 from tasks.stages import (
     measure_task,
     plan_task,
+    postprocess_part_task,
+    postprocess_steps_task,
     postprocess_task,
     preprocess_task,
     release_task,
@@ -25,11 +30,21 @@ from tasks.stages import (
 
 @flow(name="dasflow-product", flow_run_name="{product}-{release_id}", log_prints=True)
 def product_flow(release_id: str, store_uri: str, product: str) -> dict[str, Any]:
-    """One product of a release: preprocess → measure → post-process."""
+    """One product of a release: preprocess → measure → post-process.
+
+    A product whose post-processing comes in independent parts (TopDown: per state, per family of parents)
+    maps each step's parts onto the flow's task runner — threads, or the workers of a Dask cluster — and the
+    post-process task then combines the stored parts."""
     prepared = preprocess_task(release_id, store_uri, product)
     measured = measure_task(release_id, store_uri, product)
+    parts: list[dict[str, Any]] = []
+    for step in postprocess_steps_task(release_id, store_uri, product):
+        futures = postprocess_part_task.map(unmapped(release_id), unmapped(store_uri), unmapped(product),
+                                            unmapped(step["step"]), step["parts"])
+        parts.extend(futures.result())  # every part of a step before the next step
     post = postprocess_task(release_id, store_uri, product)
-    return {"preprocess": prepared, "measure": measured, "postprocess": post}
+    return {"preprocess": prepared, "measure": measured, "postprocess": post, "postprocess_parts": len(parts),
+            "part_processes": sorted({p["process"] for p in parts})}
 
 
 @flow(name="dasflow-release", log_prints=True)
@@ -42,24 +57,65 @@ def release_flow(config: dict[str, Any]) -> dict[str, Any]:
     print(f"release {cfg.release_id}: plan frozen, total rho = {plan['rho']} "
           f"(epsilon at delta=1e-10: {plan['epsilon_at_delta']})")
     validated = {p.name: validate_task(cfg.release_id, store_uri, p.name) for p in cfg.products}
-    products = {p.name: product_flow(cfg.release_id, store_uri, p.name) for p in cfg.products}
+    per_product = product_flow.with_options(task_runner=task_runner(cfg))
+    products = {p.name: per_product(cfg.release_id, store_uri, p.name) for p in cfg.products}
     released = release_task(cfg.release_id, store_uri)
     return {"release_id": cfg.release_id, "store": store_uri, "plan": plan, "validate": validated,
             "products": products, "release": released}
 
 
+def task_runner(cfg: ReleaseConfig) -> TaskRunner[Any]:
+    """The task runner of the per-product flows: threads in this process, or the Dask cluster at
+    ``dask_address`` (its workers must reach the release's store: a shared path or S3)."""
+    if cfg.task_runner == "thread":
+        return ThreadPoolTaskRunner()
+    if not cfg.dask_address:
+        raise InputError("task_runner 'dask' needs dask_address (run_release starts a local cluster if unset)",
+                         column="dask_address")
+    from prefect_dask.task_runners import DaskTaskRunner
+
+    runner: TaskRunner[Any] = DaskTaskRunner(address=cfg.dask_address)
+    return runner
+
+
+def _api_url() -> str:
+    """The Prefect API the flow reports to: the configured server, or this process's temporary server (started
+    now), so task runs on local Dask workers are recorded on the same server as their flow."""
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import get_current_settings
+
+    configured = get_current_settings().api.url
+    if configured:
+        return str(configured)
+    server = SubprocessASGIServer()
+    server.start()
+    return str(server.api_url)
+
+
+@contextlib.contextmanager
+def local_dask_cluster(cfg: ReleaseConfig, workers: int = 2) -> Iterator[ReleaseConfig]:
+    """``cfg`` with a Dask scheduler address: the configured one, or a ``distributed.LocalCluster`` of
+    ``workers`` single-threaded worker processes on 127.0.0.1 for the duration of the run."""
+    if cfg.task_runner != "dask" or cfg.dask_address:
+        yield cfg
+        return
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,  # type: ignore[no-untyped-call]
+                      host="127.0.0.1", dashboard_address=None, env={"PREFECT_API_URL": _api_url()}) as cluster:
+        yield cfg.model_copy(update={"dask_address": cluster.scheduler_address})
+
+
 def run_release(cfg: ReleaseConfig) -> dict[str, Any]:
     """Run the release flow with Prefect result storage in the release's own store (local stores)."""
-    if cfg.task_runner != "thread":
-        raise InputError("task_runner 'dask' (Dask scale-out) is not built in this version; use 'thread'",
-                         column="task_runner")
     store = open_store(cfg.store)
     options: dict[str, Any] = {"flow_run_name": f"release-{cfg.release_id}"}
     if isinstance(store, LocalStore):
         options["result_storage"] = store.local_path(f"runs/{cfg.release_id}/prefect-results")
         options["persist_result"] = True
-    payload = cfg.model_dump(mode="json")
-    result: dict[str, Any] = release_flow.with_options(**options)(payload)
+    with local_dask_cluster(cfg) as run_cfg:
+        payload = run_cfg.model_dump(mode="json")
+        result: dict[str, Any] = release_flow.with_options(**options)(payload)
     return result
 
 

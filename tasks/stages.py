@@ -7,6 +7,7 @@ outputs there itself, and returns a JSON-sized summary. Retries are for transien
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, cast
 from uuid import UUID
@@ -23,7 +24,7 @@ from prefect.cache_policies import NO_CACHE
 from dasflow.errors import InputError, LedgerRefusal
 from dasflow.io.store import StoreError
 from dasflow.pipeline import stages
-from dasflow.pipeline.run import open_run
+from dasflow.pipeline.run import RunContext, open_run
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -98,6 +99,29 @@ def measure_task(release_id: str, store_uri: str, product: str) -> dict[str, Any
 @task(name="postprocess", **TASK_OPTS)
 def postprocess_task(release_id: str, store_uri: str, product: str) -> dict[str, Any]:
     return _summary(stages.postprocess_stage(open_run(release_id, store_uri), product))
+
+
+@task(name="postprocess-steps", **TASK_OPTS)
+def postprocess_steps_task(release_id: str, store_uri: str, product: str) -> list[dict[str, Any]]:
+    """The product's post-processing steps and their independent parts (empty: one piece)."""
+    return stages.postprocess_steps(open_run(release_id, store_uri), product)
+
+
+_CONTEXTS: dict[tuple[str, str, str], RunContext] = {}
+
+
+def _shared_run(release_id: str, store_uri: str) -> RunContext:
+    """One context per release and frozen config in this process: the parts a worker runs share the product
+    objects (TopDown's spine is built once per worker, not once per part)."""
+    ctx = open_run(release_id, store_uri)
+    return _CONTEXTS.setdefault((release_id, store_uri, ctx.config_sha256), ctx)
+
+
+@task(name="postprocess-part", task_run_name="postprocess-{product}-{step}-{part}", **TASK_OPTS)
+def postprocess_part_task(release_id: str, store_uri: str, product: str, step: str, part: str) -> dict[str, Any]:
+    """One independent part of a product's post-processing (mapped over a step's parts)."""
+    record = stages.postprocess_part(_shared_run(release_id, store_uri), product, step, part)
+    return {"step": step, "part": part, "outputs": len(record["outputs"]), "process": os.getpid()}
 
 
 @task(name="release", **TASK_OPTS)

@@ -11,16 +11,18 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
 from dasflow.errors import InputError, LedgerRefusal
 from dasflow.io.store import new_token
+from dasflow.pipeline.partitions import PartitionedPostprocess, StoredParts, parts_digest
 from dasflow.pipeline.run import (
     CONFIDENTIAL,
     RunContext,
+    code_version,
     manifest_if_current,
     write_manifest,
 )
@@ -195,10 +197,19 @@ def measure_one(product: Any, prepared: Mapping[str, pd.DataFrame], spec: Measur
     return result
 
 
-def load_measurements(ctx: RunContext, product: str) -> dict[str, NoisyMeasurement]:
-    """Every committed measurement of the product; refuses if any planned key is not committed."""
+def load_measurements(ctx: RunContext, product: str,
+                      keys: Sequence[str] | None = None) -> dict[str, NoisyMeasurement]:
+    """The committed measurements of the product (all, or those of the product's own ``keys``); refuses if one
+    of them is not committed."""
     out: dict[str, NoisyMeasurement] = {}
-    for spec, native in planned(ctx, product):
+    pairs = planned(ctx, product)
+    if keys is not None:
+        wanted = set(keys)
+        unknown = wanted - {native.key for _, native in pairs}
+        if unknown:
+            raise LedgerRefusal(f"{product}: {sorted(unknown)[:3]} are not planned keys")
+        pairs = [(spec, native) for spec, native in pairs if native.key in wanted]
+    for spec, native in pairs:
         commit = ctx.ledger.committed(spec.key)
         if commit is None:
             raise LedgerRefusal(f"{product}: {spec.key!r} is not measured yet; run the measure stage first")
@@ -226,7 +237,16 @@ def postprocess_stage(ctx: RunContext, product: str, *, force: bool = False) -> 
     adapter = ctx.adapter(product)
     cfg = ctx.product_config(product)
     public = adapter.public_inputs(post, ctx.config.inputs, cfg)
-    estimates = adapter.product(cfg).postprocess(load_measurements(ctx, product), public)
+    split = partitioner(ctx, product)
+    if split is None:
+        estimates = adapter.product(cfg).postprocess(load_measurements(ctx, product), public)
+    else:  # parts not yet computed (by mapped tasks) are computed here, in plan order; all of them if forced
+        parts = stored_parts(ctx, product)
+        steps = split.post_steps(public)
+        for step in steps:
+            for part in step.parts:
+                _compute_part(split, parts, step.name, part, public, force=force)
+        estimates = split.post_combine(steps, parts, public)
     outputs: dict[str, dict[str, Any]] = {}
     for name, frame in sorted(estimates.items()):
         key = f"{ctx.root}/postprocessed/{product}/{name}.parquet"
@@ -234,6 +254,51 @@ def postprocess_stage(ctx: RunContext, product: str, *, force: bool = False) -> 
         outputs[key] = {"sha256": sha, "rows": rows, "name": name}
     faults.point(f"stage:postprocess:{product}:before-manifest")
     return write_manifest(ctx, "postprocess", product, inputs, outputs)
+
+
+def partitioner(ctx: RunContext, product: str) -> PartitionedPostprocess | None:
+    """The product's post-processing as steps of parts, if its adapter offers that (``partitioned``)."""
+    adapter = ctx.adapter(product)
+    split = getattr(adapter, "partitioned", None)
+    if split is None:
+        return None
+    result: PartitionedPostprocess | None = split(adapter.product(ctx.product_config(product)))
+    return result
+
+
+def stored_parts(ctx: RunContext, product: str) -> StoredParts:
+    """The product's part outputs for its current measurements and code (post-processing store view)."""
+    digest = parts_digest(_measurement_hashes(ctx, product), code_version())
+    return StoredParts(ctx.post_store(), ctx.root, product, digest,
+                       lambda keys: load_measurements(ctx, product, keys))
+
+
+def postprocess_steps(ctx: RunContext, product: str) -> list[dict[str, Any]]:
+    """The steps and parts a flow maps over (empty: the product post-processes in one piece)."""
+    split = partitioner(ctx, product)
+    if split is None:
+        return []
+    adapter = ctx.adapter(product)
+    public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, ctx.product_config(product))
+    return [{"step": s.name, "parts": list(s.parts)} for s in split.post_steps(public)]
+
+
+def postprocess_part(ctx: RunContext, product: str, step: str, part: str) -> dict[str, Any]:
+    """Compute one part of the product's post-processing unless it is done; its part manifest."""
+    split = partitioner(ctx, product)
+    if split is None:
+        raise InputError(f"{product}: post-processing is not partitioned")
+    adapter = ctx.adapter(product)
+    public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, ctx.product_config(product))
+    return _compute_part(split, stored_parts(ctx, product), step, part, public)
+
+
+def _compute_part(split: PartitionedPostprocess, parts: StoredParts, step: str, part: str,
+                  public: Mapping[str, Any], force: bool = False) -> dict[str, Any]:
+    record = None if force else parts.done(step, part)
+    if record is None:
+        record = parts.write(step, part, split.post_part(step, part, parts, public))
+    return record
 
 
 def release_stage(ctx: RunContext) -> dict[str, Any]:
@@ -316,5 +381,5 @@ def status(ctx: RunContext) -> dict[str, Any]:
     return out
 
 
-__all__ = ["STAGES", "frac_str", "measure_stage", "plan_stage", "postprocess_stage", "preprocess_stage",
-           "release_stage", "status", "validate_stage"]
+__all__ = ["STAGES", "frac_str", "measure_stage", "plan_stage", "postprocess_part", "postprocess_stage",
+           "postprocess_steps", "preprocess_stage", "release_stage", "status", "validate_stage"]

@@ -52,17 +52,21 @@ def test_serve_builds_the_same_deployments() -> None:
                                        "publish"]
 
 
-def test_dask_task_runner_is_refused_until_it_is_built(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """The config field exists for the scale-out work; selecting it must not silently run on threads."""
+def test_task_runner_follows_the_execution_settings(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Threads by default; "dask" attaches to the configured scheduler (run_release starts a local cluster
+    when none is given, see tests/dag/test_scale_out.py); never a silent fallback to threads."""
     import pytest
+    from prefect.task_runners import ThreadPoolTaskRunner
+    from prefect_dask.task_runners import DaskTaskRunner
 
     from dasflow.config import parse_release_config
     from dasflow.errors import InputError
-    from flows.release import run_release
+    from flows.release import task_runner
     from tests.dag.helpers import release_dict
 
     raw = release_dict(str(tmp_path / "store"))
-    raw["task_runner"] = "dask"
-    with pytest.raises(InputError, match="not built"):
-        run_release(parse_release_config(raw))
-    assert not (tmp_path / "store").exists()
+    assert isinstance(task_runner(parse_release_config(raw)), ThreadPoolTaskRunner)
+    dask = task_runner(parse_release_config(raw | {"task_runner": "dask", "dask_address": "tcp://10.1.2.3:8786"}))
+    assert isinstance(dask, DaskTaskRunner) and dask.address == "tcp://10.1.2.3:8786"
+    with pytest.raises(InputError, match="dask_address"):
+        task_runner(parse_release_config(raw | {"task_runner": "dask"}))

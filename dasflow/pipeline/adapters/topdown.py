@@ -37,6 +37,7 @@ from dasflow.products.topdown.invariants import (
     check_state_invariants,
     read_block_facts,
 )
+from dasflow.products.topdown.partitioned import PartitionedTopDown
 from dasflow.products.topdown.product import TopDown, TopDownConfig
 from dasflow.products.topdown.spine import GEOGRAPHY_COLUMNS, preset
 from dasflow.products.topdown.strategy import (
@@ -170,6 +171,10 @@ class TopDownAdapter:
 
     def file_name(self, table: str, universe: str) -> str:
         return f"{table}.csv"
+
+    def partitioned(self, product: TopDown) -> PartitionedTopDown:
+        """Post-processing in parts (root, then per state / partition unit and level): the Dask scale-out."""
+        return PartitionedTopDown(product)
 
 
 ADAPTER = TopDownAdapter()

@@ -1,0 +1,231 @@
+"""TopDown estimation as independent parts (scale-out over states, then over the families of each state).
+
+Steps, in order (``dasflow.pipeline.partitions``):
+
+``combine``
+    one part: the NMFs as per-level query answers, after the bottom-up combination when configured.
+``level-0``
+    the root (one part).
+``level-1`` … ``level-a``
+    one part each: all families of the level (a = the *partition level*, the shallowest level with at least
+    ``MIN_PARTS`` units — the states under a national root, the counties under a state root).
+``level-l`` for l > a
+    one part per unit s of level a: the families whose parents descend from s. Each part reads only its own
+    subtree's parents (the part of the same s one level up) and its own children's answers, so parts run on
+    different machines with memory bounded by one subtree.
+
+Every family's problem depends only on its parent's integer histogram and its children's answers, so splitting
+families between parts leaves each family's solution as the single-process estimator computes it, up to the
+solver's batching of families (batches share a stopping test). Pure post-processing: no confidential input.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from dasflow.pipeline.partitions import PartSource, PostStep, Tables
+from dasflow.products.base import Estimates
+from dasflow.products.topdown.estimate import (
+    Constraints,
+    GroupAnswers,
+    Histogram,
+    LevelReport,
+    combine_bottom_up,
+    consistency_violations,
+    estimate_families,
+    estimate_root,
+    root_total,
+)
+from dasflow.products.topdown.product import TopDown
+from dasflow.products.topdown.spine import Spine
+
+#: The partition level is the shallowest level with at least this many units (or the deepest internal level).
+MIN_PARTS = 8
+
+IntArray = np.ndarray[Any, np.dtype[np.int64]]
+
+
+def partition_level(spine: Spine) -> int:
+    """Level whose units key the parts of every deeper level."""
+    for l in range(1, spine.n_levels - 1):
+        if spine.n_units(l) >= MIN_PARTS:
+            return l
+    return max(spine.n_levels - 2, 1)
+
+
+def _ancestors(spine: Spine, a: int) -> list[IntArray]:
+    """``anc[l][u]`` = the level-a ancestor of unit u of level l (for l ≥ a)."""
+    anc: list[IntArray] = [np.zeros(0, dtype=np.int64)] * spine.n_levels
+    anc[a] = np.arange(spine.n_units(a), dtype=np.int64)
+    for l in range(a + 1, spine.n_levels):
+        anc[l] = anc[l - 1][spine.parent[l]]
+    return anc
+
+
+def _answers_table(g: GroupAnswers) -> pa.Table:
+    flat = np.ascontiguousarray(np.asarray(g.answers, dtype=np.float64)).reshape(-1)
+    answers = pa.FixedSizeListArray.from_arrays(pa.array(flat, type=pa.float64()), max(g.n_rows, 1)) \
+        if g.n_rows else pa.array([[]] * len(g.units), type=pa.list_(pa.float64()))
+    return pa.table({"UNIT": pa.array(g.units, type=pa.int64()), "VARIANCE": pa.array(g.variance),
+                     "ANSWERS": answers})
+
+
+def _answers_from_table(template: GroupAnswers, table: pa.Table, keep: IntArray | None) -> GroupAnswers:
+    units = table.column("UNIT").to_numpy().astype(np.int64)
+    flat = table.column("ANSWERS").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    answers = np.asarray(flat, dtype=np.float64).reshape(units.size, template.n_rows)
+    variance = table.column("VARIANCE").to_numpy().astype(np.float64)
+    if keep is not None:
+        sel = np.isin(units, keep)
+        units, answers, variance = units[sel], answers[sel], variance[sel]
+    return GroupAnswers(template.name, template.row_index, template.n_rows, units, answers, variance,
+                        template.detailed)
+
+
+def _hist_table(h: Histogram, status: Mapping[str, int], iterations: int, seconds: float, cpu: float) -> Tables:
+    stat = pa.table({"STATUS": pa.array(sorted(status), type=pa.string()),
+                     "COUNT": pa.array([status[k] for k in sorted(status)], type=pa.int64())})
+    run = pa.table({"ITERATIONS": [iterations], "SECONDS": [seconds], "CPU_SECONDS": [cpu]})
+    return {"hist": pa.table({"UNIT": h.unit, "CELL": h.cell, "COUNT": h.count}), "status": stat, "run": run}
+
+
+def _hist_from(tables: Tables) -> Histogram:
+    t = tables["hist"]
+    return Histogram(*(t.column(c).to_numpy().astype(np.int64) for c in ("UNIT", "CELL", "COUNT")))
+
+
+class PartitionedTopDown:
+    """``PartitionedPostprocess`` for a ``TopDown`` product (see the module docstring)."""
+
+    def __init__(self, product: TopDown) -> None:
+        self.product = product
+
+    def _layout(self, public: Mapping[str, Any]) -> tuple[Spine, int, list[IntArray]]:
+        sp = self.product.spine(public)
+        a = partition_level(sp)
+        return sp, a, _ancestors(sp, a)
+
+    def post_steps(self, public: Mapping[str, Any]) -> list[PostStep]:
+        sp, a, anc = self._layout(public)
+        steps = [PostStep("combine", ("all",)), PostStep("level-0", ("root",))]
+        for l in range(1, sp.n_levels):
+            if l <= a:
+                steps.append(PostStep(f"level-{l}", ("all",)))
+            else:  # parts = level-a units with descendants at level l
+                steps.append(PostStep(f"level-{l}", tuple(str(int(s)) for s in np.unique(anc[l]))))
+        return steps
+
+    def _templates(self) -> list[list[GroupAnswers]]:
+        """Per level, the query groups' static facts (rows, names) with no answers."""
+        st = self.product.config.strategy
+        out = []
+        for l in range(len(st.levels)):
+            out.append([GroupAnswers(g.name, g.row_index(st.schema), g.n_rows(st.schema),
+                                     np.zeros(0, dtype=np.int64), np.zeros((0, g.n_rows(st.schema))),
+                                     np.zeros(0), set(g.keep) == set(st.schema.names))
+                        for g in st.per_level[l].groups])
+        return out
+
+    def _groups(self, source: PartSource, level: int, keep: IntArray | None) -> list[GroupAnswers]:
+        tables = source.part("combine", "all")
+        return [_answers_from_table(t, tables[f"L{level}.{t.name}"], keep) for t in self._templates()[level]]
+
+    def post_part(self, step: str, part: str, source: PartSource, public: Mapping[str, Any]) -> Tables:
+        sp, a, anc = self._layout(public)
+        opts = self.product.config.options
+        if step == "combine":
+            groups = self.product.group_answers(source.measurements())
+            if opts.bottom_up:
+                groups = combine_bottom_up(sp, groups, opts.bottom_up_max_entries)
+            return {f"L{l}.{g.name}": _answers_table(g) for l, level in enumerate(groups) for g in level}
+        level = int(step.removeprefix("level-"))
+        t0, c0 = time.perf_counter(), time.process_time()
+        constraints = self._constraints(public, level)
+        if level == 0:
+            res = estimate_root(sp, self._groups(source, 0, None), self.product.config.strategy.schema.n_cells,
+                                self._total(public), opts, constraints=constraints)
+        else:
+            if level <= a:
+                parents = np.arange(sp.n_units(level - 1), dtype=np.int64)
+                parent_hist = _hist_from(source.part(f"level-{level - 1}",
+                                                     "root" if level == 1 else "all"))
+            else:
+                s = int(part)
+                parents = np.flatnonzero(anc[level - 1] == s).astype(np.int64)
+                parent_hist = _hist_from(source.part(f"level-{level - 1}", "all" if level - 1 == a else part))
+            children = np.flatnonzero(np.isin(sp.parent[level], parents)).astype(np.int64)
+            res = estimate_families(sp, level, parents, parent_hist, self._groups(source, level, children), opts,
+                                    constraints=constraints)
+        return _hist_table(res.hist, res.status, res.iterations, time.perf_counter() - t0,
+                           time.process_time() - c0)
+
+    def post_combine(self, steps: Sequence[PostStep], source: PartSource, public: Mapping[str, Any]) -> Estimates:
+        sp = self.product.spine(public)
+        constraints = self.product.constraints(public)
+        total = self._total(public)
+        hists: list[Histogram] = []
+        reports: list[LevelReport] = []
+        for step in steps:
+            if not step.name.startswith("level-"):
+                continue
+            level = int(step.name.removeprefix("level-"))
+            status: dict[str, int] = {}
+            secs = cpu = 0.0
+            iters = 0
+            us, cs, ns = [], [], []
+            for part in step.parts:
+                tables = source.part(step.name, part)
+                h = _hist_from(tables)
+                us.append(h.unit)
+                cs.append(h.cell)
+                ns.append(h.count)
+                st = tables["status"]
+                for k, v in zip(st.column("STATUS").to_pylist(), st.column("COUNT").to_pylist(), strict=True):
+                    status[k] = status.get(k, 0) + int(v)
+                run = tables["run"]
+                iters = max(iters, int(run.column("ITERATIONS")[0].as_py()))
+                secs += float(run.column("SECONDS")[0].as_py())
+                cpu += float(run.column("CPU_SECONDS")[0].as_py())
+            u, c, n = np.concatenate(us), np.concatenate(cs), np.concatenate(ns)
+            order = np.lexsort((c, u))
+            hist = Histogram(u[order], c[order], n[order])
+            if level == 0:
+                viol = 0 if total is None else int(hist.count.sum() != total)
+            else:
+                viol = consistency_violations(sp, level, hist, hists[level - 1])
+            hists.append(hist)
+            reports.append(LevelReport(sp.levels[level], sp.n_units(level), status, secs, iters, viol,
+                                       cpu_seconds=cpu, invariant_violations=0 if constraints is None
+                                       else constraints.violations(level, hist)))
+        return estimates_from_histograms(sp, hists, reports)
+
+    def _constraints(self, public: Mapping[str, Any], level: int) -> Constraints | None:
+        """The public constraints one level's parts need (state totals only at the state level)."""
+        constraints = self.product.constraints(public)
+        return None if constraints is None else constraints.for_level(level)
+
+    def _total(self, public: Mapping[str, Any]) -> int | None:
+        """The root total invariant, as ``TopDown.postprocess`` takes it (the state totals' sum if only those
+        are configured)."""
+        total = None
+        if "total" in self.product.config.invariant_kinds:
+            total = int((public.get("invariants") or {})["total"])
+        return root_total(total, self.product.constraints(public))
+
+
+def estimates_from_histograms(sp: Spine, hists: Sequence[Histogram], reports: Sequence[LevelReport]) -> Estimates:
+    """The estimates ``TopDown.postprocess`` returns, from the per-level histograms and reports."""
+    est: Estimates = {}
+    for l, h in enumerate(hists):
+        est[f"internal/{sp.levels[l]}"] = pd.DataFrame({"UNIT": h.unit, "CELL": h.cell, "COUNT": h.count})
+    bh = hists[-1]
+    est["block"] = pd.DataFrame({"GEOID": sp.block_geoid[bh.unit].astype(str), "CELL": bh.cell,
+                                 "COUNT": bh.count})
+    est["diagnostics"] = pd.DataFrame([r.__dict__ for r in reports])
+    return est
