@@ -1,4 +1,6 @@
-"""SafeTab-P in the DAG: the production ``config.json`` as-is; ``person-records.txt`` under the release's
+"""SafeTab-P in the DAG: the production ``config.json`` as-is; ``person-records.txt`` — or the same records
+split into several files ``person-records/*.txt`` (e.g. one per state; read one file at a time, counts summed
+before noise: the partitioned path of ``dasflow.products.safetab_p.product``) — under the release's
 ``safetab-p`` input prefix (confidential); ``GRF-C.txt`` (and optionally the four iteration files; else the
 packaged 2020 files) under ``safetab-p_public`` (public).
 
@@ -9,6 +11,7 @@ plan lists every stage-1 key before any stage-2 key, and every budget is fixed i
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from dasflow.errors import InputError
@@ -16,6 +19,7 @@ from dasflow.io.store import ObjectStore
 from dasflow.pipeline.adapters.files import config_json, input_prefix, local_dir, local_file
 from dasflow.products.base import MeasurementSpec, NoisyMeasurement, Prepared
 from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, load_public, parse_config, with_stage1
+from dasflow.products.safetab_p.product import PERSON_DIR, person_files
 from dasflow.products.safetab_p.records import GRFC_FILE, PERSON_COLUMNS, PERSON_FILE, read_pipe_file
 
 
@@ -61,15 +65,34 @@ class SafeTabPAdapter:
         return load_public(folder, folder, self._universe(config), config)  # type: ignore[arg-type]
 
     def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
-        path = local_file(store, input_prefix(inputs, "safetab-p", "confidential/safetab-p/") + PERSON_FILE)
+        """``person-records.txt`` read into memory, or a split ``person-records/*.txt`` listed (streamed by
+        ``prepare`` one file at a time); both present is refused."""
+        prefix = input_prefix(inputs, "safetab-p", "confidential/safetab-p/")
+        split = [k for k in store.list(prefix + PERSON_DIR + "/") if k.endswith(".txt")]
+        if split:
+            if store.exists(prefix + PERSON_FILE):
+                raise InputError(f"both {PERSON_FILE} and {PERSON_DIR}/ are present: give one person-records "
+                                 "input", file=prefix + PERSON_FILE)
+            folder = local_dir(store, prefix + PERSON_DIR + "/")
+            return {"person_files": [str(f) for f in person_files(folder)], "source": PERSON_DIR}
+        path = local_file(store, prefix + PERSON_FILE)
         return {"persons": read_pipe_file(path, PERSON_COLUMNS), "source": PERSON_FILE}
 
     def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any], config: Any) -> dict[str, Any]:
-        """Every person row checked (codes, order, ages, QSPAN, blocks in GRF-C) before any noise."""
+        """Every person row checked (codes, order, ages, QSPAN, blocks in GRF-C) before any noise; a split
+        input file by file (one file's persons in memory at a time)."""
         from dasflow.products.safetab_p.records import encode_persons
 
-        persons = encode_persons(confidential["persons"], public["geography"], public["iterations"],
-                                 config.max_race_codes, config.state_filter_us, PERSON_FILE)
+        args = (public["geography"], public["iterations"], config.max_race_codes, config.state_filter_us)
+        if "person_files" in confidential:
+            rows = 0
+            for f in confidential["person_files"]:  # over files, not records
+                table = read_pipe_file(f, PERSON_COLUMNS)
+                encode_persons(table, *args, f"{PERSON_DIR}/{Path(f).name}")
+                rows += int(table.num_rows)
+            return {"persons": rows, "files": len(confidential["person_files"]), "universe": public["universe"],
+                    "encoded": "PersonArrays"}
+        persons = encode_persons(confidential["persons"], *args, PERSON_FILE)
         return {"persons": int(confidential["persons"].num_rows), "universe": public["universe"],
                 "encoded": type(persons).__name__}
 

@@ -11,6 +11,15 @@ enabled universe (US, PR — separate runs with separate budgets) stage 1, stage
 γ, s,
 θ per level, TotalOnly iterations, rng mode). Files are written under a temporary name and renamed; the
 manifest is written last. Noise comes from the OS CSPRNG (production mode).
+
+DATA_DIR may hold the person records split into several files, ``person-records/*.txt`` (e.g. one per state,
+each with the header) instead of ``person-records.txt``: they are then read one file at a time and their counts
+summed before any noise (the partitioned path of :mod:`.product`), so a national run never holds all persons.
+
+``--ground-truth``: the non-private twin — the same validation, plan shape, adaptivity rules and t1/t2 formats
+with every tabulated level at infinite budget (no noise, no zero suppression), written to OUTPUT_DIR (default
+``safetab-p-ground-truth``) with ``"ground_truth": true`` in the manifest. For accuracy reports only: its
+outputs are the confidential tabulations and must never be released.
 """
 
 from __future__ import annotations
@@ -30,11 +39,18 @@ from dasflow.privacy import accounting
 from dasflow.privacy import rng as rng_mod
 from dasflow.products.base import MeasurementSpec
 from dasflow.products.safetab_p.config import load_config
-from dasflow.products.safetab_p.plan import accounting_plan
-from dasflow.products.safetab_p.product import SafeTabP, load_inputs, load_public, run_universe
+from dasflow.products.safetab_p.plan import accounting_plan, plan_total
+from dasflow.products.safetab_p.product import (
+    SafeTabP,
+    ground_truth_config,
+    load_inputs,
+    load_public,
+    run_prepared,
+)
 from dasflow.products.safetab_p.regions import Universe
 
 DEFAULT_OUTPUT = "safetab-p-output"
+DEFAULT_GROUND_TRUTH_OUTPUT = "safetab-p-ground-truth"
 
 
 def _universes(run_us: bool, run_pr: bool) -> list[Universe]:
@@ -79,29 +95,33 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("PARAMETERS_DIR is not a directory", file=str(params))
     if not data.is_dir():
         raise InputError("DATA_DIR is not a directory", file=str(data))
+    ground_truth = bool(getattr(args, "ground_truth", False))
     cfg = load_config(params)
+    if ground_truth:
+        cfg = ground_truth_config(cfg)
     universes = _universes(cfg.run_us, cfg.run_pr)
     product = SafeTabP()
     publics = {u: load_public(params, data, u, cfg) for u in universes}
     inputs = load_inputs(data)
     plans = {u: product.plan(cfg, publics[u]) for u in universes}
-    for u in universes:  # validates every person row before any noise is drawn
-        product.prepare(inputs, publics[u])
+    prepared = {}
+    for u in universes:  # validates every person row (every file) before any noise is drawn
+        prepared[u] = product.prepare(inputs, publics[u])
     if args.mode == "validate":
         for u in universes:
-            total = sum((s.budget or Fraction(0)) for s in plans[u])
-            print(f"{u}: {len(plans[u])} planned keys, total {cfg.privacy_defn} budget {total} "
-                  f"(= {float(total):.6g})")
+            total = plan_total(plans[u])
+            shown = "infinite (ground-truth twin)" if total is None else f"{total} (= {float(total):.6g})"
+            print(f"{u}: {len(plans[u])} planned keys, total {cfg.privacy_defn} budget {shown}")
             for s in plans[u]:
                 print(f"  {s.key}  budget={s.budget}  noise={s.noise}  stability={s.detail['stability']}")
         print("safetab-p validate: inputs and config are valid")
         return 0
-    out = Path(args.output_dir or DEFAULT_OUTPUT)
-    g = rng_mod.csprng()
+    out = Path(args.output_dir or (DEFAULT_GROUND_TRUTH_OUTPUT if ground_truth else DEFAULT_OUTPUT))
+    g = rng_mod.csprng()  # the ground-truth twin draws nothing from it (σ² = 0 everywhere)
     manifest: dict[str, Any] = {"product": "safetab-p", "rng_mode": g.mode, "privacy_defn": cfg.privacy_defn,
-                                "gamma": str(cfg.gamma), "runs": {}}
+                                "gamma": str(cfg.gamma), "ground_truth": ground_truth, "runs": {}}
     for u in universes:
-        result = run_universe(publics[u], inputs, g)
+        result = run_prepared(publics[u], prepared.pop(u), g)
         write_table(result.tables["t1"], out / "t1" / f"t1_{u}.csv")
         write_table(result.tables["t2"], out / "t2" / f"t2_{u}.csv")
         index = publics[u]["iterations"]
@@ -117,5 +137,5 @@ def run(args: argparse.Namespace) -> int:
     tmp = out / f".manifest.json.tmp-{os.getpid()}"
     tmp.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     os.replace(tmp, out / "manifest.json")
-    print(f"safetab-p execute: wrote {out}", file=sys.stderr)
+    print(f"safetab-p execute{' --ground-truth' if ground_truth else ''}: wrote {out}", file=sys.stderr)
     return 0

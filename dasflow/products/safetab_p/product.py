@@ -4,8 +4,17 @@
 (:class:`IterationIndex`),
 ``geography`` (:class:`Geography`, from the public GRF-C) and ``universe`` ("US" | "PR");
 :func:`load_public` builds
-it. ``inputs`` holds ``persons`` (the person-records table, all columns strings) and ``source`` (its file
-name).
+it. ``inputs`` holds either ``persons`` (the person-records table, all columns strings) or ``person_files``
+(paths of a person-records input split into several files, e.g. one per state: the partitioned path), and
+``source`` (the file or folder name).
+
+Partitioned path (``person_files``): ``prepare`` reads one file at a time, validates and encodes it, counts its
+persons into sparse per-(region, race combination | QSPAN code, sex × age bin) counts per region type, and
+discards the persons; the counts of all files are then summed (:meth:`PersonCounts.merge`) and flat-mapped and
+tabulated exactly as in the in-memory path. Peak memory is one file's persons plus the counts. USA (and any
+region spanning several files) is summed BEFORE noise: each population group still gets exactly one noisy
+count, never a sum of per-file noisy counts, so the privacy analysis is unchanged. Every file is validated
+before ``prepare`` returns, i.e. before any noise.
 
 Adaptive stage: ``measure(prepared, spec_stage2, rng)`` reads the committed stage-1 NoisyMeasurement's
 table from
@@ -17,13 +26,12 @@ stage 1. The stage-2 budget is fixed in the plan; only its query shape depends o
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
 
 from dasflow.errors import InputError
 from dasflow.products.base import Estimates, MeasurementSpec, NoisyMeasurement, Prepared
@@ -57,6 +65,8 @@ from dasflow.products.safetab_p.records import (
 from dasflow.products.safetab_p.regions import Universe
 from dasflow.products.safetab_p.tabulate import PersonCounts, tabulate_level
 
+PERSON_DIR = "person-records"  # DATA_DIR/person-records/*.txt: a split (e.g. per-state) person-records input
+
 
 def find_iteration_dir(parameters_dir: str | Path, data_dir: str | Path) -> Path | None:
     """Where the four iteration files are: PARAMETERS_DIR, else DATA_DIR, else None (= the packaged 2020
@@ -83,10 +93,57 @@ def load_public(parameters_dir: str | Path, data_dir: str | Path, universe: Univ
     return {"config": cfg, "iterations": index, "geography": geo, "universe": universe}
 
 
+def person_files(folder: str | Path) -> list[Path]:
+    """The files of a split person-records input: every ``*.txt`` in ``folder``, in name order."""
+    d = Path(folder)
+    files = sorted(p for p in d.glob("*.txt") if p.is_file())
+    if not files:
+        raise InputError(f"no person-records files (*.txt) in {PERSON_DIR}/", file=str(d))
+    return files
+
+
 def load_inputs(data_dir: str | Path) -> dict[str, Any]:
-    """The private person records (read only; validated by ``prepare``)."""
+    """The private person records (validated by ``prepare``): ``DATA_DIR/person-records.txt`` is read into
+    memory; a split input ``DATA_DIR/person-records/*.txt`` (each file with the header, e.g. one per state) is
+    only listed — ``prepare`` streams it file by file."""
     path = Path(data_dir) / PERSON_FILE
+    folder = Path(data_dir) / PERSON_DIR
+    if folder.is_dir():
+        if path.exists():
+            raise InputError(f"both {PERSON_FILE} and {PERSON_DIR}/ are present: give one person-records input",
+                             file=str(path))
+        return {"person_files": [str(f) for f in person_files(folder)], "source": str(folder)}
     return {"persons": read_pipe_file(path, PERSON_COLUMNS), "source": str(path)}
+
+
+def person_counts(inputs: Mapping[str, Any], public: Mapping[str, Any],
+                  region_types: Sequence[str]) -> Iterator[tuple[str, PersonCounts]]:
+    """(region type, counts) of the run's persons, for each requested region type.
+
+    In memory (``persons``): one encoded table, counted one region type at a time. Partitioned
+    (``person_files``): each file is read, validated, encoded and counted for every region type, then
+    discarded; the per-file counts are summed before anything is yielded (so every row of every file is
+    validated before the first count leaves this function)."""
+    cfg: SafeTabPConfig = public["config"]
+    geo: Geography = public["geography"]
+    index: IterationIndex = public["iterations"]
+    if "person_files" not in inputs:
+        persons = encode_persons(inputs["persons"], geo, index, cfg.max_race_codes, cfg.state_filter_us,
+                                 str(inputs.get("source", PERSON_FILE)))
+        for rt in region_types:
+            yield rt, PersonCounts(persons, rt)
+        return
+    parts: dict[str, list[PersonCounts]] = {rt: [] for rt in region_types}
+    for f in inputs["person_files"]:  # over files (partitions), not records
+        table = read_pipe_file(f, PERSON_COLUMNS)
+        persons = encode_persons(table, geo, index, cfg.max_race_codes, cfg.state_filter_us, str(f))
+        del table
+        for rt in region_types:
+            parts[rt].append(PersonCounts(persons, rt))
+        del persons
+    for rt in region_types:
+        merged = PersonCounts.merge(parts.pop(rt))
+        yield rt, merged
 
 
 def _config(config: Any) -> SafeTabPConfig:
@@ -114,16 +171,14 @@ class SafeTabP:
         return make_plan(_config(config), public["iterations"], public["geography"])
 
     def prepare(self, inputs: Mapping[str, Any], public: Mapping[str, Any]) -> Prepared:
-        """Validate all person rows, then flat-map and count per tabulated (region type, level).
+        """Validate all person rows (every file of a split input), then flat-map and count per tabulated
+        (region type, level); see the module docstring for the partitioned path.
 
         Also carries the public domains (region IDs, iteration lists) so that ``measure`` is self-contained.
         """
         cfg: SafeTabPConfig = public["config"]
         geo: Geography = public["geography"]
         index: IterationIndex = public["iterations"]
-        table: pa.Table = inputs["persons"]
-        persons = encode_persons(table, geo, index, cfg.max_race_codes, cfg.state_filter_us,
-                                 str(inputs.get("source", PERSON_FILE)))
         universe = geo.universe
         prepared: Prepared = {}
         tab = cfg.tabulated(universe)
@@ -131,11 +186,11 @@ class SafeTabP:
             level = index.levels[lv]
             prepared[iterations_key(lv)] = pd.DataFrame(
                 {"ITERATION_CODE": level.iteration_codes.astype(object), "TOTAL_ONLY": level.total_only})
-        for rt in dict.fromkeys(rt for rt, _ in tab):
+        for rt, counts in person_counts(inputs, public, list(dict.fromkeys(rt for rt, _ in tab))):
             prepared[regions_key(universe, rt)] = pd.DataFrame({"REGION_ID": geo.region_ids[rt]})
-            counts = PersonCounts(persons, rt)
             for lv in (lv for r, lv in tab if r == rt):
                 prepared[sparse_key(universe, rt, lv)] = tabulate_level(counts, index.levels[lv])
+            del counts
         return prepared
 
     def measure(self, prepared: Prepared, spec: MeasurementSpec, rng: Any) -> NoisyMeasurement:
@@ -168,9 +223,13 @@ class RunResult:
 
 def run_universe(public: Mapping[str, Any], inputs: Mapping[str, Any], rng: Any) -> RunResult:
     """plan → prepare (validates) → stage 1 → stage 2 per level → postprocess → tables, for one universe."""
+    return run_prepared(public, SafeTabP().prepare(inputs, public), rng)
+
+
+def run_prepared(public: Mapping[str, Any], prepared: Prepared, rng: Any) -> RunResult:
+    """stage 1 → stage 2 per level → postprocess → tables, from the output of ``prepare``."""
     product = SafeTabP()
     specs = product.plan(public["config"], public)
-    prepared = product.prepare(inputs, public)
     measurements: dict[str, NoisyMeasurement] = {}
     for spec in specs:
         if spec.detail["stage"] == 1:
