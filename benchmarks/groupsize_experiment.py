@@ -87,6 +87,28 @@ def make_dataset(name: str, seed: int, args: argparse.Namespace) -> GroupSizeDat
     return taxi_like(seed, taxis=args.taxis, k=args.taxi_k, mean_pickups=args.taxi_mean)
 
 
+def replace_methods(args: argparse.Namespace) -> int:
+    """Re-run the selected methods on the stored grid's datasets/ε/reps and swap their runs into --json."""
+    old = json.loads(Path(args.json).read_text())
+    methods = [m for m in args.methods.split(",") if m]
+    tmp = Path(args.json).with_suffix(".partial.json")
+    sub = ["--json", str(tmp), "--methods", ",".join(methods), "--reps", str(args.reps), "--eps", args.eps,
+           "--datasets", args.datasets, "--qp-reps", str(args.qp_reps), "--qp-time-limit", str(args.qp_time_limit)]
+    for key in ("seed", "census_n", "census_k", "taxis", "taxi_k", "taxi_mean", "window_multiplier"):
+        if old["args"][key] != getattr(args, key):
+            raise SystemExit(f"--replace needs the stored grid's {key} ({old['args'][key]})")
+    main([*sub, "--seed", str(args.seed)])
+    new = json.loads(tmp.read_text())
+    for ds, entry in new["datasets"].items():
+        kept = [r for r in old["datasets"][ds]["runs"] if r["method"] not in methods]
+        old["datasets"][ds]["runs"] = kept + entry["runs"]
+    old.setdefault("replaced", []).append({"methods": methods, "args": new["args"], "machine": new["machine"],
+                                           "started": new["started"], "finished": new["finished"]})
+    Path(args.json).write_text(json.dumps(old, indent=1))
+    tmp.unlink()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--reps", type=int, default=10)
@@ -103,7 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--qp-time-limit", type=float, default=20.0)
     ap.add_argument("--qp-reps", type=int, default=3, help="repetitions for the slow relaxed-QP baselines")
     ap.add_argument("--json", default=str(ROOT / "benchmarks/results/groupsize_experiment.json"))
+    ap.add_argument("--replace", action="store_true",
+                    help="re-run only --methods and replace their runs in the existing --json (same seeds, so the "
+                         "same noise draws as the kept methods)")
     args = ap.parse_args(argv)
+    if args.replace:
+        return replace_methods(args)
     eps_list = [Fraction(e) for e in args.eps.split(",")]
     methods = [m for m in args.methods.split(",") if m]
     results: dict[str, Any] = {"args": vars(args), "machine": platform.platform(), "started": time.ctime(),
