@@ -144,13 +144,16 @@ def run_dasflow(data: Path, mode: str) -> dict[str, Any]:
                 f"sys.path.insert(0, {str(ROOT)!r}); import phsafe; "
                 f"print(json.dumps(phsafe.worker({str(data)!r}, {mode!r}, {out!r})))")
         cmd = [str(PYTHON), "-c", code]
+        load_before = os.getloadavg()[0]
         rc, stdout, stderr, wall, peak, cpu = tumult_env._watch(cmd, dict(os.environ), 3600.0)
+        load_after = os.getloadavg()[0]
     if rc != 0:
         raise RuntimeError(f"dasflow worker failed:\n{stderr[-4000:]}")
     result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     result["wall_s"] = wall
     result["peak_rss_mb"] = peak / 2**20
     result["cpu_s"] = cpu
+    result["load_1min"] = [round(load_before, 2), round(load_after, 2)]
     return result
 
 
@@ -216,19 +219,21 @@ def main(argv: list[str] | None = None) -> int:
 def markdown(results: dict[str, Any]) -> str:
     """The results as a Markdown table (one row per size and engine) plus the ratios."""
     lines = [f"Measured {results['date']} on {results['machine']}; command `{results['command']}`.", "",
-             "| persons | run | wall s | CPU s | read+validate s | prepare s | measure s | peak RSS MB |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| persons | run | wall s | CPU s | read+validate s | prepare s | measure s | peak RSS MB "
+             "| load before → after |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for n, run in results["runs"].items():
         for name in ("dasflow_full", "dasflow_ph7"):
             r = run[name]
             lines.append(f"| {int(n):,} | {name} | {r['wall_s']:.1f} | {r.get('cpu_s', float('nan')):.1f} | "
                          f"{r['read_validate_s']:.1f} | {r['prepare_s']:.1f} | {r['measure_s']:.2f} | "
-                         f"{r['peak_rss_mb']:.0f} |")
+                         f"{r['peak_rss_mb']:.0f} | {' → '.join(str(x) for x in r.get('load_1min', []))} |")
         if "tumult_ph7" in run:
             t = run["tumult_ph7"]
             lines.append(f"| {int(n):,} | tumult_ph7 | {t['wall_s']:.1f} | {t.get('cpu_s', float('nan')):.1f} | "
                          f"(lazy) | (Spark start {t['spark_start_s']:.0f}, session {t['session_build_s']:.0f}) | "
-                         f"queries {t['queries_s']:.1f} | {t['peak_rss_mb']:.0f} |")
+                         f"queries {t['queries_s']:.1f} | {t['peak_rss_mb']:.0f} | "
+                         f"{' → '.join(str(x) for x in t.get('load_1min', [])) or 'see text'} |")
     lines += ["", "| persons | PH7 speed-up, wall (Tumult / dasflow) | PH7 speed-up, CPU | "
               "PH7 speed-up, Tumult queries only / dasflow total |", "|---|---|---|---|"]
     for n, run in results["runs"].items():
