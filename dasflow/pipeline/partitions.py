@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
@@ -32,6 +33,7 @@ from dasflow.io.store import ObjectStore, StoreError
 from dasflow.products.base import Estimates, NoisyMeasurement
 
 Tables = dict[str, pa.Table]
+RowRange = tuple[str, int, int]
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,11 @@ class PartSource(Protocol):
 
     def measurements(self, keys: Sequence[str] | None = None) -> Mapping[str, NoisyMeasurement]: ...
 
-    def part(self, step: str, part: str) -> Tables: ...
+    def part(self, step: str, part: str, names: Sequence[str] | None = None,
+             rows: RowRange | None = None) -> Tables:
+        """The part's tables (only ``names`` if given; with ``rows = (column, lo, hi)`` only the rows whose
+        integer ``column`` lies in [lo, hi], read by row group from the column's statistics)."""
+        ...
 
 
 class PartitionedPostprocess(Protocol):
@@ -77,14 +83,35 @@ def _safe(name: str) -> str:
     return out
 
 
+#: Target bytes per Parquet row group of a part's tables: small enough that a reader asking for a range of a
+#: sorted key column (TopDown: one state's units) decodes little more than its rows, also for wide rows (a
+#: detailed query group's 2,016 answers per unit).
+ROW_GROUP_BYTES = 1 << 20
+
+
 def table_bytes(table: pa.Table) -> bytes:
     buf = io.BytesIO()
-    pq.write_table(table, buf, compression="lz4")
+    per_row = max(1, table.nbytes // max(1, table.num_rows))
+    pq.write_table(table, buf, compression="lz4", row_group_size=max(16, min(1 << 16, ROW_GROUP_BYTES // per_row)))
     return buf.getvalue()
 
 
-def table_from_bytes(data: bytes) -> pa.Table:
-    return pq.read_table(io.BytesIO(data))
+def table_from_bytes(data: bytes, rows: RowRange | None = None) -> pa.Table:
+    """A Parquet table; with ``rows`` only the row groups whose statistics overlap the range, then exactly
+    the rows in it."""
+    pf = pq.ParquetFile(io.BytesIO(data))
+    if rows is None:
+        return pf.read()
+    column, lo, hi = rows
+    index = pf.schema_arrow.get_field_index(column)
+    groups = []
+    for i in range(pf.metadata.num_row_groups):
+        stats = pf.metadata.row_group(i).column(index).statistics
+        if stats is None or not stats.has_min_max or (stats.min <= hi and stats.max >= lo):
+            groups.append(i)
+    table = pf.read_row_groups(groups) if groups else pf.schema_arrow.empty_table()
+    values = table.column(column)
+    return table.filter(pc.and_(pc.greater_equal(values, lo), pc.less_equal(values, hi)))
 
 
 class StoredParts:
@@ -99,6 +126,7 @@ class StoredParts:
         self.prefix = f"{root}/postprocessed/{product}/parts/{digest}"
         self._loader = loader
         self._cache: dict[str, NoisyMeasurement] = {}
+        self._verified: dict[tuple[str, str], dict[str, Any]] = {}
 
     def _base(self, step: str, part: str) -> str:
         return f"{self.prefix}/{_safe(step)}/{_safe(part)}"
@@ -107,7 +135,9 @@ class StoredParts:
         return self._base(step, part) + ".json"
 
     def done(self, step: str, part: str) -> dict[str, Any] | None:
-        """The part's manifest if the part is complete and its files intact."""
+        """The part's manifest if the part is complete and its files intact (checked once per instance)."""
+        if (step, part) in self._verified:
+            return self._verified[(step, part)]
         try:
             record: dict[str, Any] = json.loads(self.store.get(self.manifest_key(step, part)))
         except StoreError:
@@ -115,6 +145,7 @@ class StoredParts:
         for key, sha in record["outputs"].items():
             if not self.store.exists(key) or self.store.sha256(key) != sha:
                 return None
+        self._verified[(step, part)] = record
         return record
 
     def write(self, step: str, part: str, tables: Tables) -> dict[str, Any]:
@@ -126,6 +157,7 @@ class StoredParts:
         record = {"step": step, "part": part, "outputs": outputs,
                   "names": {f"{self._base(step, part)}/{_safe(n)}.parquet": n for n in tables}}
         self.store.put(self.manifest_key(step, part), (json.dumps(record, sort_keys=True, indent=1) + "\n").encode())
+        self._verified[(step, part)] = record
         return record
 
     # PartSource
@@ -137,12 +169,15 @@ class StoredParts:
             return dict(self._cache)
         return {k: self._cache[k] for k in keys}
 
-    def part(self, step: str, part: str) -> Tables:
+    def part(self, step: str, part: str, names: Sequence[str] | None = None,
+             rows: RowRange | None = None) -> Tables:
         record = self.done(step, part)
         if record is None:
             raise InputError(f"post-processing part {step}/{part} has not been computed",
                              file=self.manifest_key(step, part))
-        return {name: table_from_bytes(self.store.get(key)) for key, name in record["names"].items()}
+        wanted = None if names is None else set(names)
+        return {name: table_from_bytes(self.store.get(key), rows) for key, name in record["names"].items()
+                if wanted is None or name in wanted}
 
 
 def parts_digest(measurement_hashes: Mapping[str, str], code_version: str) -> str:

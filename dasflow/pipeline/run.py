@@ -42,6 +42,7 @@ class RunContext:
     ledger: Ledger
     _product_configs: dict[str, Any] = field(default_factory=dict)
     _plans: dict[str, Any] = field(default_factory=dict)
+    _public: dict[str, Any] = field(default_factory=dict)
 
     @property
     def release_id(self) -> str:
@@ -63,6 +64,14 @@ class RunContext:
             entry = next(p for p in self.config.products if p.name == name)
             self._product_configs[name] = self.adapter(name).load_config(entry.config_text, self.config.universe)
         return self._product_configs[name]
+
+    def post_public(self, name: str) -> Any:
+        """The product's public inputs read through the post-processing view, once per context (the parts a
+        worker runs share them, and the product objects' caches keyed by them: TopDown's spine)."""
+        if name not in self._public:
+            self._public[name] = self.adapter(name).public_inputs(self.post_store(), self.config.inputs,
+                                                                  self.product_config(name))
+        return self._public[name]
 
     def post_store(self) -> ObjectStore:
         """The store view post-processing and release get: it cannot resolve confidential keys."""

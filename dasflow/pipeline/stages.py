@@ -67,7 +67,7 @@ def planned(ctx: RunContext, product: str) -> list[tuple[MeasurementSpec, Measur
     if product not in ctx._plans:
         adapter = ctx.adapter(product)
         cfg = ctx.product_config(product)
-        public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, cfg)
+        public = ctx.post_public(product)
         ctx._plans[product] = [(ledger_spec(product, s), s) for s in adapter.product(cfg).plan(cfg, public)]
     pairs: list[tuple[MeasurementSpec, MeasurementSpec]] = ctx._plans[product]
     return pairs
@@ -236,7 +236,7 @@ def postprocess_stage(ctx: RunContext, product: str, *, force: bool = False) -> 
         return current
     adapter = ctx.adapter(product)
     cfg = ctx.product_config(product)
-    public = adapter.public_inputs(post, ctx.config.inputs, cfg)
+    public = ctx.post_public(product)
     split = partitioner(ctx, product)
     if split is None:
         estimates = adapter.product(cfg).postprocess(load_measurements(ctx, product), public)
@@ -267,10 +267,15 @@ def partitioner(ctx: RunContext, product: str) -> PartitionedPostprocess | None:
 
 
 def stored_parts(ctx: RunContext, product: str) -> StoredParts:
-    """The product's part outputs for its current measurements and code (post-processing store view)."""
+    """The product's part outputs for its current measurements and code (post-processing store view); one
+    instance per context and digest, so the parts a worker runs verify each input part once."""
     digest = parts_digest(_measurement_hashes(ctx, product), code_version())
-    return StoredParts(ctx.post_store(), ctx.root, product, digest,
-                       lambda keys: load_measurements(ctx, product, keys))
+    key = f"parts:{product}:{digest}"
+    if key not in ctx._public:
+        ctx._public[key] = StoredParts(ctx.post_store(), ctx.root, product, digest,
+                                       lambda keys: load_measurements(ctx, product, keys))
+    parts: StoredParts = ctx._public[key]
+    return parts
 
 
 def postprocess_steps(ctx: RunContext, product: str) -> list[dict[str, Any]]:
@@ -278,9 +283,7 @@ def postprocess_steps(ctx: RunContext, product: str) -> list[dict[str, Any]]:
     split = partitioner(ctx, product)
     if split is None:
         return []
-    adapter = ctx.adapter(product)
-    public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, ctx.product_config(product))
-    return [{"step": s.name, "parts": list(s.parts)} for s in split.post_steps(public)]
+    return [{"step": s.name, "parts": list(s.parts)} for s in split.post_steps(ctx.post_public(product))]
 
 
 def postprocess_part(ctx: RunContext, product: str, step: str, part: str) -> dict[str, Any]:
@@ -288,9 +291,7 @@ def postprocess_part(ctx: RunContext, product: str, step: str, part: str) -> dic
     split = partitioner(ctx, product)
     if split is None:
         raise InputError(f"{product}: post-processing is not partitioned")
-    adapter = ctx.adapter(product)
-    public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, ctx.product_config(product))
-    return _compute_part(split, stored_parts(ctx, product), step, part, public)
+    return _compute_part(split, stored_parts(ctx, product), step, part, ctx.post_public(product))
 
 
 def _compute_part(split: PartitionedPostprocess, parts: StoredParts, step: str, part: str,

@@ -133,8 +133,12 @@ class PartitionedTopDown:
         return out
 
     def _groups(self, source: PartSource, level: int, keep: IntArray | None) -> list[GroupAnswers]:
-        tables = source.part("combine", "all")
-        return [_answers_from_table(t, tables[f"L{level}.{t.name}"], keep) for t in self._templates()[level]]
+        """The level's combined answers — of the units in ``keep`` only, read by unit range (a subtree's units
+        are contiguous: the spine numbers units in path order), so a part never loads a whole level."""
+        templates = self._templates()[level]
+        rows = None if keep is None else ("UNIT", int(keep.min(initial=0)), int(keep.max(initial=-1)))
+        tables = source.part("combine", "all", [f"L{level}.{t.name}" for t in templates], rows)
+        return [_answers_from_table(t, tables[f"L{level}.{t.name}"], keep) for t in templates]
 
     def post_part(self, step: str, part: str, source: PartSource, public: Mapping[str, Any]) -> Tables:
         sp, a, anc = self._layout(public)
