@@ -231,3 +231,23 @@ def test_file_order_does_not_change_any_count(tmp_path: Path) -> None:
     fb = run_non_private(ib.persons, ib.units, ib.geo, cfg, truncate=True)
     for t in fa:
         assert fa[t].equals(fb[t]), t
+
+
+def test_household_counting_with_a_person_filter_equals_per_person(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-household path with a person filter (min(filtered persons, τ) per unit) against the per-person
+    truncated join, on shuffled records with large households."""
+    persons, units, geo = _random_census(6)
+    cfg = parse_config(config_with(states=["01", "02"]))
+    levels = {"PH7": ["usa_*", "state_A-G", "state_H,I"]}
+    base = pp.JOIN_RULES["PH7"]
+    out = {}
+    for unit_cell in (True, False):
+        monkeypatch.setitem(pp.JOIN_RULES, "PH7", pp.JoinRule(lambda p: np.asarray(p["QAGE"] < 15), base.unit_filter,
+                                                              base.cell, unit_cell=unit_cell))
+        uni = build_universe(persons, units, geo, cfg.state_filter, min_tau=2)
+        rec = join_records(uni, "PH7", 2)
+        assert (rec.weight is not None) == unit_cell
+        out[unit_cell] = tabulate(uni, levels, {"PH7": 2}, cfg.state_filter)
+    for k in out[True]:
+        assert out[True][k].equals(out[False][k]), k
+    assert 100 < int(out[True]["PH7/usa_*"]["COUNT"].sum()) < int((persons["QAGE"] < 15).sum())

@@ -40,21 +40,63 @@ class Records:
     weight: np.ndarray | None = None
 
 
-@dataclass(frozen=True)
 class Universe:
-    """Base persons grouped by MAFID (content order inside households larger than ``min_tau``, R7) and
-    occupied, geo-mapped units sorted by MAFID with their state and householder iteration indices.
+    """Base persons grouped by MAFID and occupied, geo-mapped units sorted by MAFID (with their state and
+    householder iteration indices), built by :func:`build_universe`.
 
-    ``big`` are the person positions in households larger than ``min_tau`` (the only ones truncation at
-    τ ≥ ``min_tau`` can touch); ``person_unit`` is each person's unit row (-1: none), or None when some
-    MAFID has several units (then each table's join handles the duplicates itself).
+    Household arrays are computed at once: ``hh_mafid`` (ascending), ``hh_size`` (base persons) and ``hh_unit``
+    (unit row; -1 none; None when some MAFID has several units, then each table's join handles the duplicates
+    itself). Person-level data is built on first use only (tables counted per unit never need it):
+    ``persons`` (grouped by MAFID, in content order inside households larger than ``min_tau``, R7), ``big``
+    (the person positions in those households: the only ones truncation at τ ≥ ``min_tau`` can touch) and
+    ``person_unit``.
     """
 
-    persons: dict[str, np.ndarray]
-    units: dict[str, np.ndarray]
-    min_tau: int
-    big: np.ndarray
-    person_unit: np.ndarray | None
+    def __init__(self, persons: Columns, person_mask: np.ndarray, units: dict[str, np.ndarray],
+                 min_tau: int) -> None:
+        self.units = units
+        self.min_tau = min_tau
+        self._raw = persons
+        self._mask = person_mask
+        pm = np.asarray(persons["MAFID"])[person_mask]
+        if pm.size > 1 and bool(np.any(pm[1:] < pm[:-1])):
+            pm = np.sort(pm)
+        starts = group_starts(pm)
+        self.hh_mafid = pm[starts]
+        self.hh_size = np.diff(np.append(starts, pm.size))
+        um = units["MAFID"]
+        self.hh_unit: np.ndarray | None = None
+        if not bool(np.any(um[1:] == um[:-1])):  # unique unit MAFIDs: join each household once
+            pos = np.searchsorted(um, self.hh_mafid)
+            pos_c = np.minimum(pos, max(um.size - 1, 0))
+            hit = (um[pos_c] == self.hh_mafid) if um.size else np.zeros(pos.size, dtype=bool)
+            self.hh_unit = np.where(hit, pos_c, -1).astype(np.int32)
+        self._persons: dict[str, np.ndarray] | None = None
+        self._big = np.zeros(0, dtype=np.int64)
+        self._person_unit: np.ndarray | None = None
+
+    @property
+    def persons(self) -> dict[str, np.ndarray]:
+        if self._persons is None:
+            p = _take(self._raw, self._mask)  # a boolean mask gathers faster than indices
+            order, self._big = grouped_content_order(p["MAFID"], [p[c] for c in PERSON_CONTENT], self.min_tau)
+            if not np.array_equal(order, np.arange(order.size)):
+                p = _take(p, order)
+            self._persons = p
+        return self._persons
+
+    @property
+    def big(self) -> np.ndarray:
+        _ = self.persons
+        return self._big
+
+    @property
+    def person_unit(self) -> np.ndarray | None:
+        if self.hh_unit is None:
+            return None
+        if self._person_unit is None:
+            self._person_unit = np.repeat(self.hh_unit, self.hh_size)
+        return self._person_unit
 
 
 class Gather(Mapping[str, np.ndarray]):
@@ -97,10 +139,6 @@ def build_universe(persons: Columns, units: Columns, geo: Columns, state_filter:
     ``min_tau`` is the smallest τ the universe will be truncated at (1 serves every τ). Units are kept sorted
     by MAFID so every table's unit subset is sorted too (duplicates adjacent, joins by binary search).
     """
-    p = _take(persons, pp.person_universe(persons))  # a boolean mask gathers faster than indices
-    order, big = grouped_content_order(p["MAFID"], [p[c] for c in PERSON_CONTENT], min_tau)
-    if not np.array_equal(order, np.arange(order.size)):
-        p = _take(p, order)
     gm, gs = pp.geo_state_index(geo, state_filter)
     umafid = np.asarray(units["MAFID"])
     st = pp.unit_states(umafid, gm, gs)
@@ -113,18 +151,7 @@ def build_universe(persons: Columns, units: Columns, geo: Columns, state_filter:
     u["STATE"] = st[mask]
     u["ITER_AG"] = pp.iteration_ag(u["HHRACE"])
     u["ITER_HI"] = pp.iteration_hi(u["HHRACE"], u["HHSPAN"])
-    um = u["MAFID"]
-    person_unit = None
-    if not bool(np.any(um[1:] == um[:-1])):  # unique unit MAFIDs: join each household once
-        pm = p["MAFID"]
-        starts = group_starts(pm)
-        hh = pm[starts]
-        pos = np.searchsorted(um, hh)
-        pos_c = np.minimum(pos, max(um.size - 1, 0))
-        hit = (um[pos_c] == hh) if um.size else np.zeros(hh.size, dtype=bool)
-        hh_unit = np.where(hit, pos_c, -1).astype(np.int32)
-        person_unit = np.repeat(hh_unit, np.diff(np.append(starts, pm.size)))
-    return Universe(persons=p, units=u, min_tau=min_tau, big=big, person_unit=person_unit)
+    return Universe(persons, pp.person_universe(persons), u, min_tau)
 
 
 def _unique_sorted(mafid_sorted: np.ndarray) -> np.ndarray:
@@ -167,6 +194,30 @@ def _join(uni: Universe, rule: pp.JoinRule, tau: int | None) -> tuple[np.ndarray
     return pr[hit], u_rows[pos_c[hit]]
 
 
+def _household_records(uni: Universe, rule: pp.JoinRule, tau: int | None) -> Records:
+    """A table whose iteration and cell are unit attributes, with unique unit MAFIDs: every kept person of a
+    household yields the same record, so the truncated join is the household's unit with weight
+    min(filtered persons, τ) — which persons the content order keeps cannot change any count."""
+    u = uni.units
+    assert uni.hh_unit is not None
+    if rule.person_filter is pp.all_rows:
+        count = uni.hh_size
+    else:
+        starts = np.append(0, np.cumsum(uni.hh_size)[:-1])
+        keep = np.asarray(rule.person_filter(uni.persons), dtype=np.int64)
+        count = np.add.reduceat(keep, starts) if keep.size else np.zeros(0, dtype=np.int64)
+    weight = count if tau is None else np.minimum(count, tau)
+    unit_ok = np.append(np.asarray(rule.unit_filter(u), dtype=bool), False)  # index -1: no unit
+    hit = unit_ok[uni.hh_unit] & (weight > 0)
+    per_unit = np.zeros(len(u["MAFID"]), dtype=np.int64)
+    per_unit[uni.hh_unit[hit]] = weight[hit]  # unique MAFIDs: one household per unit
+    rows = np.flatnonzero(per_unit)
+    uj = Gather(u, rows)
+    empty: Columns = {"MAFID": np.zeros(0, dtype=np.int64)}  # the cell map reads the unit only
+    return Records(state=uj["STATE"], ag=uj["ITER_AG"], hi=uj["ITER_HI"], cell=rule.cell(empty, uj),
+                   weight=per_unit[rows])
+
+
 def join_records(uni: Universe, table: str, tau: int | None) -> Records:
     """Algorithm 1 up to the query: filter, truncate (τ; None = no truncation, ground truth), join, map.
 
@@ -178,7 +229,10 @@ def join_records(uni: Universe, table: str, tau: int | None) -> Records:
         raise ValueError(f"tau {tau} is below the universe's min_tau {uni.min_tau}")
     rule = pp.JOIN_RULES[table]
     tdef = MEASURED[table]
-    p, u = uni.persons, uni.units
+    u = uni.units
+    if rule.unit_cell and not tdef.by_person and uni.hh_unit is not None:
+        return _household_records(uni, rule, tau)
+    p = uni.persons
     pr, ur = _join(uni, rule, tau)
     if rule.unit_cell and not tdef.by_person:
         w = np.bincount(ur, minlength=len(u["MAFID"]))
