@@ -200,6 +200,11 @@ def main(argv: list[str]) -> int:
     lines = [head] if head else []
     lines += ["## Measured grid", "", f"Machine: {res['machine']}; started {res['started']}, finished "
               f"{res.get('finished', '(incomplete)')}. Arguments: `{json.dumps(res['args'])}`.", ""]
+    for rep in res.get("replaced", []):
+        lines += [f"Rows of {', '.join(rep['methods'])} re-run (same seeds, hence the same noise draws) on "
+                  f"{rep['machine']}, started {rep['started']}, finished {rep['finished']}, with "
+                  f"`--reps {rep['args']['reps']} --qp-reps {rep['args']['qp_reps']} --qp-time-limit "
+                  f"{rep['args']['qp_time_limit']}`.", ""]
     for ds, d in res["datasets"].items():
         lines += [f"### {ds}", "", f"Manifest: `{json.dumps(d['manifest'])}`", ""]
         lines += [*table(ds, per_ds[ds], methods), ""]

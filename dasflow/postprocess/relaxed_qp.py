@@ -18,6 +18,11 @@ scale, whatever the formulation. Clarabel works on the deviation d = x - anchor 
 tolerances then act on noise-sized quantities (solving in x directly stops with duality gaps ~1e7 when n ~
 1e8, and the unscaled cumulative problem is declared infeasible).
 
+``solver="tree"`` (M_H-R only) is an independent exact solver of the same relaxed Model 1 that exploits its
+structure: per column the QP is a tree problem coupled to the others only through the n row, and each subtree's
+response to a price on its root is piecewise linear with one breakpoint per leaf (``_solve_tree_relaxed``). It
+cross-checks Clarabel at full scale and shows what a structure-aware relaxation costs.
+
 Certificate. ``QPResult.kkt`` is computed here from the returned primal x and dual z, independently of the
 solver's own stopping test, in the units of the original problem: the largest primal residual (equality rows,
 negativity, monotonicity), the stationarity residual ||2(x - t) + A'z||_inf, the most negative inequality
@@ -43,7 +48,7 @@ from dasflow.postprocess.tree_dp import TreeShape
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
-QPSolver = Literal["clarabel", "highs"]
+QPSolver = Literal["clarabel", "highs", "tree"]
 
 __all__ = ["KKTReport", "QPResult", "QPSolver", "relaxed_counts_qp", "relaxed_cumulative_qp", "round_half_up"]
 
@@ -239,7 +244,115 @@ def _solve_highs(p: _Problem, time_limit: float | None) -> tuple[FloatArray, str
     return x, status, secs, None
 
 
+def _seg_count_le(bp: FloatArray, off: IntArray, q: FloatArray) -> IntArray:
+    """Per segment s (``bp[off[s]:off[s+1]]``, sorted): how many breakpoints are <= q[s]."""
+    le = bp <= np.repeat(q, np.diff(off))
+    cs = np.r_[0, np.cumsum(le)]
+    out: IntArray = (cs[off[1:]] - cs[off[:-1]]).astype(np.int64)
+    return out
+
+
+@dataclass
+class _Response:
+    """Per node (column-major within a level) the response v(mu) = argmin_{v} C_r(v) - mu v of its subtree to a
+    price mu from its parent: convex piecewise linear, 0 left of the first breakpoint. Breakpoints of node i are
+    ``mu[off[i]:off[i+1]]`` (increasing) with value ``v`` and right slope ``s``; an internal node also keeps, per
+    breakpoint, the price ``nu`` it passes to its children and the slope ``s_children`` of the children's total."""
+
+    off: IntArray
+    mu: FloatArray
+    v: FloatArray
+    s: FloatArray
+    nu: FloatArray | None = None
+    s_children: FloatArray | None = None
+    nchild: IntArray | None = None
+
+
+def _increments(rep: _Response) -> FloatArray:
+    """Slope increment at every breakpoint (the first breakpoint of a node carries its whole slope)."""
+    d: FloatArray = rep.s - np.r_[0.0, rep.s[:-1]]
+    sz = np.diff(rep.off)
+    first = rep.off[:-1][sz > 0]
+    d[first] = rep.s[first]
+    return d
+
+
+def _solve_tree_relaxed(
+    shape: TreeShape, noisy: list[npt.NDArray[np.generic]], total: int
+) -> tuple[FloatArray, str, float, KKTReport | None]:
+    """Exact relaxed Model 1 (M_H-R) by parametric tree responses, an independent structured solver.
+
+    With a price mu on a node's value, min (v - t)^2 + Phi(v) - mu v is solved by v = S(nu), the children's
+    total response to the price nu they receive, where nu + 2(S(nu) - t) = mu (stationarity). A leaf answers
+    max(0, t + mu/2). So every response is piecewise linear with one breakpoint per leaf below it: bottom-up, a
+    parent merges its children's breakpoints (one lexsort per level), sums their slopes and maps nu -> mu; the n
+    row fixes the common price mu0 of the k roots (one sort over all root breakpoints); top-down, each node
+    inverts its map at the price it receives. O(k |R| log(k |R|)); duals (the prices) give the certificate.
+    """
+    t0 = time.perf_counter()
+    levels = shape.levels
+    k = int(np.asarray(noisy[0]).shape[1])
+    t = [np.asarray(a, dtype=np.float64).T.ravel() for a in noisy]  # node (r, j) -> j * n_l + r
+    reps: list[_Response] = [None] * levels  # type: ignore[list-item]
+    n_leaf = t[-1].size
+    reps[-1] = _Response(np.arange(n_leaf + 1, dtype=np.int64), -2.0 * t[-1], np.zeros(n_leaf), np.full(n_leaf, 0.5))
+    for l in range(levels - 2, -1, -1):
+        ch = reps[l + 1]
+        starts = (shape.child_starts(l)[None, :] + shape.sizes[l + 1] * np.arange(k, dtype=np.int64)[:, None]).ravel()
+        n_par = starts.size
+        nchild = np.diff(np.r_[starts, ch.off.size - 1]).astype(np.int64)
+        csz = np.diff(ch.off)
+        elem_par = np.repeat(np.repeat(np.arange(n_par, dtype=np.int64), nchild), csz)
+        order = np.lexsort((ch.mu, elem_par))
+        nu = ch.mu[order]
+        psz = np.bincount(elem_par, minlength=n_par).astype(np.int64)
+        off = np.r_[0, np.cumsum(psz)].astype(np.int64)
+        heads = off[:-1][psz > 0]
+        c = np.cumsum(_increments(ch)[order])
+        s_sum = c - np.repeat(np.r_[0.0, c][off[:-1]], psz)  # slope of S right of each breakpoint
+        inc = np.r_[0.0, s_sum[:-1]] * np.diff(np.r_[0.0, nu])
+        inc[heads] = 0.0
+        ci = np.cumsum(inc)
+        total_s = ci - np.repeat(np.r_[0.0, ci][off[:-1]], psz)  # S at each breakpoint
+        mu = nu + 2.0 * (total_s - np.repeat(t[l], psz))
+        reps[l] = _Response(off, mu, total_s, s_sum / (1.0 + 2.0 * s_sum), nu, s_sum, nchild)
+    root = reps[0]
+    o = np.argsort(root.mu, kind="stable")
+    mu_all = root.mu[o]
+    slope_all = np.cumsum(_increments(root)[o])
+    val_all = np.r_[0.0, np.cumsum(slope_all[:-1] * np.diff(mu_all))]
+    b = max(0, int(np.searchsorted(val_all, float(total), side="right")) - 1)
+    mu0 = float(mu_all[b] + (total - val_all[b]) / slope_all[b])
+    xs: list[FloatArray] = []
+    duals: list[FloatArray] = []
+    prices = np.full(k, mu0)
+    for l in range(levels):
+        rep = reps[l]
+        if l == levels - 1:
+            xs.append(np.maximum(0.0, t[l] + prices / 2.0))
+            break
+        assert rep.nu is not None and rep.s_children is not None and rep.nchild is not None
+        cnt = _seg_count_le(rep.mu, rep.off, prices)
+        has = cnt > 0
+        idx = rep.off[:-1] + np.maximum(cnt - 1, 0)
+        nu_b, mu_b, s_b = rep.nu[idx], rep.mu[idx], rep.s_children[idx]
+        nu = np.where(has, nu_b + (prices - mu_b) / (1.0 + 2.0 * s_b), prices + 2.0 * t[l])
+        xs.append(np.where(has, rep.v[idx] + s_b * (nu - nu_b), 0.0))
+        duals.append(nu)
+        prices = np.repeat(nu, rep.nchild)
+    secs = time.perf_counter() - t0
+    # back to the level-major, r-major layout of counts_problem; row (l, r, j) carries the price nu of (l, r, j)
+    x = np.concatenate([xi.reshape(k, -1).T.ravel() for xi in xs])
+    z_rows = np.concatenate([d.reshape(k, -1).T.ravel() for d in duals])
+    p = counts_problem(shape, noisy, total)
+    z_eq = np.r_[z_rows, -mu0]
+    z_nn = 2.0 * (x - p.target) + p.a_eq.T @ z_eq  # makes stationarity exact; its negative part is dual infeasibility
+    return x, "Solved", secs, _certificate(p, x, z_eq, np.zeros(0), z_nn)
+
+
 def _run(p: _Problem, time_limit: float | None, solver: QPSolver) -> tuple[FloatArray, str, float, KKTReport | None]:
+    if solver == "tree":
+        raise ValueError("solver 'tree' solves the relaxed Model 1 (M_H-R) only")
     if solver == "clarabel":
         return _solve_clarabel(p, time_limit)
     if solver == "highs":
@@ -312,7 +425,11 @@ def relaxed_counts_qp(
     """M_H-R: relaxed Model 1, rounded entry-wise."""
     k = int(np.asarray(noisy[0]).shape[1])
     off = _offsets(shape, k)
-    sol, status, secs, kkt = _run(counts_problem(shape, noisy, total), time_limit, solver)
+    if solver == "tree":
+        _targets(shape, noisy)
+        sol, status, secs, kkt = _solve_tree_relaxed(shape, noisy, total)
+    else:
+        sol, status, secs, kkt = _run(counts_problem(shape, noisy, total), time_limit, solver)
     relaxed = _split(sol, shape, k, off)
     rounded = tuple(round_half_up(np.nan_to_num(r)) for r in relaxed)
     return QPResult(relaxed, rounded, status, secs, kkt)
