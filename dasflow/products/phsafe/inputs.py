@@ -187,7 +187,8 @@ def _decode_block(raw: np.ndarray, pattern: str) -> np.ndarray | None:
 
 def _decode_fixed(arr: pa.ChunkedArray, width: int, pattern: str) -> np.ndarray | None:
     """:func:`decode_digits` over the chunks of a fixed_size_binary(width) column (None on a null)."""
-    parts = []
+    out = np.empty(len(arr), dtype=np.int16 if width <= 4 else np.int64)
+    at = 0
     for chunk in arr.chunks:
         n = len(chunk)
         if chunk.null_count:
@@ -198,8 +199,9 @@ def _decode_fixed(arr: pa.ChunkedArray, width: int, pattern: str) -> np.ndarray 
         value = decode_digits(flat.reshape(n, width), pattern)
         if value is None:
             return None
-        parts.append(value)
-    return np.concatenate(parts) if parts else decode_digits(np.zeros((0, width), np.uint8), pattern)
+        out[at:at + n] = value
+        at += n
+    return out
 
 
 def _decode_dictionary(arr: pa.ChunkedArray, pattern: str, values: bool) -> np.ndarray | None:
@@ -241,15 +243,19 @@ def _read_fixed_lines(path: Path, name: str, delim: str) -> dict[str, np.ndarray
     seps = starts[1:] - 1
     expected = np.full(len(schema), ord(delim), dtype=np.uint8)
     expected[-1] = ord("\n")
-    if mat.shape[0] and not bool((mat[:, seps] == expected).all()):
-        return None
-    out: dict[str, np.ndarray] = {}
-    for col, start in zip(schema, starts[:-1].tolist(), strict=True):
-        value = decode_digits(mat[:, start:start + widths[col]], schema[col])
-        if value is None:
+    n = mat.shape[0]
+    out = {c: np.empty(n, dtype=np.int64 if c == "MAFID" else np.int16) for c in INT_COLUMNS[name]}
+    cols = list(zip(schema, starts[:-1].tolist(), strict=True))
+    for r0 in range(0, n, _BLOCK):  # all columns of one row block while it is in cache
+        block = mat[r0:r0 + _BLOCK]
+        if not bool((block[:, seps] == expected).all()):
             return None
-        if col in INT_COLUMNS[name]:
-            out[col] = value.astype(np.int64 if col == "MAFID" else np.int16, copy=False)
+        for col, start in cols:
+            value = _decode_block(block[:, start:start + widths[col]], schema[col])
+            if value is None:
+                return None
+            if col in out:
+                out[col][r0:r0 + _BLOCK] = value
     return out
 
 
