@@ -134,18 +134,20 @@ def byte_table(pattern: str, width: int) -> np.ndarray:
     return _BYTE_LUTS[key]
 
 
-def decode_digits(raw: np.ndarray, pattern: str) -> np.ndarray | None:
+def decode_digits(raw: np.ndarray, pattern: str, out: np.ndarray | None = None) -> np.ndarray | None:
     """Values of the fixed-width text values in ``raw`` (an (n, width) uint8 view, one value per row), or
     None if any value is outside ``pattern``'s language.
 
     Exactly the regex's language: each pattern is made of digit classes only, so a value must be ASCII
     digits; widths 1–2 go through a table over the raw bytes, widths 3–4 through the enumerated allowed
-    values, wider ones through a value range (:data:`_WIDE_RANGES`). int16 for widths ≤ 4, else int64.
+    values, wider ones through a value range (:data:`_WIDE_RANGES`). int16 for widths ≤ 4, else int64
+    (written into ``out`` when given).
     """
     n, width = raw.shape
-    if n <= _BLOCK:
-        return _decode_block(raw, pattern)
-    out = np.empty(n, dtype=np.int16 if width <= 4 else np.int64)
+    if out is None:
+        if n <= _BLOCK:
+            return _decode_block(raw, pattern)
+        out = np.empty(n, dtype=np.int16 if width <= 4 else np.int64)
     for r0 in range(0, n, _BLOCK):  # row blocks stay in cache across the per-digit passes
         value = _decode_block(raw[r0:r0 + _BLOCK], pattern)
         if value is None:
@@ -196,10 +198,8 @@ def _decode_fixed(arr: pa.ChunkedArray, width: int, pattern: str) -> np.ndarray 
         if n == 0:
             continue
         flat = np.frombuffer(chunk.buffers()[1], dtype=np.uint8)[chunk.offset * width:(chunk.offset + n) * width]
-        value = decode_digits(flat.reshape(n, width), pattern)
-        if value is None:
+        if decode_digits(flat.reshape(n, width), pattern, out[at:at + n]) is None:
             return None
-        out[at:at + n] = value
         at += n
     return out
 
