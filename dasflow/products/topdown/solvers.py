@@ -166,11 +166,12 @@ def round_network(xt: FloatArray, w: FloatArray, A: Any, b: IntArray) -> tuple[I
     (controlled rounding). ``A`` (sparse, 0/±1) is a network matrix here — every variable sits in one row
     constraint and at most one group constraint, a bipartite incidence, so totally unimodular: a feasible
     ``x̃`` guarantees an integer solution in that box and the LP optimum is integral. The squared loss is
-    linear on the box (step cost ``w(1 − 2·frac)``); HiGHS (``scipy.optimize.milp``) solves it. If the box
+    linear on the box (step cost ``w(1 − 2·frac)``); HiGHS' dual simplex (a vertex, hence integral) solves it,
+    ``scipy.optimize.milp`` if a solution is not integral. If the box
     is infeasible (``x̃`` only approximately feasible) it widens to ``⌊x̃⌋ − 1 … ⌊x̃⌋ + 2`` with the exact
     convex step costs (the returned flag says so); ``ArithmeticError`` if that fails too."""
     from scipy import sparse
-    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
     A = sparse.csc_matrix(A)
     xt = np.maximum(np.asarray(xt, dtype=np.float64), 0.0)
@@ -184,10 +185,19 @@ def round_network(xt: FloatArray, w: FloatArray, A: Any, b: IntArray) -> tuple[I
         cost += [w * (2 * k - 1 + 2 * phi) for k in range(1, downs + 1)]
         ub = [np.ones(f.size)] * ups + [(f >= k).astype(np.float64) for k in range(1, downs + 1)]
         M = sparse.hstack(cols, format="csc")
-        res = milp(np.concatenate(cost), integrality=np.ones(M.shape[1]), bounds=Bounds(0, np.concatenate(ub)),
-                   constraints=LinearConstraint(M, rhs, rhs))
+        c = np.concatenate(cost)
+        ubs = np.concatenate(ub)
+        # a basic optimal solution of the LP is integral (TU); the dual simplex without presolve returns one
+        # quickly (HiGHS' MIP machinery on the same problem is ~300× slower). MILP only if it is not integral.
+        res = linprog(c, A_eq=M, b_eq=rhs, bounds=np.stack([np.zeros(c.size), ubs], axis=1), method="highs-ds",
+                      options={"presolve": False})
         if res.status != 0 or res.x is None:
             continue
+        if np.abs(res.x - np.rint(res.x)).max(initial=0.0) > 1e-6:
+            res = milp(c, integrality=np.ones(M.shape[1]), bounds=Bounds(0, ubs),
+                       constraints=LinearConstraint(M, rhs, rhs))
+            if res.status != 0 or res.x is None:
+                continue
         steps = np.rint(res.x).astype(np.int64).reshape(ups + downs, f.size)
         x = f + steps[:ups].sum(axis=0) - steps[ups:].sum(axis=0)
         if np.array_equal(A @ x, np.asarray(b, dtype=np.int64)) and (x >= 0).all():
