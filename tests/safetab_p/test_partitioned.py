@@ -21,6 +21,7 @@ from dasflow import synth
 from dasflow.cli import main
 from dasflow.errors import InputError
 from dasflow.privacy import rng
+from dasflow.products.safetab_p import product
 from dasflow.products.safetab_p.config import load_config, parse_config
 from dasflow.products.safetab_p.iterations import PACKAGED_DIR
 from dasflow.products.safetab_p.product import PERSON_DIR, load_inputs, load_public, run_universe
@@ -85,20 +86,25 @@ def _digest(result: Any) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("universe", ["US", "PR"])
-def test_split_inputs_are_byte_identical_to_single_file(census: dict[str, Path], universe: str) -> None:
+def test_split_inputs_are_byte_identical_to_single_file(census: dict[str, Path], universe: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = load_config(census["params"])
     digests = {}
-    for name in ("single", "per_state", "interleaved"):
+    for name in ("single", "per_state", "interleaved", "single-sliced"):
+        if name == "single-sliced":  # the same file encoded and counted in slices of 1,000 rows, then merged
+            monkeypatch.setattr(product, "SLICE_ROWS", 1000)
+            name = "single"
         public = load_public(census["params"], census[name], universe, cfg)  # type: ignore[arg-type]
         inputs = load_inputs(census[name])
         assert ("person_files" in inputs) == (name != "single")
         result = run_universe(public, inputs, rng.seeded(2024))
-        digests[name] = _digest(result)
+        digests[name if product.SLICE_ROWS != 1000 else "sliced"] = _digest(result)
         if name == "single":
             t2 = result.tables["t2"]
             assert len(t2) > 0, "thresholds too high: stage 2 never asked for Sex x Age cells"
     assert digests["per_state"] == digests["single"]
     assert digests["interleaved"] == digests["single"]
+    assert digests["sliced"] == digests["single"]
 
 
 def test_usa_is_one_noisy_count_per_group(census: dict[str, Path]) -> None:
@@ -143,6 +149,24 @@ def test_cli_split_bad_row_names_the_file_and_draws_nothing(census: dict[str, Pa
     err = capsys.readouterr().err
     assert "44.txt" in err and "row 4" in err and "QAGE" in err
     assert not out.exists()
+
+
+def test_bad_row_in_a_later_slice_names_the_files_own_row(census: dict[str, Path], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(product, "SLICE_ROWS", 1000)
+    data = tmp_path / "data"
+    shutil.copytree(census["single"], data)
+    path = data / PERSON_FILE
+    lines = path.read_text().splitlines()
+    fields = lines[2499].split("|")  # file row 2500 (header = row 1): in the third slice
+    fields[16] = "99x9"
+    lines[2499] = "|".join(fields)
+    path.write_text("\n".join(lines) + "\n")
+    cfg = load_config(census["params"])
+    public = load_public(census["params"], data, "US", cfg)
+    with pytest.raises(InputError, match="QSPAN") as exc:
+        product.SafeTabP().prepare(load_inputs(data), public)
+    assert exc.value.row == 2500 and exc.value.column == "QSPAN"
 
 
 def test_both_inputs_or_an_empty_split_are_refused(census: dict[str, Path], tmp_path: Path) -> None:

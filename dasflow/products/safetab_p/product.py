@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
 from dasflow.errors import InputError
 from dasflow.products.base import Estimates, MeasurementSpec, NoisyMeasurement, Prepared
@@ -66,6 +67,8 @@ from dasflow.products.safetab_p.regions import Universe
 from dasflow.products.safetab_p.tabulate import PersonCounts, tabulate_level
 
 PERSON_DIR = "person-records"  # DATA_DIR/person-records/*.txt: a split (e.g. per-state) person-records input
+#: rows encoded at a time: bounds the working set (and keeps numpy temporaries out of fresh, page-faulting mmaps)
+SLICE_ROWS = 1 << 20
 
 
 def find_iteration_dir(parameters_dir: str | Path, data_dir: str | Path) -> Path | None:
@@ -116,31 +119,37 @@ def load_inputs(data_dir: str | Path) -> dict[str, Any]:
     return {"persons": read_pipe_file(path, PERSON_COLUMNS), "source": str(path)}
 
 
+def _person_tables(inputs: Mapping[str, Any]) -> Iterator[tuple[pa.Table, str]]:
+    """(table, source) of each person-records input, one at a time: the in-memory table, or each file of a
+    split input read when its turn comes (the previous one is no longer referenced)."""
+    if "person_files" in inputs:
+        for f in inputs["person_files"]:  # over files (partitions), not records
+            yield read_pipe_file(f, PERSON_COLUMNS), str(f)
+    else:
+        yield inputs["persons"], str(inputs.get("source", PERSON_FILE))
+
+
 def person_counts(inputs: Mapping[str, Any], public: Mapping[str, Any],
                   region_types: Sequence[str]) -> Iterator[tuple[str, PersonCounts]]:
     """(region type, counts) of the run's persons, for each requested region type.
 
-    In memory (``persons``): one encoded table, counted one region type at a time. Partitioned
-    (``person_files``): each file is read, validated, encoded and counted for every region type, then
-    discarded; the per-file counts are summed before anything is yielded (so every row of every file is
-    validated before the first count leaves this function)."""
+    Each input (the in-memory table, or each file of a split input) is processed in slices of at most
+    ``SLICE_ROWS`` rows: validated and encoded (errors name the file's own row), counted per region type, then
+    dropped; the slices' counts are summed (:meth:`PersonCounts.merge`) before anything is yielded, so every
+    row of every file is validated before the first count leaves this function (and before any noise). Slicing
+    bounds the working set: one slice's encoded persons, never the whole input's."""
     cfg: SafeTabPConfig = public["config"]
     geo: Geography = public["geography"]
     index: IterationIndex = public["iterations"]
-    if "person_files" not in inputs:
-        persons = encode_persons(inputs["persons"], geo, index, cfg.max_race_codes, cfg.state_filter_us,
-                                 str(inputs.get("source", PERSON_FILE)))
-        for rt in region_types:
-            yield rt, PersonCounts(persons, rt)
-        return
     parts: dict[str, list[PersonCounts]] = {rt: [] for rt in region_types}
-    for f in inputs["person_files"]:  # over files (partitions), not records
-        table = read_pipe_file(f, PERSON_COLUMNS)
-        persons = encode_persons(table, geo, index, cfg.max_race_codes, cfg.state_filter_us, str(f))
+    for table, source in _person_tables(inputs):
+        for start in range(0, max(table.num_rows, 1), SLICE_ROWS):  # over slices of ~1 M rows, not records
+            persons = encode_persons(table.slice(start, SLICE_ROWS), geo, index, cfg.max_race_codes,
+                                     cfg.state_filter_us, source, row_offset=start)
+            for rt in region_types:
+                parts[rt].append(PersonCounts(persons, rt))
+            del persons
         del table
-        for rt in region_types:
-            parts[rt].append(PersonCounts(persons, rt))
-        del persons
     for rt in region_types:
         merged = PersonCounts.merge(parts.pop(rt))
         yield rt, merged

@@ -78,13 +78,14 @@ def read_pipe_file(path: str | Path, columns: Sequence[str], *, extra_columns: b
 
 
 def _first_bad(mask: pa.ChunkedArray | pa.Array | npt.NDArray[np.bool_], col: pa.ChunkedArray, what: str,
-               source: str, column: str, rows: IntArray | None = None) -> None:
+               source: str, column: str, offset: int = 0) -> None:
+    """InputError at the first True of ``mask``: file row = offset + index + 2 (header = row 1; ``offset`` =
+    rows of the file before this slice)."""
     arr = mask if isinstance(mask, np.ndarray) else mask.to_numpy(zero_copy_only=False)
     m = np.asarray(arr, dtype=bool)
     if m.any():
         i = int(np.flatnonzero(m)[0])
-        row = int(rows[i]) if rows is not None else i
-        raise InputError(f"{what}: {col[i].as_py()!r}", file=source, row=row + 2, column=column)
+        raise InputError(f"{what}: {col[i].as_py()!r}", file=source, row=offset + i + 2, column=column)
 
 
 def _digits(table: pa.Table, column: str, width: int, source: str) -> None:
@@ -249,7 +250,8 @@ def parse_digits(col: pa.ChunkedArray, min_width: int, max_width: int) -> tuple[
 _NULL_WORD = np.frombuffer(NULL.encode(), dtype=np.uint32)[0]  # "Null" as one 4-byte word
 
 
-def _code_column(col: pa.ChunkedArray, index: IterationIndex, source: str, column: str) -> IntArray:
+def _code_column(col: pa.ChunkedArray, index: IterationIndex, source: str, column: str,
+                 offset: int = 0) -> IntArray:
     """A code column → code indices (−1 for Null); anything else not in the code list is rejected."""
     b = fixed_width_bytes(col)
     if b is not None and b.shape[1] == len(NULL):
@@ -259,9 +261,9 @@ def _code_column(col: pa.ChunkedArray, index: IterationIndex, source: str, colum
     if is_null.all():  # e.g. QRACE3..8 of most files: nothing to check or look up
         return np.full(len(col), -1, dtype=np.int64)
     ok_fmt, vals = parse_digits(col, 4, 4)
-    _first_bad(~is_null & ~ok_fmt, col, "not a race/ethnicity code", source, column)
+    _first_bad(~is_null & ~ok_fmt, col, "not a race/ethnicity code", source, column, offset)
     idx = np.where(is_null, -1, index.encode(vals))
-    _first_bad(~is_null & (idx < 0), col, "code not in race-and-ethnicity-codes.txt", source, column)
+    _first_bad(~is_null & (idx < 0), col, "code not in race-and-ethnicity-codes.txt", source, column, offset)
     return idx.astype(np.int64)
 
 
@@ -322,57 +324,62 @@ def encode_race(race: npt.NDArray[np.int16], n_codes: int) -> tuple[IntArray, In
 
 
 def encode_persons(table: pa.Table, geo: Geography, index: IterationIndex, max_race_codes: int,
-                   state_filter: Sequence[str], source: str) -> PersonArrays:
+                   state_filter: Sequence[str], source: str, row_offset: int = 0) -> PersonArrays:
     """Validate every person row (whole file, before filtering), then encode the run's persons.
 
     Checks run in a fixed order, each reporting its first offending row (file row, header = 1): QAGE, QSEX,
     geography digits, CENRACE, the race codes (per column, then Null order and count), QSPAN, the block.
+    ``row_offset``: rows of the file before ``table`` (a slice), so that errors name the file's own row.
     """
+
+    def bad(mask: npt.NDArray[np.bool_], col: pa.ChunkedArray, what: str, src: str, column: str) -> None:
+        _first_bad(mask, col, what, src, column, row_offset)
+
     age_col = table.column("QAGE")
     ok, age = parse_digits(age_col, 1, 3)
-    _first_bad(~ok, age_col, "QAGE must be an integer", source, "QAGE")
-    _first_bad(age > MAX_AGE, age_col, f"QAGE outside 0..{MAX_AGE}", source, "QAGE")
+    bad(~ok, age_col, "QAGE must be an integer", source, "QAGE")
+    bad(age > MAX_AGE, age_col, f"QAGE outside 0..{MAX_AGE}", source, "QAGE")
     sex_col = table.column("QSEX")
     ok, sex = parse_digits(sex_col, 1, 1)
-    _first_bad(~ok | (sex < 1) | (sex > 2), sex_col, "QSEX must be 1 or 2", source, "QSEX")
+    bad(~ok | (sex < 1) | (sex > 2), sex_col, "QSEX must be 1 or 2", source, "QSEX")
     key = np.zeros(table.num_rows, dtype=np.int64)
     st_np = key
     for col, width, scale in (("TABBLKST", 2, 1), ("TABBLKCOU", 3, 1000), ("TABTRACTCE", 6, 1_000_000),
                               ("TABBLK", 4, 10_000)):
         ok, val = parse_digits(table.column(col), width, width)
-        _first_bad(~ok, table.column(col), f"must be {width} digits", source, col)
+        bad(~ok, table.column(col), f"must be {width} digits", source, col)
         if col == "TABBLKST":
             st_np = val
         key = key * scale + val
     cr = table.column("CENRACE")
     ok, cr_val = parse_digits(cr, 2, 2)
-    _first_bad(~ok | (cr_val < 1) | (cr_val > 63), cr, "CENRACE must be 01..63", source, "CENRACE")
-    race = np.stack([_code_column(table.column(c), index, source, c).astype(np.int16) for c in RACE_COLUMNS],
-                    axis=1)
+    bad(~ok | (cr_val < 1) | (cr_val > 63), cr, "CENRACE must be 01..63", source, "CENRACE")
+    race = np.stack([_code_column(table.column(c), index, source, c, row_offset).astype(np.int16)
+                     for c in RACE_COLUMNS], axis=1)
     null = race < 0
-    _first_bad(null[:, 0], table.column("QRACE1"), "a person needs at least one race code", source, "QRACE1")
+    bad(null[:, 0], table.column("QRACE1"), "a person needs at least one race code", source, "QRACE1")
     after_null = null[:, :-1] & ~null[:, 1:]
     if after_null.any():
         rows = np.flatnonzero(after_null.any(axis=1))
         j = int(np.flatnonzero(after_null[rows[0]])[0]) + 1
         col = table.column(RACE_COLUMNS[j])
         raise InputError(f"race code after a Null: {col[int(rows[0])].as_py()!r}", file=source,
-                         row=int(rows[0]) + 2, column=RACE_COLUMNS[j])
+                         row=row_offset + int(rows[0]) + 2, column=RACE_COLUMNS[j])
     if max_race_codes < len(RACE_COLUMNS):
         too_many = ~null[:, max_race_codes]  # Nulls only trail, so a code in column max+1 means too many
         if too_many.any():
             i = int(np.flatnonzero(too_many)[0])
             c = RACE_COLUMNS[max_race_codes]
-            raise InputError(f"more than max_race_codes={max_race_codes} race codes", file=source, row=i + 2,
-                             column=c)
+            raise InputError(f"more than max_race_codes={max_race_codes} race codes", file=source,
+                             row=row_offset + i + 2, column=c)
     del null, after_null
-    eth = _code_column(table.column("QSPAN"), index, source, "QSPAN")
-    _first_bad(eth < 0, table.column("QSPAN"), "QSPAN must be a code, not Null", source, "QSPAN")
+    eth = _code_column(table.column("QSPAN"), index, source, "QSPAN", row_offset)
+    bad(eth < 0, table.column("QSPAN"), "QSPAN must be a code, not Null", source, "QSPAN")
 
     # blocks of the run's geography (numeric 15-digit keys); a person whose block is missing is rejected
     keep = _run_states(st_np, geo.universe, state_filter)
     pos = geo.block_index(key)
-    _first_bad(keep & (pos < 0), table.column("TABBLK"), f"block not in {Path(geo.source).name} (for this run)",
+    bad(keep & (pos < 0), table.column("TABBLK"), f"block not in {Path(geo.source).name} (for this run)",
                source, "TABBLK")
     sel = np.flatnonzero(keep) if not keep.all() else None
     if sel is not None:
