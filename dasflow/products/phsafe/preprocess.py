@@ -54,9 +54,17 @@ def geo_state_index(geo: Columns, state_filter: tuple[str, ...]) -> tuple[np.nda
     dropped (the map must be a function). Returns (sorted MAFIDs, state index).
     """
     states = np.array(sorted(int(s) for s in state_filter), dtype=np.int64)
-    keep = ~np.isin(geo["RTYPE"], (4, 5)) & np.isin(geo["TABBLKST"], states)
+    code = np.asarray(geo["TABBLKST"])
+    rtype = np.asarray(geo["RTYPE"])
+    if code.size and int(code.min()) >= 0 and int(code.max()) < 100:  # 2-digit codes: a lookup table
+        lut = np.full(100, -1, dtype=np.int64)
+        lut[states[(states >= 0) & (states < 100)]] = np.flatnonzero((states >= 0) & (states < 100))
+        index = lut[code]
+    else:
+        index = np.where(np.isin(code, states), np.searchsorted(states, code.astype(np.int64)), -1)
+    keep = (rtype != 4) & (rtype != 5) & (index >= 0)
     m = geo["MAFID"][keep]
-    st = np.searchsorted(states, geo["TABBLKST"][keep].astype(np.int64))
+    st = index[keep]
     if m.size > 1 and bool(np.any(m[1:] < m[:-1])):
         srt = np.argsort(m, kind="stable")
         m, st = m[srt], st[srt]

@@ -58,12 +58,17 @@ class Universe:
         self.min_tau = min_tau
         self._raw = persons
         self._mask = person_mask
-        pm = np.asarray(persons["MAFID"])[person_mask]
+        pm = np.asarray(persons["MAFID"])
         if pm.size > 1 and bool(np.any(pm[1:] < pm[:-1])):
-            pm = np.sort(pm)
-        starts = group_starts(pm)
-        self.hh_mafid = pm[starts]
-        self.hh_size = np.diff(np.append(starts, pm.size))
+            pm = np.sort(pm[person_mask])
+            starts = group_starts(pm)
+            self.hh_mafid = pm[starts]
+            self.hh_size = np.diff(np.append(starts, pm.size))
+        else:  # grouped in the file: count base persons per MAFID without gathering them
+            starts = group_starts(pm)
+            size = np.add.reduceat(np.asarray(person_mask), starts, dtype=np.int64) if pm.size else starts
+            self.hh_mafid = pm[starts[size > 0]]
+            self.hh_size = size[size > 0]
         um = units["MAFID"]
         self.hh_unit: np.ndarray | None = None
         if not bool(np.any(um[1:] == um[:-1])):  # unique unit MAFIDs: join each household once
