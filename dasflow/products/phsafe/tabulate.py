@@ -66,7 +66,8 @@ class Universe:
             self.hh_size = np.diff(np.append(starts, pm.size))
         else:  # grouped in the file: count base persons per MAFID without gathering them
             starts = group_starts(pm)
-            size = np.add.reduceat(np.asarray(person_mask), starts, dtype=np.int64) if pm.size else starts
+            before = np.concatenate([[0], np.cumsum(person_mask, dtype=np.int64)])  # base persons before row i
+            size = before[np.append(starts[1:], pm.size)] - before[starts]
             self.hh_mafid = pm[starts[size > 0]]
             self.hh_size = size[size > 0]
         um = units["MAFID"]
