@@ -251,3 +251,17 @@ def test_household_counting_with_a_person_filter_equals_per_person(monkeypatch: 
     for k in out[True]:
         assert out[True][k].equals(out[False][k]), k
     assert 100 < int(out[True]["PH7/usa_*"]["COUNT"].sum()) < int((persons["QAGE"] < 15).sum())
+
+
+@pytest.mark.parametrize("spread", [1, 3, 10_000])
+def test_lookup_sorted_by_runs_equals_binary_search(spread: int) -> None:
+    rng = np.random.default_rng(spread)
+    blocks = [np.arange(s, s + rng.integers(1, 400 // spread + 2)) for s in
+              np.sort(rng.choice(10 ** 6, 40, replace=False)) * 1000 + 100_000_000]
+    keys = np.unique(np.concatenate([*blocks, rng.integers(100_000_000, 100_000_000 + 3000 * spread, 3000)]))
+    queries = np.concatenate([keys, rng.integers(99_999_000, 100_001_000 + 3000 * spread, 5000), [0, 2 ** 40]])
+    got = pp.lookup_sorted(keys, queries)
+    pos = np.searchsorted(keys, queries)
+    expect = np.where((pos < keys.size) & (keys[np.minimum(pos, keys.size - 1)] == queries), pos, -1)
+    assert got.tolist() == expect.tolist() and (got >= 0).sum() >= keys.size
+    assert pp.lookup_sorted(keys[:0], queries).tolist() == [-1] * queries.size

@@ -76,14 +76,32 @@ def geo_state_index(geo: Columns, state_filter: tuple[str, ...]) -> tuple[np.nda
     return m[single], st[single].astype(np.int16)
 
 
+def lookup_sorted(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """Position of each query in ``keys`` (sorted, unique integers), -1 when absent.
+
+    Keys are split into runs of consecutive integers (MAFIDs come in long consecutive blocks); a query is
+    binary-searched among the few run starts and placed by its offset in the run. With many short runs it is
+    a plain binary search over the keys. Both give the same positions.
+    """
+    if keys.size == 0:
+        return np.full(queries.size, -1, dtype=np.int64)
+    run = np.flatnonzero(np.diff(keys) != 1) + 1
+    if 8 * run.size > keys.size:
+        pos = np.searchsorted(keys, queries)
+        pos_c = np.minimum(pos, keys.size - 1)
+        return np.where(keys[pos_c] == queries, pos_c, -1)
+    first = np.append(0, run)
+    length = np.diff(np.append(first, keys.size))
+    block = np.searchsorted(keys[first], queries, side="right") - 1
+    b = np.maximum(block, 0)
+    offset = queries - keys[first][b]
+    return np.where((block >= 0) & (offset < length[b]), first[b] + offset, -1)
+
+
 def unit_states(u_mafid: np.ndarray, geo_mafid: np.ndarray, geo_state: np.ndarray) -> np.ndarray:
     """State index of each unit through the public geo map; -1 when the unit has no geo row in the filter."""
-    if geo_mafid.size == 0:
-        return np.full(u_mafid.size, -1, dtype=np.int16)
-    pos = np.searchsorted(geo_mafid, u_mafid)
-    pos_c = np.minimum(pos, geo_mafid.size - 1)
-    hit = geo_mafid[pos_c] == u_mafid
-    return np.where(hit, geo_state[pos_c], -1).astype(np.int16)
+    pos = lookup_sorted(geo_mafid, u_mafid)
+    return np.where(pos >= 0, geo_state[np.maximum(pos, 0)] if geo_state.size else -1, -1).astype(np.int16)
 
 
 # --- per-table filters and cell maps (R6)

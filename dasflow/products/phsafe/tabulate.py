@@ -73,10 +73,7 @@ class Universe:
         um = units["MAFID"]
         self.hh_unit: np.ndarray | None = None
         if not bool(np.any(um[1:] == um[:-1])):  # unique unit MAFIDs: join each household once
-            pos = np.searchsorted(um, self.hh_mafid)
-            pos_c = np.minimum(pos, max(um.size - 1, 0))
-            hit = (um[pos_c] == self.hh_mafid) if um.size else np.zeros(pos.size, dtype=bool)
-            self.hh_unit = np.where(hit, pos_c, -1).astype(np.int32)
+            self.hh_unit = pp.lookup_sorted(um, self.hh_mafid).astype(np.int32)
         self._persons: dict[str, np.ndarray] | None = None
         self._big = np.zeros(0, dtype=np.int64)
         self._person_unit: np.ndarray | None = None
