@@ -117,6 +117,6 @@ def test_topdown_through_the_dag_on_a_synthetic_state(tmp_path: Path) -> None:
     # structural zeros: no released person in a household cell of a block without housing units, nor in a GQ
     # type the block has no facility of
     f = facts.set_index("GEOID")
-    has = f.loc[block["GEOID"].str.zfill(15), ["HU", *(f"GQ{t}" for t in range(1, 8))]].to_numpy()
+    has = f.reindex(block["GEOID"].str.zfill(15).tolist())[["HU", *(f"GQ{t}" for t in range(1, 8))]].to_numpy()
     held = block[count].to_numpy() > 0
     assert (has[np.arange(len(block)), block["HHGQ"].to_numpy()][held] > 0).all()

@@ -147,6 +147,11 @@ def test_state_totals_and_structural_zeros_exact(world, rho: Fraction, seed: int
     ms = {s.key: td.measure(prep, s, g) for s in specs}
     est = td.postprocess(ms, pub)
     _check(td, pub, facts, persons, est)
+    listed = est["invariants"]
+    assert listed[listed.KIND == "state"].set_index("SCOPE")["VALUE"].to_dict() == pub["invariants"]["state"]
+    assert int(listed[listed.KIND == "total"]["VALUE"].iloc[0]) == len(persons)
+    zeros = listed[listed.KIND == "structural_zeros"].set_index("SCOPE")["VALUE"]
+    assert zeros["block"] > zeros["US"] == 0
     root_status = est["diagnostics"]["status"].iloc[0]
     assert any(k.startswith("lifted_") for k in root_status), root_status  # state 02 has no GQ of type 2
     assert "fallback" not in est["diagnostics"]["status"].iloc[1]
@@ -343,6 +348,12 @@ def test_coupled_projection_kkt_and_controlled_rounding() -> None:
     assert (np.abs(xi - x.ravel()[idx]) < 1 + 1e-9).all()
     with pytest.raises(ArithmeticError):
         coupled_projection(z, s, t, mask, grp, totals + np.array([t.sum(), 0]))
+    # an x̃ that is not feasible: the floor/ceil box has no solution, the widened box (one step down) does
+    xw, widened = round_network(np.array([1.0, 1.0, 0.4]), np.array([1.0, 2.0, 1.0]),
+                                sparse.csr_matrix(np.array([[1.0, 1.0, 1.0]])), np.array([1]))
+    assert widened and xw.tolist() == [0, 1, 0]
+    with pytest.raises(ArithmeticError):
+        round_network(np.array([0.0]), np.array([1.0]), sparse.csr_matrix(np.array([[1.0]])), np.array([5]))
 
 
 def test_build_block_facts_from_units() -> None:
