@@ -77,25 +77,33 @@ def geo_state_index(geo: Columns, state_filter: tuple[str, ...]) -> tuple[np.nda
 
 
 def lookup_sorted(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """Position of each query in ``keys`` (sorted, unique integers), -1 when absent.
+    """Position (int64) of each query in ``keys`` (sorted, unique integers), -1 when absent.
 
     Keys are split into runs of consecutive integers (MAFIDs come in long consecutive blocks); a query is
     binary-searched among the few run starts and placed by its offset in the run. With many short runs it is
-    a plain binary search over the keys. Both give the same positions.
+    a plain binary search over the keys. Both give the same positions. Queries go in slices of 2**20 so the
+    temporaries are reused rather than freshly mapped.
     """
+    out = np.full(queries.size, -1, dtype=np.int64)
     if keys.size == 0:
-        return np.full(queries.size, -1, dtype=np.int64)
-    run = np.flatnonzero(np.diff(keys) != 1) + 1
-    if 8 * run.size > keys.size:
-        pos = np.searchsorted(keys, queries)
-        pos_c = np.minimum(pos, keys.size - 1)
-        return np.where(keys[pos_c] == queries, pos_c, -1)
+        return out
+    run = np.flatnonzero(keys[1:] - keys[:-1] != 1) + 1
+    by_runs = 8 * run.size <= keys.size
     first = np.append(0, run)
+    first_key = keys[first]
     length = np.diff(np.append(first, keys.size))
-    block = np.searchsorted(keys[first], queries, side="right") - 1
-    b = np.maximum(block, 0)
-    offset = queries - keys[first][b]
-    return np.where((block >= 0) & (offset < length[b]), first[b] + offset, -1)
+    step = 1 << 20
+    for q0 in range(0, queries.size, step):
+        q = queries[q0:q0 + step]
+        if by_runs:
+            block = np.searchsorted(first_key, q, side="right") - 1
+            b = np.maximum(block, 0)
+            offset = q - first_key[b]
+            out[q0:q0 + step] = np.where((block >= 0) & (offset < length[b]), first[b] + offset, -1)
+        else:
+            pos = np.minimum(np.searchsorted(keys, q), keys.size - 1)
+            out[q0:q0 + step] = np.where(keys[pos] == q, pos, -1)
+    return out
 
 
 def unit_states(u_mafid: np.ndarray, geo_mafid: np.ndarray, geo_state: np.ndarray) -> np.ndarray:

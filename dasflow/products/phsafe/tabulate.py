@@ -66,8 +66,8 @@ class Universe:
             self.hh_size = np.diff(np.append(starts, pm.size))
         else:  # grouped in the file: count base persons per MAFID without gathering them
             starts = group_starts(pm)
-            before = np.concatenate([[0], np.cumsum(person_mask, dtype=np.int64)])  # base persons before row i
-            size = before[np.append(starts[1:], pm.size)] - before[starts]
+            upto = np.cumsum(person_mask, dtype=np.int32)  # base persons in rows 0..i
+            size = upto[np.append(starts[1:], pm.size) - 1] - np.where(starts > 0, upto[starts - 1], 0)
             self.hh_mafid = pm[starts[size > 0]]
             self.hh_size = size[size > 0]
         um = units["MAFID"]
