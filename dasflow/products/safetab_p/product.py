@@ -146,12 +146,13 @@ def person_counts(inputs: Mapping[str, Any], public: Mapping[str, Any],
         for start in range(0, max(table.num_rows, 1), SLICE_ROWS):  # over slices of ~1 M rows, not records
             persons = encode_persons(table.slice(start, SLICE_ROWS), geo, index, cfg.max_race_codes,
                                      cfg.state_filter_us, source, row_offset=start)
-            for rt in region_types:
-                parts[rt].append(PersonCounts(persons, rt))
+            for rt, counts in PersonCounts.per_region_type(persons, region_types).items():
+                parts[rt].append(counts)
             del persons
         del table
+    combos = PersonCounts.unify_combos(parts[region_types[0]]) if region_types else None
     for rt in region_types:
-        merged = PersonCounts.merge(parts.pop(rt))
+        merged = PersonCounts.merge(parts.pop(rt), combos)
         yield rt, merged
 
 

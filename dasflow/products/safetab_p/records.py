@@ -123,8 +123,11 @@ class Geography:
         order, sorted_keys = self._sorted_blocks
         if len(sorted_keys) == 0:
             return np.full(len(keys), -1, dtype=np.int64)
-        at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
-        return np.where(sorted_keys[at] == keys, order[at], -1).astype(np.int64)
+        codes, uniq = pd.factorize(keys, sort=False)  # persons share blocks: search each distinct block once
+        uniq = np.asarray(uniq, dtype=np.int64)
+        at = np.minimum(np.searchsorted(sorted_keys, uniq), len(sorted_keys) - 1)
+        found = np.where(sorted_keys[at] == uniq, order[at], -1).astype(np.int64)
+        return found[codes]
 
 
 def block_key(table: pa.Table) -> IntArray:
@@ -231,12 +234,13 @@ def parse_digits(col: pa.ChunkedArray, min_width: int, max_width: int) -> tuple[
     b = fixed_width_bytes(col)
     if b is not None and min_width <= b.shape[1] <= max_width:
         ok = np.ones(len(b), dtype=bool)
-        val = np.zeros(len(b), dtype=np.int64)
+        acc: npt.NDArray[np.signedinteger[Any]] = np.zeros(len(b), dtype=np.int32 if b.shape[1] <= 9 else np.int64)
         for j in range(b.shape[1]):  # over the column's width (≤ 6 bytes), not over records
             d = b[:, j] - np.uint8(48)  # wraps below '0'
             ok &= d <= 9
-            val *= 10
-            val += d
+            acc *= 10
+            acc += d
+        val = acc.astype(np.int64)
         val[~ok] = 0
         return ok, val
     ok = np.asarray(pc.match_substring_regex(col, rf"^\d{{{min_width},{max_width}}}$")

@@ -29,7 +29,7 @@ import pandas as pd
 
 from dasflow.products.safetab_p.iterations import IntArray, LevelIndex, race_iterations
 from dasflow.products.safetab_p.plan import AGE_BINS
-from dasflow.products.safetab_p.records import PersonArrays
+from dasflow.products.safetab_p.records import MAX_AGE, PersonArrays
 
 CELL_BINS = np.array(AGE_BINS[3], dtype=np.int64)  # AGE23 edges
 N_AGE_CELLS = len(CELL_BINS) + 1
@@ -42,9 +42,12 @@ for _k, _bins in AGE_BINS.items():  # every stage-2 age bin must be a union of A
         raise AssertionError(f"AGE_BINS[{_k}] edges are not AGE23 edges")
 
 
+_AGE_CELL = np.digitize(np.arange(MAX_AGE + 1), CELL_BINS).astype(np.int64)  # age → AGE23 bin, as a table
+
+
 def person_cells(persons: PersonArrays) -> IntArray:
     """Each person's CELL (sex × AGE23 bin)."""
-    return persons.sex.astype(np.int64) * N_AGE_CELLS + np.digitize(persons.age, CELL_BINS)
+    return persons.sex.astype(np.int64) * N_AGE_CELLS + _AGE_CELL[persons.age]
 
 
 def count_keys(key: IntArray) -> tuple[IntArray, IntArray]:
@@ -54,9 +57,40 @@ def count_keys(key: IntArray) -> tuple[IntArray, IntArray]:
 
 
 def _sum_by_key(key: IntArray, count: IntArray) -> tuple[IntArray, IntArray]:
-    """Distinct keys (sorted) and the sum of their counts."""
-    uniq, inv = np.unique(key, return_inverse=True)
-    return uniq.astype(np.int64), np.bincount(inv.ravel(), weights=count, minlength=len(uniq)).astype(np.int64)
+    """Distinct keys (sorted) and the sum of their counts (exact integers). The inputs are concatenations of
+    sorted runs, which the stable sort (timsort) merges in O(n log runs)."""
+    if len(key) == 0:
+        return key.astype(np.int64), count.astype(np.int64)
+    bits = max(int(count.max()).bit_length(), 1)
+    if int(key.min()) >= 0 and int(key.max()) < (1 << (62 - bits)) and int(count.min()) >= 0:
+        packed = (key << bits) | count  # one plain sort carries the counts along (no argsort + gathers)
+        packed.sort()
+        ks, cs = packed >> bits, packed & ((1 << bits) - 1)
+    else:
+        order = np.argsort(key, kind="stable")
+        ks, cs = key[order], count[order]
+    starts = np.flatnonzero(np.concatenate([[True], ks[1:] != ks[:-1]]))
+    return ks[starts].astype(np.int64), np.add.reduceat(cs, starts).astype(np.int64)
+
+
+def _unique_rows(rows: IntArray) -> tuple[IntArray, IntArray]:
+    """Distinct rows of a combination table (code indices < 2047, −1 padding) and each row's distinct id:
+    rows packed into two int64 words (11 bits per code) and lexsorted."""
+    k = rows.shape[1]
+    enc = np.where(rows < 0, 2047, rows).astype(np.int64)
+    hi = np.zeros(len(rows), dtype=np.int64)
+    lo = np.zeros(len(rows), dtype=np.int64)
+    for j in range(k):  # over the ≤ 8 code columns, not records
+        if j < 5:
+            hi = (hi << 11) | enc[:, j]
+        else:
+            lo = (lo << 11) | enc[:, j]
+    order = np.lexsort((lo, hi))
+    hs, ls = hi[order], lo[order]
+    new = np.concatenate([[True], (hs[1:] != hs[:-1]) | (ls[1:] != ls[:-1])]) if len(rows) else np.zeros(0, bool)
+    inv = np.empty(len(rows), dtype=np.int64)
+    inv[order] = np.cumsum(new) - 1
+    return rows[order][new], inv
 
 
 def _expand(ptr: IntArray, idx: IntArray, owner: IntArray) -> tuple[IntArray, IntArray]:
@@ -80,18 +114,28 @@ class PersonCounts:
     eth_count: IntArray
     combo_codes: IntArray
 
-    def __init__(self, persons: PersonArrays, region_type: str) -> None:
+    def __init__(self, persons: PersonArrays, region_type: str,
+                 _shared: tuple[IntArray, IntArray] | None = None) -> None:
+        self.combo_codes = persons.combo_codes
+        n_combo = self.n_combo
+        if _shared is None:
+            cell = person_cells(persons)
+            _shared = persons.combo * N_CELLS + cell, persons.eth * N_CELLS + cell
+        race_part, eth_part = _shared  # (combo | code) · N_CELLS + cell: region-independent
         reg = persons.region[region_type]
         keep = np.flatnonzero(reg >= 0) if (reg < 0).any() else None
         r = reg.astype(np.int64) if keep is None else reg[keep].astype(np.int64)
-        cell = person_cells(persons)
-        combo, eth = persons.combo, persons.eth
         if keep is not None:
-            cell, combo, eth = cell[keep], combo[keep], eth[keep]
-        self.combo_codes = persons.combo_codes
-        n_combo = self.n_combo
-        self.race_key, self.race_count = count_keys((r * n_combo + combo) * N_CELLS + cell)
-        self.eth_key, self.eth_count = count_keys((r * ETH_CODES + eth) * N_CELLS + cell)
+            race_part, eth_part = race_part[keep], eth_part[keep]
+        self.race_key, self.race_count = count_keys(r * (n_combo * N_CELLS) + race_part)
+        self.eth_key, self.eth_count = count_keys(r * (ETH_CODES * N_CELLS) + eth_part)
+
+    @classmethod
+    def per_region_type(cls, persons: PersonArrays, region_types: Sequence[str]) -> dict[str, PersonCounts]:
+        """Counts for several region types, the region-independent part of the keys computed once."""
+        cell = person_cells(persons)
+        shared = persons.combo * N_CELLS + cell, persons.eth * N_CELLS + cell
+        return {rt: cls(persons, rt, shared) for rt in region_types}
 
     @property
     def n_combo(self) -> int:
@@ -126,18 +170,24 @@ class PersonCounts:
         """Stored (key, count) rows (memory: 16 bytes each)."""
         return len(self.race_key) + len(self.eth_key)
 
+    @staticmethod
+    def unify_combos(parts: Sequence[PersonCounts]) -> tuple[IntArray, IntArray]:
+        """(distinct combination rows, id of each row of the parts' concatenated tables) — the same for every
+        region type counted from the same slices, so :meth:`merge` can take it precomputed."""
+        return _unique_rows(np.concatenate([p.combo_codes for p in parts]).astype(np.int64))
+
     @classmethod
-    def merge(cls, parts: Sequence[PersonCounts]) -> PersonCounts:
+    def merge(cls, parts: Sequence[PersonCounts],
+              combos: tuple[IntArray, IntArray] | None = None) -> PersonCounts:
         """The counts of the union of disjoint person sets: combination tables unified (distinct rows), then
         counts summed per (region, combination | code, cell). Exact integer sums, before any noise."""
         if not parts:
             raise ValueError("nothing to merge")
         if len(parts) == 1:
             return parts[0]
-        table, inv = np.unique(np.concatenate([p.combo_codes for p in parts]), axis=0, return_inverse=True)
-        inv = inv.ravel().astype(np.int64)
+        table, inv = combos if combos is not None else cls.unify_combos(parts)
         out = cls.__new__(cls)
-        out.combo_codes = table.astype(np.int64)
+        out.combo_codes = table
         n_new = out.n_combo
         keys, offset = [], 0
         for p in parts:  # over partitions (e.g. states), not records
