@@ -57,7 +57,7 @@ def geo_state_index(geo: Columns, state_filter: tuple[str, ...]) -> tuple[np.nda
     code = np.asarray(geo["TABBLKST"])
     rtype = np.asarray(geo["RTYPE"])
     if code.size and int(code.min()) >= 0 and int(code.max()) < 100:  # 2-digit codes: a lookup table
-        lut = np.full(100, -1, dtype=np.int64)
+        lut = np.full(100, -1, dtype=np.int16)
         lut[states[(states >= 0) & (states < 100)]] = np.flatnonzero((states >= 0) & (states < 100))
         index = lut[code]
     else:
@@ -68,23 +68,24 @@ def geo_state_index(geo: Columns, state_filter: tuple[str, ...]) -> tuple[np.nda
     if m.size > 1 and bool(np.any(m[1:] < m[:-1])):
         srt = np.argsort(m, kind="stable")
         m, st = m[srt], st[srt]
-    single = np.ones(m.size, dtype=bool)  # m is sorted: a MAFID is single iff it differs from both neighbours
-    if m.size > 1:
-        eq = m[1:] == m[:-1]
-        single[1:] &= ~eq
-        single[:-1] &= ~eq
+    eq = m[1:] == m[:-1]  # m is sorted: a MAFID is single iff it differs from both neighbours
+    if not bool(eq.any()):
+        return m, st.astype(np.int16)
+    single = np.ones(m.size, dtype=bool)
+    single[1:] &= ~eq
+    single[:-1] &= ~eq
     return m[single], st[single].astype(np.int16)
 
 
 def lookup_sorted(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """Position (int64) of each query in ``keys`` (sorted, unique integers), -1 when absent.
+    """Position (int32) of each query in ``keys`` (sorted, unique integers, fewer than 2**31), -1 when absent.
 
     Keys are split into runs of consecutive integers (MAFIDs come in long consecutive blocks); a query is
     binary-searched among the few run starts and placed by its offset in the run. With many short runs it is
     a plain binary search over the keys. Both give the same positions. Queries go in slices of 2**20 so the
     temporaries are reused rather than freshly mapped.
     """
-    out = np.full(queries.size, -1, dtype=np.int64)
+    out = np.full(queries.size, -1, dtype=np.int32)
     if keys.size == 0:
         return out
     run = np.flatnonzero(keys[1:] - keys[:-1] != 1) + 1

@@ -66,14 +66,16 @@ class Universe:
             self.hh_size = np.diff(np.append(starts, pm.size))
         else:  # grouped in the file: count base persons per MAFID without gathering them
             starts = group_starts(pm)
-            upto = np.cumsum(person_mask, dtype=np.int32)  # base persons in rows 0..i
-            size = upto[np.append(starts[1:], pm.size) - 1] - np.where(starts > 0, upto[starts - 1], 0)
+            size = np.diff(np.append(starts, pm.size))
+            others = np.flatnonzero(~np.asarray(person_mask))  # GQ persons etc.: few
+            if others.size:
+                size -= np.bincount(np.searchsorted(starts, others, side="right") - 1, minlength=starts.size)
             self.hh_mafid = pm[starts[size > 0]]
             self.hh_size = size[size > 0]
         um = units["MAFID"]
         self.hh_unit: np.ndarray | None = None
         if not bool(np.any(um[1:] == um[:-1])):  # unique unit MAFIDs: join each household once
-            self.hh_unit = pp.lookup_sorted(um, self.hh_mafid).astype(np.int32)
+            self.hh_unit = pp.lookup_sorted(um, self.hh_mafid)
         self._persons: dict[str, np.ndarray] | None = None
         self._big = np.zeros(0, dtype=np.int64)
         self._person_unit: np.ndarray | None = None
