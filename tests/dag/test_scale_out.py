@@ -102,6 +102,8 @@ def test_parts_equal_the_single_process_estimator_for_the_detailed_strategy(tmp_
     whole = adapter.product(cfg).postprocess(stages.load_measurements(ctx, "topdown"), public)
     split = pd.read_parquet(tmp_path / "store/runs/exact/postprocessed/topdown/block.parquet")
     pd.testing.assert_frame_equal(whole["block"].reset_index(drop=True), split.reset_index(drop=True))
+    listing = pd.read_parquet(tmp_path / "store/runs/exact/postprocessed/topdown/invariants.parquet")
+    pd.testing.assert_frame_equal(whole["invariants"].reset_index(drop=True), listing.reset_index(drop=True))
     for level in [k for k in whole if k.startswith("internal/")]:
         got = pd.read_parquet(tmp_path / f"store/runs/exact/postprocessed/topdown/{level}.parquet")
         assert np.array_equal(whole[level].to_numpy(), got.to_numpy()), level

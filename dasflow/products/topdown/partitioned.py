@@ -26,7 +26,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from dasflow.pipeline.partitions import PartSource, PostStep, Tables
@@ -42,7 +41,7 @@ from dasflow.products.topdown.estimate import (
     estimate_root,
     root_total,
 )
-from dasflow.products.topdown.product import TopDown
+from dasflow.products.topdown.product import TopDown, estimates_from_histograms
 from dasflow.products.topdown.spine import Spine
 
 #: The partition level is the shallowest level with at least this many units (or the deepest internal level).
@@ -207,7 +206,7 @@ class PartitionedTopDown:
             reports.append(LevelReport(sp.levels[level], sp.n_units(level), status, secs, iters, viol,
                                        cpu_seconds=cpu, invariant_violations=0 if constraints is None
                                        else constraints.violations(level, hist)))
-        return estimates_from_histograms(sp, hists, reports)
+        return estimates_from_histograms(sp, hists, reports, self.product.total(public), constraints)
 
     def _constraints(self, public: Mapping[str, Any], level: int) -> Constraints | None:
         """The public constraints one level's parts need (state totals only at the state level)."""
@@ -215,21 +214,5 @@ class PartitionedTopDown:
         return None if constraints is None else constraints.for_level(level)
 
     def _total(self, public: Mapping[str, Any]) -> int | None:
-        """The root total invariant, as ``TopDown.postprocess`` takes it (the state totals' sum if only those
-        are configured)."""
-        total = None
-        if "total" in self.product.config.invariant_kinds:
-            total = int((public.get("invariants") or {})["total"])
-        return root_total(total, self.product.constraints(public))
-
-
-def estimates_from_histograms(sp: Spine, hists: Sequence[Histogram], reports: Sequence[LevelReport]) -> Estimates:
-    """The estimates ``TopDown.postprocess`` returns, from the per-level histograms and reports."""
-    est: Estimates = {}
-    for l, h in enumerate(hists):
-        est[f"internal/{sp.levels[l]}"] = pd.DataFrame({"UNIT": h.unit, "CELL": h.cell, "COUNT": h.count})
-    bh = hists[-1]
-    est["block"] = pd.DataFrame({"GEOID": sp.block_geoid[bh.unit].astype(str), "CELL": bh.cell,
-                                 "COUNT": bh.count})
-    est["diagnostics"] = pd.DataFrame([r.__dict__ for r in reports])
-    return est
+        """The root's invariant total, as ``TopDown.postprocess`` holds it."""
+        return root_total(self.product.total(public), self.product.constraints(public))

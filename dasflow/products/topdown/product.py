@@ -10,7 +10,7 @@ path); Theorem 3 bounds the loss by the path sum of γ, which the spine certifie
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -35,6 +35,7 @@ from dasflow.products.topdown.estimate import (
     EstimatorOptions,
     GroupAnswers,
     Histogram,
+    LevelReport,
     estimate_topdown,
 )
 from dasflow.products.topdown.invariants import (
@@ -282,27 +283,21 @@ class TopDown:
                     ) -> Estimates:
         """Top-down estimation from the NMFs and public facts only."""
         sp = self.spine(public)
-        st = self.config.strategy
-        per_level = self.group_answers(measurements)
-        total = None
-        if "total" in self.config.invariant_kinds:
-            inv = public.get("invariants") or {}
-            if "total" not in inv:
-                raise InputError("topdown: the total invariant is configured but public['invariants']['total'] "
-                                 "is missing", file=INVARIANTS_FILE, column="total")
-            total = int(inv["total"])
+        total = self.total(public)
         cons = self.constraints(public)
-        hists, reports = estimate_topdown(sp, per_level, st.schema.n_cells, total, opts=self.config.options,
-                                          constraints=cons)
-        est: Estimates = {}
-        for l, h in enumerate(hists):
-            est[f"internal/{sp.levels[l]}"] = pd.DataFrame({"UNIT": h.unit, "CELL": h.cell, "COUNT": h.count})
-        bh = hists[-1]
-        est["block"] = pd.DataFrame({"GEOID": sp.block_geoid[bh.unit].astype(str), "CELL": bh.cell,
-                                     "COUNT": bh.count})
-        est["diagnostics"] = pd.DataFrame([r.__dict__ for r in reports])
-        est["invariants"] = invariant_listing(sp, total, cons)
-        return est
+        hists, reports = estimate_topdown(sp, self.group_answers(measurements), self.config.strategy.schema.n_cells,
+                                          total, opts=self.config.options, constraints=cons)
+        return estimates_from_histograms(sp, hists, reports, total, cons)
+
+    def total(self, public: Mapping[str, Any]) -> int | None:
+        """The configured root total invariant (``None`` if the total is not held)."""
+        if "total" not in self.config.invariant_kinds:
+            return None
+        inv = public.get("invariants") or {}
+        if "total" not in inv:
+            raise InputError("topdown: the total invariant is configured but public['invariants']['total'] "
+                             "is missing", file=INVARIANTS_FILE, column="total")
+        return int(inv["total"])
 
     def tables(self, estimates: Estimates) -> dict[str, pd.DataFrame]:
         """Histograms per standard geolevel, aggregated from the block GEOIDs (consistent by construction)."""
@@ -347,6 +342,20 @@ def invariant_listing(sp: Spine, total: int | None, cons: Constraints | None) ->
                 rows.append({"KIND": "structural_zeros", "SCOPE": sp.levels[l],
                              "VALUE": al.size * n_codes - held})
     return pd.DataFrame(rows, columns=["KIND", "SCOPE", "VALUE"])
+
+
+def estimates_from_histograms(sp: Spine, hists: Sequence[Histogram], reports: Sequence[LevelReport],
+                              total: int | None, constraints: Constraints | None) -> Estimates:
+    """The estimates of a top-down pass: per internal level and per block, diagnostics, invariants held."""
+    est: Estimates = {}
+    for l, h in enumerate(hists):
+        est[f"internal/{sp.levels[l]}"] = pd.DataFrame({"UNIT": h.unit, "CELL": h.cell, "COUNT": h.count})
+    bh = hists[-1]
+    est["block"] = pd.DataFrame({"GEOID": sp.block_geoid[bh.unit].astype(str), "CELL": bh.cell,
+                                 "COUNT": bh.count})
+    est["diagnostics"] = pd.DataFrame([r.__dict__ for r in reports])
+    est["invariants"] = invariant_listing(sp, total, constraints)
+    return est
 
 
 def l1_report(estimates: Estimates, prepared: Prepared, levels: tuple[str, ...]) -> dict[str, float]:
