@@ -76,7 +76,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     res = postprocess(mech, data.shape, noisy, data.n, var, window_multiplier=float(mult),
-                      qp_time_limit=spec.get("qp_limit"))
+                      qp_time_limit=spec.get("qp_limit"), qp_solver=spec.get("qp_solver", "clarabel"))
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     v = validity(data.shape, res.levels, data.n)

@@ -138,7 +138,7 @@ def test_p4_postprocessing_signatures_take_only_noisy_and_public():
     product post-processes from measurements + public geography/n without the confidential table."""
     allowed = {"mechanism", "shape", "noisy", "total", "variances", "window_multiplier", "qp_time_limit",
                "costs", "max_widenings", "chunk_entries", "noisy_cum", "time_limit", "chain", "targets", "radius",
-               "measurements", "public", "self", "cols", "root_values", "roots", "solver"}
+               "measurements", "public", "self", "cols", "root_values", "roots", "solver", "qp_solver"}
     funcs = [mechanisms.postprocess, tree_dp.solve_tree, tree_dp.assign_columns, tree_dp.column_root_tables,
              tree_dp.assign_roots, chain_dp.solve_chain_isotonic, chain_dp.solve_chain_tables,
              relaxed_qp.relaxed_counts_qp, relaxed_qp.relaxed_cumulative_qp, twolevel_topdown.twolevel_topdown,

@@ -43,7 +43,7 @@ from dasflow.postprocess.chain_dp import (
     solve_chain_isotonic,
 )
 from dasflow.postprocess.isotonic import cumulative, cumulative_inverse, isotonic_nonneg
-from dasflow.postprocess.relaxed_qp import QPResult, relaxed_counts_qp, relaxed_cumulative_qp, round_half_up
+from dasflow.postprocess.relaxed_qp import QPResult, QPSolver, relaxed_counts_qp, relaxed_cumulative_qp, round_half_up
 from dasflow.postprocess.tree_dp import LevelCost, TreeShape, solve_tree, window_radius
 from dasflow.postprocess.twolevel_topdown import twolevel_topdown
 
@@ -129,11 +129,13 @@ def postprocess(
     *,
     window_multiplier: float = 1.0,
     qp_time_limit: float | None = None,
+    qp_solver: QPSolver = "clarabel",
 ) -> PostResult:
     """Post-process one mechanism's noisy level arrays (P4: noisy arrays + public facts only).
 
     ``noisy[l]`` is (regions, k) for counts/cumulative, the 1-D j-major vector for the chain query;
-    ``variances[l]`` is the per-cell noise variance at level l (sizes the DP windows).
+    ``variances[l]`` is the per-cell noise variance at level l (sizes the DP windows). ``qp_solver`` picks the
+    relaxed-QP solver of M_H-R / M_HC-R ("tree" = the structured exact solver, M_H-R only).
     """
     if mechanism not in MECHANISM_QUERY:
         raise ValueError(f"unknown mechanism {mechanism!r}; choose one of {sorted(MECHANISM_QUERY)}")
@@ -168,11 +170,11 @@ def postprocess(
     elif mechanism == "TopDown":
         levels = tuple(twolevel_topdown(shape, list(arrays), total))
     elif mechanism == "M_H-R":
-        res = relaxed_counts_qp(shape, list(arrays), total, qp_time_limit)
+        res = relaxed_counts_qp(shape, list(arrays), total, qp_time_limit, qp_solver)
         levels = res.rounded
         note = _qp_note(res)
     else:  # M_HC-R
-        res = relaxed_cumulative_qp(shape, list(arrays), total, qp_time_limit)
+        res = relaxed_cumulative_qp(shape, list(arrays), total, qp_time_limit, qp_solver)
         levels = res.rounded
         note = _qp_note(res)
     return PostResult(tuple(np.asarray(x, dtype=np.int64) for x in levels), time.perf_counter() - t0, note)
