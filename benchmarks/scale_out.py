@@ -35,23 +35,14 @@ from dasflow.config import parse_release_config
 from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import freeze_config, open_run
-from dasflow.products.topdown.invariants import build_block_facts, geoids_of
 
 
 def build(root: Path, persons: int, states: list[str], seed: int) -> dict[str, Any]:
     store = LocalStore(root)
     data = store.local_path("confidential/synth")
-    synth.generate(data, persons=persons, seed=seed, states=states, formats=("topdown", "safetab_p"))
-    store.put("public/topdown/GRF-C.txt", (data / "safetab_p" / "GRF-C.txt").read_bytes())
-    people = pd.concat([pd.read_parquet(p, columns=["TABBLKST"])
-                        for p in sorted((data / "topdown" / "persons").rglob("*.parquet"))])
-    by_state = people["TABBLKST"].astype(str).str.zfill(2).value_counts()
-    store.put("public/topdown/invariants.json", json.dumps(
-        {"total": len(people), "state": {s: int(n) for s, n in sorted(by_state.items())}}).encode())
-    units = pd.concat([pd.read_parquet(p) for p in sorted((data / "topdown" / "units").rglob("*.parquet"))])
-    grfc = pd.read_csv(data / "safetab_p" / "GRF-C.txt", sep="|", dtype=str)
-    store.put("public/topdown/block_facts.csv",
-              build_block_facts(units, geoids_of(grfc, "GRF-C.txt")).to_csv(sep="|", index=False).encode())
+    synth.generate(data, persons=persons, seed=seed, states=states, formats=("topdown",))
+    for name in ("GRF-C.txt", "block_facts.csv", "invariants.json"):  # the synthetic census's public files
+        store.put(f"public/topdown/{name}", (data / "topdown" / "public" / name).read_bytes())
     config = {"preset": "pl94_persons", "fanout_cutoff": 8, "budget": "63/25", "privacy_defn": "zcdp",
               "strategy": "pl94"}
     return {"release_id": "scale-out", "universe": "US", "store": str(root),

@@ -12,7 +12,8 @@
 * ``topdown``  : ``topdown/persons/{SS}/part-NNNNN.parquet`` (block + PL 94-171 histogram attributes, 0-based:
                  HHGQ 0 household / 1-7 GQ major type, VOTINGAGE 0 under 18 / 1 18+, HISPANIC 0/1, CENRACE
                  0-62)
-                 and ``topdown/units/{SS}/...`` (block, HHGQ, OCCUPIED).
+                 and ``topdown/units/{SS}/...`` (block, HHGQ, OCCUPIED); public: ``topdown/public/GRF-C.txt``,
+                 ``block_facts.csv`` (GEOID|HU|GQ1..GQ7 per block) and ``invariants.json`` (total, state).
 * ``groupsize``: ``groupsize/units/{SS}/part-NNNNN.parquet``: every unit (occupied, vacant = size 0, GQ)
   with its
                  block, HHGQ and SIZE (= FINAL_POP), the groups of ``spec/hierarchical-groupsize.md``.
@@ -21,20 +22,27 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from dasflow.products.topdown.invariants import fact_columns
 from dasflow.synth import tables as tb
 from dasflow.synth.geography import StateGeography
 from dasflow.synth.population import Chunk
 from dasflow.synth.reference import states
+
+#: HHGQ codes of the TopDown block facts: 0 housing unit, 1-7 GQ major types
+GQ_CODES = 8
 
 #: snappy without dictionary encoding: the fastest writer setting measured (about 12 bytes/person for persons)
 PARQUET_COMPRESSION = "snappy"
@@ -201,24 +209,26 @@ class PHSafeWriter(_CsvStreams):
         )
 
 
+def grfc_columns(geo: StateGeography) -> dict[str, pa.Array]:
+    """The GRF-C rows of a state's blocks: the six standard columns, then TABBLKGRPCE and COUSUBFP."""
+    b = tb.block_columns(geo, np.arange(geo.n_blocks, dtype=np.int64))
+    return {
+        "TABBLKST": tb._const_str(geo.state, geo.n_blocks),
+        "TABBLKCOU": tb.zfill(b["TABBLKCOU"], 3),
+        "TABTRACTCE": tb.zfill(b["TABTRACTCE"], 6),
+        "TABBLK": tb.zfill(b["TABBLK"], 4),
+        "PLACEFP": tb.zfill(b["PLACEFP"], 5),
+        "AIANNHCE": tb.zfill(b["AIANNHCE"], 4),
+        "TABBLKGRPCE": tb.zfill(b["TABBLKGRPCE"], 1),
+        "COUSUBFP": tb.zfill(b["COUSUBFP"], 5),
+    }
+
+
 class SafeTabPWriter(_CsvStreams):
     name = "safetab_p"
 
     def begin_state(self, geo: StateGeography) -> None:
-        b = tb.block_columns(geo, np.arange(geo.n_blocks, dtype=np.int64))
-        self._append(
-            "safetab_p/GRF-C.txt",
-            {
-                "TABBLKST": tb._const_str(geo.state, geo.n_blocks),
-                "TABBLKCOU": tb.zfill(b["TABBLKCOU"], 3),
-                "TABTRACTCE": tb.zfill(b["TABTRACTCE"], 6),
-                "TABBLK": tb.zfill(b["TABBLK"], 4),
-                "PLACEFP": tb.zfill(b["PLACEFP"], 5),
-                "AIANNHCE": tb.zfill(b["AIANNHCE"], 4),
-                "TABBLKGRPCE": tb.zfill(b["TABBLKGRPCE"], 1),
-                "COUSUBFP": tb.zfill(b["COUSUBFP"], 5),
-            },
-        )
+        self._append("safetab_p/GRF-C.txt", grfc_columns(geo))
 
     def write_chunk(self, chunk: Chunk, geo: StateGeography, index: int) -> None:
         pb = chunk.unit_block[chunk.person_unit]
@@ -240,11 +250,55 @@ class SafeTabPWriter(_CsvStreams):
         self._append("safetab_p/person-records.txt", cols)
 
 
-class TopDownWriter(_Base):
+class TopDownWriter(_CsvStreams):
+    """Confidential persons and units, and the public inputs a TopDown release reads (``topdown/public/``):
+    the block geography, the block facts (housing units and GQ facilities per major type per block, the
+    structural zeros) and the invariants (total and state populations)."""
+
     name = "topdown"
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self._state: StateGeography | None = None
+        self._facts: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self._persons: dict[str, int] = {}
+
+    def _flush_state(self) -> None:
+        geo = self._state
+        if geo is None:
+            return
+        b = tb.block_columns(geo, np.arange(geo.n_blocks, dtype=np.int64))
+        geoid = pc.binary_join_element_wise(tb._const_str(geo.state, geo.n_blocks), tb.zfill(b["TABBLKCOU"], 3),
+                                            tb.zfill(b["TABTRACTCE"], 6), tb.zfill(b["TABBLK"], 4), "")
+        counts = self._facts.reshape(geo.n_blocks, GQ_CODES)
+        cols: dict[str, pa.Array] = {"GEOID": geoid}
+        for k, name in enumerate(fact_columns(GQ_CODES)):
+            cols[name] = pa.array(counts[:, k])
+        self._append("topdown/public/block_facts.csv", cols)
+        self._state = None
+
+    def begin_state(self, geo: StateGeography) -> None:
+        self._flush_state()
+        self._append("topdown/public/GRF-C.txt", grfc_columns(geo))
+        self._state = geo
+        self._facts = np.zeros(geo.n_blocks * GQ_CODES, dtype=np.int64)
+        self._persons[geo.state] = 0
+
+    def close(self) -> list[FileRecord]:
+        self._flush_state()
+        rel = "topdown/public/invariants.json"
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"total": sum(self._persons.values()),
+                                    "state": dict(sorted(self._persons.items()))}, indent=1) + "\n")
+        self._record(rel, len(self._persons))
+        return super().close()
 
     def write_chunk(self, chunk: Chunk, geo: StateGeography, index: int) -> None:
         st = geo.state
+        self._facts += np.bincount(chunk.unit_block.astype(np.int64) * GQ_CODES + chunk.unit_hhgq,
+                                   minlength=self._facts.size)
+        self._persons[st] += int(chunk.n_persons)
         pb = chunk.unit_block[chunk.person_unit]
         b = tb.block_columns(geo, pb)
         n = chunk.n_persons

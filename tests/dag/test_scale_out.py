@@ -16,7 +16,6 @@ from dasflow.config import parse_release_config
 from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import freeze_config, open_run
-from dasflow.products.topdown.invariants import build_block_facts, geoids_of
 from tests.dag.helpers import release_files
 from tests.dag.test_pipeline import run_all
 
@@ -29,16 +28,9 @@ def topdown_release(tmp: Path, release_id: str, strategy: str = "pl94", persons:
 
     store = LocalStore(tmp / "store")
     root = store.local_path("confidential/synth")
-    synth.generate(root, persons=persons, seed=11, states=STATES, formats=("topdown", "safetab_p"))
-    store.put("public/topdown/GRF-C.txt", (root / "safetab_p" / "GRF-C.txt").read_bytes())
-    people = pd.concat([pd.read_parquet(p) for p in sorted((root / "topdown" / "persons").rglob("*.parquet"))])
-    by_state = people["TABBLKST"].astype(str).str.zfill(2).value_counts()
-    store.put("public/topdown/invariants.json", json.dumps(
-        {"total": len(people), "state": {s: int(n) for s, n in sorted(by_state.items())}}).encode())
-    units = pd.concat([pd.read_parquet(p) for p in sorted((root / "topdown" / "units").rglob("*.parquet"))])
-    grfc = pd.read_csv(root / "safetab_p" / "GRF-C.txt", sep="|", dtype=str)
-    facts = build_block_facts(units, geoids_of(grfc, "GRF-C.txt"))
-    store.put("public/topdown/block_facts.csv", facts.to_csv(sep="|", index=False).encode())
+    synth.generate(root, persons=persons, seed=11, states=STATES, formats=("topdown",))
+    for name in ("GRF-C.txt", "block_facts.csv", "invariants.json"):  # the synthetic census's public files
+        store.put(f"public/topdown/{name}", (root / "topdown" / "public" / name).read_bytes())
     config = {"preset": "pl94_persons", "fanout_cutoff": 8, "budget": "1", "privacy_defn": "zcdp",
               "strategy": strategy}
     return {"release_id": release_id, "universe": "US", "store": str(tmp / "store"),

@@ -175,3 +175,24 @@ def test_topdown_and_groupsize(dataset: DS, frames: Frames) -> None:
     assert len(gs) == len(units) and int(gs["SIZE"].sum()) == len(persons)
     m = gs.set_index("MAFID").loc[geo["MAFID"]]
     assert (m["TABTRACTCE"].to_numpy() == geo["TABTRACTCE"].to_numpy()).all()
+
+
+def test_topdown_public_inputs(dataset: DS, frames: Frames) -> None:
+    """The public files a TopDown release reads: the GRF-C (as SafeTab-P's), block facts counted from every unit
+    (vacant housing units included) and the total and state population invariants."""
+    from dasflow.products.topdown.invariants import build_block_facts, geoids_of
+
+    out, _ = dataset
+    persons, _, _ = frames
+    public = out / "topdown" / "public"
+    grfc = _read(public / "GRF-C.txt")
+    assert grfc.equals(_read(out / "safetab_p" / "GRF-C.txt"))
+    facts = _read(public / "block_facts.csv")
+    assert _header(public / "block_facts.csv") == ["GEOID", "HU", *(f"GQ{t}" for t in range(1, 8))]
+    units = pq.read_table(out / "topdown" / "units").to_pandas()
+    expected = build_block_facts(units, geoids_of(grfc, "GRF-C.txt"))
+    assert facts.equals(expected.astype(str))
+    assert int(facts["HU"].astype(int).sum()) == int((units["HHGQ"] == 0).sum())
+    inv = json.loads((public / "invariants.json").read_text())
+    by_state = persons["TABBLKST"].value_counts()
+    assert inv == {"total": len(persons), "state": {s: int(by_state[s]) for s in sorted(by_state.index)}}
