@@ -1,17 +1,19 @@
 """Reading and validating the PHSafe input files (``persons.csv``, ``units.csv``, ``geo.csv``; phsafe.md
 §1.5, §3).
 
-Files have a header row and are comma- or pipe-delimited (detected from the header). Every value is read as
-text and checked against the production schema with vectorised regular expressions (pyarrow compute); the
-first failing row is reported as ``InputError(file=, row=, column=)`` with ``row`` 1-based and the header
-as row 1.
+Files have a header row and are comma- or pipe-delimited (detected from the header). Every value is checked
+against the production schema's regular expression for its column; the first failing row is reported as
+``InputError(file=, row=, column=)`` with ``row`` 1-based and the header as row 1. Three readers are tried
+in turn (:func:`read_table`): a byte-matrix view for files whose columns are all fixed-width, a typed pyarrow
+parse validated digit by digit / on dictionaries, and the exact text + regex reader; the first two accept
+exactly the files the exact reader accepts, with the same integers, and hand every other file to it (so every
+error message is the exact reader's).
 
 * Phase 1 — schema: the exact column names in the exact order.
 * Phase 2 — domains and formats of every value (this is also what makes the integer conversion safe, so it
   always runs before anything is tabulated).
-* Phase 3 — cross-file checks (:func:`check_cross_file`): unique MAFIDs in units and geo, every person
-MAFID in
-  units, geo MAFIDs == unit MAFIDs, every TABBLKST in ``state_filter``, and occupied housing units carry a
+* Phase 3 — cross-file checks (:func:`check_cross_file`): unique MAFIDs in units and geo, every person MAFID
+  in units, geo MAFIDs == unit MAFIDs, every TABBLKST in ``state_filter``, and occupied housing units carry a
   householder race/ethnicity and a tenure. Run by ``validate`` mode and ``--validate``; without it, records
   outside ``state_filter`` and orphans are dropped by the joins, as the reference does.
 """

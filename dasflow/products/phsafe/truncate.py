@@ -16,6 +16,8 @@ identical
 records are interchangeable, so which copy is kept cannot be observed. Python's per-process salted ``hash()``
 is not used anywhere. Hashing (rather than sorting by, e.g., age) makes the truncated persons a pseudo-random
 subset of a large household, so truncation bias is not systematically concentrated on one age or relationship.
+Production computes the order only where it can matter (:func:`grouped_content_order`: households larger than
+the smallest τ); the kept multiset is the same.
 """
 
 from __future__ import annotations
