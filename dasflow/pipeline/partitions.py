@@ -123,6 +123,7 @@ class StoredParts:
     def __init__(self, store: ObjectStore, root: str, product: str, digest: str,
                  loader: Any) -> None:
         self.store = store
+        self.product = product
         self.prefix = f"{root}/postprocessed/{product}/parts/{digest}"
         self._loader = loader
         self._cache: dict[str, NoisyMeasurement] = {}

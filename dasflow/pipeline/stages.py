@@ -299,6 +299,7 @@ def _compute_part(split: PartitionedPostprocess, parts: StoredParts, step: str, 
     record = None if force else parts.done(step, part)
     if record is None:
         record = parts.write(step, part, split.post_part(step, part, parts, public))
+        faults.point(f"postprocess:part-done:{parts.product}/{step}/{part}")
     return record
 
 

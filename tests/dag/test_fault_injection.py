@@ -187,3 +187,34 @@ def test_demo_runs_end_to_end_and_a_second_run_resumes(prefect_api: dict[str, st
     assert second.returncode == 0, second.stderr[-3000:]
     assert sorted(p.name for p in (store / "runs" / rid / "ledger/entries").rglob("*.json")) == entries
     assert release_files(store, rid) == files
+
+
+def test_sigkill_among_mapped_parts_then_resume_on_dask(prefect_api: dict[str, str], tmp_path: Path) -> None:
+    """TopDown's post-processing parts as mapped tasks: SIGKILL after some parts are done (thread runner), then
+    resume on a Dask LocalCluster: the finished parts are reused (not rewritten), nothing is measured again, and
+    the release files equal an uninterrupted run's."""
+    from tests.dag.test_scale_out import topdown_release
+
+    def config(root: Path) -> Path:
+        path = root / "release.json"
+        path.write_text(json.dumps(topdown_release(root, "r1", persons=3000)))
+        return path
+
+    clean = dasflow(prefect_api, "run", str(config(tmp_path / "clean")))
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    steps = sorted(p.parent.name for p in (tmp_path / "clean/store/runs/r1/postprocessed/topdown/parts")
+                   .glob("*/level-*/*.json"))
+    assert steps, "TopDown ran in parts"
+    crashed = dasflow(prefect_api, "run", str(config(tmp_path / "crash")),
+                      fault="postprocess:part-done:topdown/level-1/*")
+    assert crashed.returncode == -signal.SIGKILL, (crashed.returncode, crashed.stderr[-2000:])
+    parts = tmp_path / "crash/store/runs/r1/postprocessed/topdown/parts"
+    before = {p: p.stat().st_mtime_ns for p in parts.rglob("*") if p.is_file()}
+    assert any(p.name == "all.json" and p.parent.name == "level-1" for p in before)  # written, then killed
+    assert not (tmp_path / "crash/store/runs/r1/release/MANIFEST.json").exists()
+    ledger = sorted(p.name for p in (tmp_path / "crash/store/runs/r1/ledger/entries").rglob("*.json"))
+    resumed = dasflow(prefect_api, "resume", "r1", "--store", str(tmp_path / "crash/store"), "--task-runner", "dask")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in before} == before  # finished parts reused as they were
+    assert sorted(p.name for p in (tmp_path / "crash/store/runs/r1/ledger/entries").rglob("*.json")) == ledger
+    assert release_files(tmp_path / "crash/store", "r1") == release_files(tmp_path / "clean/store", "r1")
