@@ -11,7 +11,8 @@ it. ``inputs`` holds either ``persons`` (the person-records table, all columns s
 Partitioned path (``person_files``): ``prepare`` reads one file at a time, validates and encodes it, counts its
 persons into sparse per-(region, race combination | QSPAN code, sex × age bin) counts per region type, and
 discards the persons; the counts of all files are then summed (:meth:`PersonCounts.merge`) and flat-mapped and
-tabulated exactly as in the in-memory path. Peak memory is one file's persons plus the counts. USA (and any
+tabulated exactly as in the in-memory path. Peak memory: one file's table, one slice (``SLICE_ROWS``) of
+encoded persons, and the counts. USA (and any
 region spanning several files) is summed BEFORE noise: each population group still gets exactly one noisy
 count, never a sum of per-file noisy counts, so the privacy analysis is unchanged. Every file is validated
 before ``prepare`` returns, i.e. before any noise.
