@@ -11,6 +11,7 @@ see :mod:`validation.domain`), which keeps 10 M persons well inside a minute.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +31,16 @@ from validation.result import ExpectationRow, ValidationResult
 
 @dataclass(frozen=True)
 class InputSuite:
-    """One input file's suite: its name in messages, its (full) columns and its checks."""
+    """One input file's suite: its name in messages, its (full) columns — or a loader of them, called when the
+    suite runs, so a split input is held one file at a time — and its checks."""
 
     suite: str
     file: str
-    columns: Mapping[str, Column]
+    columns: Mapping[str, Column] | Callable[[], Mapping[str, Column]]
     checks: Sequence[Check]
+
+    def load(self) -> Mapping[str, Column]:
+        return self.columns() if callable(self.columns) else self.columns
 
 
 Check = gx.Check
@@ -150,35 +155,29 @@ def _read_text_table(path: Path) -> pd.DataFrame:
 def _safetab(confidential: Mapping[str, Any], public: Mapping[str, Any],
              config: Any) -> tuple[list[InputSuite], list[dict[str, object]], dict[str, Any], Callable[[], None]]:
     from dasflow.products.safetab_p.iterations import CODE_TO_ITER_FILE, CODES_FILE, ETH_ITER_FILE, RACE_ITER_FILE
-    from dasflow.products.safetab_p.records import GRFC_COLUMNS, PERSON_FILE, encode_persons, read_pipe_file
+    from dasflow.products.safetab_p.product import PERSON_DIR
+    from dasflow.products.safetab_p.records import (
+        GRFC_COLUMNS,
+        PERSON_COLUMNS,
+        PERSON_FILE,
+        encode_persons,
+        read_pipe_file,
+    )
 
-    persons: pa.Table = confidential["persons"]
     geo, index = public["geography"], public["iterations"]
     it_dir = Path(index.source)
     its = {name: _read_text_table(it_dir / name) for name in suites.ITERATION_FILES}
     codes = [str(c) for c in index.codes]
-    inputs = [InputSuite("safetab_p.persons", PERSON_FILE, {c: persons.column(c) for c in persons.column_names},
-                         suites.SAFETAB_PERSONS)]
     grfc = read_pipe_file(geo.source, GRFC_COLUMNS, extra_columns=True)
-    inputs.append(InputSuite("safetab_p.grfc", Path(geo.source).name,
-                             {c: grfc.column(c) for c in grfc.column_names}, suites.GRFC))
+    inputs = [InputSuite("safetab_p.grfc", Path(geo.source).name, {c: grfc.column(c) for c in grfc.column_names},
+                         suites.GRFC)]
     for name, frame in its.items():
         inputs.append(InputSuite(f"safetab_p.{name.removesuffix('.txt')}", name,
                                  {c: frame[c] for c in frame.columns}, suites.ITERATION_FILES[name]))
-    block = pc.binary_join_element_wise(persons.column("TABBLKST"), persons.column("TABBLKCOU"),
-                                        persons.column("TABTRACTCE"), persons.column("TABBLK"), "")
     grfc_key = pc.binary_join_element_wise(grfc.column("TABBLKST"), grfc.column("TABBLKCOU"),
                                            grfc.column("TABTRACTCE"), grfc.column("TABBLK"), "")
-    st = persons.column("TABBLKST")
-    if public["universe"] == "PR":
-        in_run = pc.equal(st, "72")
-    elif config.state_filter_us:
-        in_run = pc.is_in(st, value_set=pa.array(list(config.state_filter_us)))
-    else:
-        in_run = pc.not_equal(st, "72")
     race, eth, cmap = (its[RACE_ITER_FILE], its[ETH_ITER_FILE], its[CODE_TO_ITER_FILE])
-    facts = [
-        _fact_not_in("person block in GRF-C", PERSON_FILE, "TABBLK", block, grfc_key, where=in_run),
+    static = [
         _fact("unique block", Path(geo.source).name, "TABBLK",
               _first_dup_mask(grfc_key.to_numpy(zero_copy_only=False))),
         _fact("unique code", CODES_FILE, "RACE_ETH_CODE", its[CODES_FILE].RACE_ETH_CODE.duplicated().to_numpy()),
@@ -193,19 +192,74 @@ def _safetab(confidential: Mapping[str, Any], public: Mapping[str, Any],
         _fact("unique mapping row", CODE_TO_ITER_FILE, "RACE_ETH_CODE", cmap.duplicated().to_numpy()),
     ]
     code_set = pa.array([*codes, "Null"])
-    for col in [f"QRACE{i}" for i in range(1, 9)] + ["QSPAN"]:
-        values = persons.column(col)
-        facts.append(_fact_not_in(f"{col} in {CODES_FILE}", PERSON_FILE, col, values, code_set))
-    counts = pc.value_counts(persons.column("TABBLKST"))
-    per_state = {str(v["values"]): int(v["counts"]) for v in counts.to_pylist()}
-    summary = {"rows": {PERSON_FILE: int(persons.num_rows), Path(geo.source).name: int(grfc.num_rows),
+    # the person file, or a split input file by file (one file's persons in memory at a time): per file the
+    # cross-file facts and the product's own checks in one read, the GX suite in a second (lazy) read
+    files: list[tuple[str, Path | None]] = [(PERSON_FILE, None)]
+    if "person_files" in confidential:
+        files = [(f"{PERSON_DIR}/{Path(f).name}", Path(f)) for f in confidential["person_files"]]
+    per_state: dict[str, int] = {}
+    row_counts: dict[str, int] = {}
+    own_error: list[InputError] = []
+    person_suites: list[InputSuite] = []
+    block_facts: list[dict[str, object]] = []
+    code_facts: list[dict[str, object]] = []
+    for name, path in files:
+        persons: pa.Table = confidential["persons"] if path is None else read_pipe_file(path, PERSON_COLUMNS)
+        block_fact, codes_of_file = _safetab_person_facts(persons, name, grfc_key, code_set, public["universe"],
+                                                          config)
+        block_facts.append(block_fact)
+        code_facts += codes_of_file
+        for v in pc.value_counts(persons.column("TABBLKST")).to_pylist():
+            per_state[str(v["values"])] = per_state.get(str(v["values"]), 0) + int(v["counts"])
+        row_counts[name] = int(persons.num_rows)
+        if not own_error:
+            try:
+                encode_persons(persons, geo, index, config.max_race_codes, config.state_filter_us, name)
+            except InputError as exc:
+                own_error.append(exc)
+        person_suites.append(InputSuite("safetab_p.persons", name, _columns_of(persons) if path is None
+                                        else functools.partial(_read_columns, path), suites.SAFETAB_PERSONS))
+        del persons
+    inputs = person_suites + inputs
+    facts = block_facts + static + code_facts
+    summary = {"rows": {**row_counts, Path(geo.source).name: int(grfc.num_rows),
                         **{n: len(f) for n, f in its.items()}},
                "universe": public["universe"], "persons_per_state": dict(sorted(per_state.items()))}
 
     def own() -> None:
-        encode_persons(persons, geo, index, config.max_race_codes, config.state_filter_us, PERSON_FILE)
+        if own_error:
+            raise own_error[0]
 
     return inputs, facts, summary, own
+
+
+def _columns_of(table: pa.Table) -> dict[str, Column]:
+    return {c: table.column(c) for c in table.column_names}
+
+
+def _read_columns(path: Path) -> dict[str, Column]:
+    from dasflow.products.safetab_p.records import PERSON_COLUMNS, read_pipe_file
+
+    return _columns_of(read_pipe_file(path, PERSON_COLUMNS))
+
+
+def _safetab_person_facts(persons: pa.Table, name: str, grfc_key: pa.Array, code_set: pa.Array, universe: str,
+                          config: Any) -> tuple[dict[str, object], list[dict[str, object]]]:
+    """The person file's cross-file facts: blocks in the GRF-C (persons of the run's states), codes listed."""
+    from dasflow.products.safetab_p.iterations import CODES_FILE
+
+    block = pc.binary_join_element_wise(persons.column("TABBLKST"), persons.column("TABBLKCOU"),
+                                        persons.column("TABTRACTCE"), persons.column("TABBLK"), "")
+    st = persons.column("TABBLKST")
+    if universe == "PR":
+        in_run = pc.equal(st, "72")
+    elif config.state_filter_us:
+        in_run = pc.is_in(st, value_set=pa.array(list(config.state_filter_us)))
+    else:
+        in_run = pc.not_equal(st, "72")
+    codes = [_fact_not_in(f"{col} in {CODES_FILE}", name, col, persons.column(col), code_set)
+             for col in [*(f"QRACE{i}" for i in range(1, 9)), "QSPAN"]]
+    return _fact_not_in("person block in GRF-C", name, "TABBLK", block, grfc_key, where=in_run), codes
 
 
 # -- group sizes --------------------------------------------------------------------------------------------
@@ -321,14 +375,14 @@ RUNNERS: dict[str, Callable[..., tuple[list[InputSuite], list[dict[str, object]]
     "phsafe": _phsafe, "safetab-p": _safetab, "groupsize": _groupsize, "topdown": _topdown}
 
 
-def _error_from_suite(s: InputSuite, rows: list[ExpectationRow], first: tuple[Check, list[Any], list[Any]] | None,
-                      ) -> InputError:
+def _error_from_suite(s: InputSuite, columns: Mapping[str, Column], rows: list[ExpectationRow],
+                      first: tuple[Check, list[Any], list[Any]] | None) -> InputError:
     check = first[0] if first else None
     bad = next(r for r in rows if not r.success)
     column = bad.column or (check.column if check else None)
     row = None
-    if first is not None and first[2] and column is not None and column in s.columns:
-        row = _first_row_of(s.columns[column], first[2][0])
+    if first is not None and first[2] and column is not None and column in columns:
+        row = _first_row_of(columns[column], first[2][0])
     elif column is None:
         row = 1  # header-level expectation (column set, order)
     return InputError(f"{bad.expectation} failed ({bad.detail}) [suite {s.suite}]", file=s.file, row=row,
@@ -358,10 +412,12 @@ def run_product_suite(product: str, confidential: Mapping[str, Any], public: Map
         except InputError as exc:
             error = exc
     for s in inputs:
-        out = gx.validate(s.suite, s.checks, domain_frame(s.columns, extremes_only=_range_only(s.checks)))
+        columns = s.load()
+        out = gx.validate(s.suite, s.checks, domain_frame(columns, extremes_only=_range_only(s.checks)))
         rows += out.rows
         if not out.success and error is None:
-            error = _error_from_suite(s, out.rows, out.first_failure)
+            error = _error_from_suite(s, columns, out.rows, out.first_failure)
+        del columns
     if facts:
         ff = facts_frame(facts)
         out = gx.validate(f"{product}.cross_file", suites.FACTS_SUITE, ff)

@@ -43,6 +43,7 @@ def preflight_inputs(product: str, store: ObjectStore, inputs: Mapping[str, str]
                 check_delimited(local_file(store, f"{prefix}{name}.csv"), list(SCHEMAS[name]), None)
     elif product == "safetab-p":
         from dasflow.products.safetab_p import iterations as it
+        from dasflow.products.safetab_p.product import PERSON_DIR
         from dasflow.products.safetab_p.records import GRFC_COLUMNS, GRFC_FILE, PERSON_COLUMNS, PERSON_FILE
 
         if public:
@@ -52,9 +53,11 @@ def preflight_inputs(product: str, store: ObjectStore, inputs: Mapping[str, str]
             for name in it.ITERATION_FILES:
                 if (folder / name).is_file():
                     check_delimited(folder / name, None, "|")
-        else:
-            key = _prefix(inputs, "safetab-p", "confidential/safetab-p/") + PERSON_FILE
-            check_delimited(local_file(store, key), PERSON_COLUMNS, "|")
+        else:  # person-records.txt, or a split input person-records/*.txt (each file checked)
+            prefix = _prefix(inputs, "safetab-p", "confidential/safetab-p/")
+            split = [k for k in store.list(f"{prefix}{PERSON_DIR}/") if k.endswith(".txt")]
+            for key in split or [prefix + PERSON_FILE]:
+                check_delimited(local_file(store, key), PERSON_COLUMNS, "|")
     elif product == "topdown" and public:
         key = _prefix(inputs, "topdown_public", "public/topdown/") + "GRF-C.txt"
         if store.exists(key):
