@@ -232,3 +232,36 @@ def test_input_validation():
     shape = TreeShape((np.zeros(2, dtype=np.int64),))
     with pytest.raises(ValueError):
         solve_tree(shape, [LevelCost(np.zeros((1, 1)), 2), LevelCost(None)], 0)
+
+
+def test_flat_sort_per_parent_equals_lexsort_and_window_reads_equal_gathers():
+    """The integral fast path (one flat sort of parent-offset keys) returns exactly the per-parent sorted slopes
+    a lexsort gives, float slopes take the lexsort path; ``window`` of both slope readers equals entry-wise
+    ``at`` reads (merged positions k0 .. k0 + size - 1 of every parent)."""
+    rng = np.random.default_rng(8)
+    sizes = rng.integers(0, 40, size=25).astype(np.int64)
+    parent = np.repeat(np.arange(sizes.size), sizes)
+    for slopes in (rng.integers(-10**6, 10**6, size=int(sizes.sum())).astype(np.float64),
+                   rng.normal(0, 1e3, size=int(sizes.sum()))):
+        ref = slopes[np.lexsort((slopes, parent))]
+        got = tree_dp._sort_per_parent(slopes, sizes)
+        np.testing.assert_array_equal(got, ref)
+        moff = np.r_[0, np.cumsum(sizes)].astype(np.int64)
+        reader = tree_dp._GenericSlopes(got, moff)
+        k0 = (rng.random(sizes.size) * (sizes + 1)).astype(np.int64)
+        size = (rng.random(sizes.size) * (sizes - k0 + 1)).astype(np.int64)
+        rows = np.repeat(np.arange(sizes.size, dtype=np.int64), size)
+        q = np.repeat(k0, size) + np.concatenate([np.arange(s) for s in size]).astype(np.int64)
+        np.testing.assert_array_equal(reader.window(k0, size), reader.at(rows, q))
+    # counting reader: integer leaves under 6 parents
+    c = rng.integers(-20, 60, size=30).astype(np.float64)
+    own = tree_dp._Own(c, rng.integers(1, 9, size=30).astype(np.int64), 1.0, "l2", True)
+    starts = np.array([0, 4, 9, 15, 22, 27], dtype=np.int64)
+    _, cs, leaves = tree_dp._merge_counting(own, starts, starts.size)
+    total = np.add.reduceat(leaves.size, starts)
+    k0 = (rng.random(starts.size) * (total + 1)).astype(np.int64)
+    size = (rng.random(starts.size) * (total - k0 + 1)).astype(np.int64)
+    rows = np.repeat(np.arange(starts.size, dtype=np.int64), size)
+    q = np.repeat(k0, size) + np.concatenate([np.arange(s) for s in size]).astype(np.int64)
+    assert size.sum() > 0
+    np.testing.assert_array_equal(cs.window(k0, size), cs.at(rows, q))
