@@ -168,7 +168,7 @@ _TOL = (1e-9, 1e-10)  # absolute / relative duality-gap tolerances (on the devia
 def _solve_clarabel(p: _Problem, time_limit: float | None) -> tuple[FloatArray, str, float, KKTReport | None]:
     """Clarabel on d = x - anchor (targets t - anchor are noise-sized, so the IPM's relative tolerances act
     on the deviation instead of on counts of size ~n: solving in x directly leaves gaps of ~1e7 at n ~ 1e8)."""
-    import clarabel  # optional dependency of the experiment baselines
+    import clarabel  # the relaxed-QP baselines' interior-point solver (a declared dependency)
 
     n_var = p.target.size
     n_eq, n_le = p.a_eq.shape[0], p.a_le.shape[0]
