@@ -117,14 +117,9 @@ def grouped_content_order(mafid: np.ndarray, fields: Sequence[np.ndarray],
 def rank_within_group(sorted_keys: np.ndarray) -> np.ndarray:
     """For an array sorted by group key, each element's 0-based position within its run of equal keys."""
     n = sorted_keys.size
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    start = np.empty(n, dtype=bool)
-    start[0] = True
-    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=start[1:])
-    idx = np.arange(n, dtype=np.int64)
-    first = np.maximum.accumulate(np.where(start, idx, 0))
-    return idx - first
+    starts = group_starts(sorted_keys)
+    sizes = np.diff(np.append(starts, n))
+    return np.arange(n, dtype=np.int64) - np.repeat(starts, sizes)
 
 
 def truncate_persons(mafid: np.ndarray, tau: int, order: np.ndarray) -> np.ndarray:
