@@ -109,6 +109,15 @@ def replace_methods(args: argparse.Namespace) -> int:
     return 0
 
 
+def _repo_relative(path: str) -> str:
+    """``path`` relative to the repository when it lies inside it (as recorded in committed results)."""
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        return Path(path).resolve().relative_to(repo).as_posix()
+    except ValueError:
+        return Path(path).name
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--reps", type=int, default=10)
@@ -133,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         return replace_methods(args)
     eps_list = [Fraction(e) for e in args.eps.split(",")]
     methods = [m for m in args.methods.split(",") if m]
-    results: dict[str, Any] = {"args": vars(args), "machine": platform.platform(), "started": time.ctime(),
+    recorded = {**vars(args), "json": _repo_relative(args.json)}  # no path of this machine in the results
+    results: dict[str, Any] = {"args": recorded, "machine": platform.platform(), "started": time.ctime(),
                                "datasets": {}}
     for ds in args.datasets.split(","):
         data = make_dataset(ds, args.seed, args)
