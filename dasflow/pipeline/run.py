@@ -42,7 +42,7 @@ class RunContext:
     ledger: Ledger
     _product_configs: dict[str, Any] = field(default_factory=dict)
     _plans: dict[str, Any] = field(default_factory=dict)
-    _public: dict[str, Any] = field(default_factory=dict)
+    _cache: dict[str, Any] = field(default_factory=dict)  # post-processing: public inputs, stored parts
 
     @property
     def release_id(self) -> str:
@@ -68,10 +68,11 @@ class RunContext:
     def post_public(self, name: str) -> Any:
         """The product's public inputs read through the post-processing view, once per context (the parts a
         worker runs share them, and the product objects' caches keyed by them: TopDown's spine)."""
-        if name not in self._public:
-            self._public[name] = self.adapter(name).public_inputs(self.post_store(), self.config.inputs,
+        key = f"public:{name}"
+        if key not in self._cache:
+            self._cache[key] = self.adapter(name).public_inputs(self.post_store(), self.config.inputs,
                                                                   self.product_config(name))
-        return self._public[name]
+        return self._cache[key]
 
     def post_store(self) -> ObjectStore:
         """The store view post-processing and release get: it cannot resolve confidential keys."""

@@ -271,10 +271,10 @@ def stored_parts(ctx: RunContext, product: str) -> StoredParts:
     instance per context and digest, so the parts a worker runs verify each input part once."""
     digest = parts_digest(_measurement_hashes(ctx, product), code_version())
     key = f"parts:{product}:{digest}"
-    if key not in ctx._public:
-        ctx._public[key] = StoredParts(ctx.post_store(), ctx.root, product, digest,
+    if key not in ctx._cache:
+        ctx._cache[key] = StoredParts(ctx.post_store(), ctx.root, product, digest,
                                        lambda keys: load_measurements(ctx, product, keys))
-    parts: StoredParts = ctx._public[key]
+    parts: StoredParts = ctx._cache[key]
     return parts
 
 

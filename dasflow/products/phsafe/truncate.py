@@ -119,7 +119,8 @@ def rank_within_group(sorted_keys: np.ndarray) -> np.ndarray:
     n = sorted_keys.size
     starts = group_starts(sorted_keys)
     sizes = np.diff(np.append(starts, n))
-    return np.arange(n, dtype=np.int64) - np.repeat(starts, sizes)
+    rank: np.ndarray = np.arange(n, dtype=np.int64) - np.repeat(starts, sizes)
+    return rank
 
 
 def truncate_persons(mafid: np.ndarray, tau: int, order: np.ndarray) -> np.ndarray:
