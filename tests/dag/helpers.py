@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +52,22 @@ def local_release(tmp: Path, **kw: Any) -> tuple[LocalStore, ReleaseConfig]:
 def release_files(store_dir: Path, release_id: str) -> dict[str, bytes]:
     root = store_dir / "runs" / release_id / "release"
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def topdown_release(tmp: Path, release_id: str, *, states: Sequence[str] = ("44", "11", "10"), persons: int = 6000,
+                    synth_seed: int = 11, strategy: str = "pl94") -> dict[str, Any]:
+    """A TopDown release config on the synthetic census under ``tmp/store``: persons as confidential input, the
+    synth's public TopDown files (GRF-C, block facts, total/state invariants) as public input."""
+    from dasflow import synth
+
+    store = LocalStore(tmp / "store")
+    root = store.local_path("confidential/synth")
+    synth.generate(root, persons=persons, seed=synth_seed, states=list(states), formats=("topdown",))
+    for name in ("GRF-C.txt", "block_facts.csv", "invariants.json"):
+        store.put(f"public/topdown/{name}", (root / "topdown" / "public" / name).read_bytes())
+    config = {"preset": "pl94_persons", "fanout_cutoff": 8, "budget": "1", "privacy_defn": "zcdp",
+              "strategy": strategy}
+    return {"release_id": release_id, "universe": "US", "store": str(tmp / "store"),
+            "inputs": {"topdown": "confidential/synth/topdown/persons/", "topdown_public": "public/topdown/"},
+            "products": [{"name": "topdown", "config_text": json.dumps(config)}],
+            "cap": {"rho": "1"}, "rng": {"mode": "test", "seed": 8}}

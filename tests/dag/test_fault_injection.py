@@ -193,7 +193,7 @@ def test_sigkill_among_mapped_parts_then_resume_on_dask(prefect_api: dict[str, s
     """TopDown's post-processing parts as mapped tasks: SIGKILL after some parts are done (thread runner), then
     resume on a Dask LocalCluster: the finished parts are reused (not rewritten), nothing is measured again, and
     the release files equal an uninterrupted run's."""
-    from tests.dag.test_scale_out import topdown_release
+    from tests.dag.helpers import topdown_release
 
     def config(root: Path) -> Path:
         path = root / "release.json"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from fractions import Fraction
 from pathlib import Path
@@ -13,7 +14,7 @@ from dasflow.io.store import LocalStore
 from dasflow.pipeline.run import freeze_config
 from dasflow.privacy import accounting
 from dasflow.products.safetab_p import parse_config
-from tests.dag.helpers import release_files
+from tests.dag.helpers import release_files, topdown_release
 from tests.dag.test_pipeline import run_all
 
 TOY = Path(__file__).resolve().parents[1] / "data" / "safetab_p_toy"
@@ -82,29 +83,14 @@ def test_matrix_product_through_the_dag_on_synthetic_persons(tmp_path: Path) -> 
 
 def test_topdown_through_the_dag_on_a_synthetic_state(tmp_path: Path) -> None:
     """A one-state TopDown release: consistent non-negative integer tables, population invariant exact."""
-    from dasflow import synth
-
-    store = LocalStore(tmp_path / "store")
-    root = store.local_path("confidential/synth")
-    manifest = synth.generate(root, persons=4000, seed=6, states=["44"], formats=("topdown", "safetab_p"))
-    store.put("public/topdown/GRF-C.txt", (root / "safetab_p" / "GRF-C.txt").read_bytes())
-    total = int(manifest.data["totals"]["persons"])
-    store.put("public/topdown/invariants.json", json.dumps({"total": total, "state": {"44": total}}).encode())
     import numpy as np
     import pandas as pd
 
-    from dasflow.products.topdown.invariants import build_block_facts, geoids_of
-
-    units = pd.concat([pd.read_parquet(p) for p in sorted((root / "topdown" / "units").rglob("*.parquet"))])
-    grfc = pd.read_csv(root / "safetab_p" / "GRF-C.txt", sep="|", dtype=str)
-    facts = build_block_facts(units, geoids_of(grfc, "GRF-C.txt"))
-    store.put("public/topdown/block_facts.csv", facts.to_csv(sep="|", index=False).encode())
-    config = {"preset": "pl94_persons", "fanout_cutoff": 8, "budget": "1", "privacy_defn": "zcdp",
-              "strategy": "pl94"}
-    raw = {"release_id": "td", "universe": "US", "store": str(tmp_path / "store"),
-           "inputs": {"topdown": "confidential/synth/topdown/persons/", "topdown_public": "public/topdown/"},
-           "products": [{"name": "topdown", "config_text": json.dumps(config)}],
-           "cap": {"rho": "1"}, "rng": {"mode": "test", "seed": 8}}
+    raw = topdown_release(tmp_path, "td", states=["44"], persons=4000, synth_seed=6)
+    store = LocalStore(tmp_path / "store")
+    total = json.loads(store.get("public/topdown/invariants.json"))["total"]
+    assert total == 4000
+    facts = pd.read_csv(io.BytesIO(store.get("public/topdown/block_facts.csv")), sep="|", dtype={"GEOID": str})
     ctx = freeze_config(parse_release_config(raw), store)
     run_all(ctx)
     assert ctx.ledger.spent().rho == 1

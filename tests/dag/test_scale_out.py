@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,27 +15,8 @@ from dasflow.config import parse_release_config
 from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import freeze_config, open_run
-from tests.dag.helpers import release_files
+from tests.dag.helpers import release_files, topdown_release
 from tests.dag.test_pipeline import run_all
-
-STATES = ["44", "11", "10"]
-
-
-def topdown_release(tmp: Path, release_id: str, strategy: str = "pl94", persons: int = 6000) -> dict[str, Any]:
-    """A three-state TopDown release config on the synthetic census (public geography and invariants)."""
-    from dasflow import synth
-
-    store = LocalStore(tmp / "store")
-    root = store.local_path("confidential/synth")
-    synth.generate(root, persons=persons, seed=11, states=STATES, formats=("topdown",))
-    for name in ("GRF-C.txt", "block_facts.csv", "invariants.json"):  # the synthetic census's public files
-        store.put(f"public/topdown/{name}", (root / "topdown" / "public" / name).read_bytes())
-    config = {"preset": "pl94_persons", "fanout_cutoff": 8, "budget": "1", "privacy_defn": "zcdp",
-              "strategy": strategy}
-    return {"release_id": release_id, "universe": "US", "store": str(tmp / "store"),
-            "inputs": {"topdown": "confidential/synth/topdown/persons/", "topdown_public": "public/topdown/"},
-            "products": [{"name": "topdown", "config_text": json.dumps(config)}],
-            "cap": {"rho": "1"}, "rng": {"mode": "test", "seed": 8}}
 
 
 def test_topdown_post_processing_comes_in_parts_per_state_and_level(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from dasflow.errors import InputError
 from dasflow.io.store import LocalStore
 from dasflow.pipeline.adapters import REGISTRY
-from dasflow.products.topdown.invariants import build_block_facts, geoids_of
+from tests.dag.helpers import topdown_release
 from tests.validation.helpers import run_release
 from validation.adapters import MODULES
 
@@ -30,23 +30,9 @@ def validated_adapters(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _store(tmp: Path) -> tuple[LocalStore, dict[str, Any], int]:
-    from dasflow import synth
-
+    raw = topdown_release(tmp, "td", states=["10"], persons=1500, synth_seed=4)
     store = LocalStore(tmp / "store")
-    root = store.local_path("confidential/synth")
-    manifest = synth.generate(root, persons=1500, seed=4, states=["10"], formats=("topdown", "safetab_p"))
-    store.put("public/topdown/GRF-C.txt", (root / "safetab_p" / "GRF-C.txt").read_bytes())
-    total = int(manifest.data["totals"]["persons"])
-    store.put("public/topdown/invariants.json", json.dumps({"total": total, "state": {"10": total}}).encode())
-    units = pd.concat([pd.read_parquet(p) for p in sorted((root / "topdown" / "units").rglob("*.parquet"))])
-    grfc = pd.read_csv(root / "safetab_p" / "GRF-C.txt", sep="|", dtype=str)
-    facts = build_block_facts(units, geoids_of(grfc, "GRF-C.txt"))
-    store.put("public/topdown/block_facts.csv", facts.to_csv(sep="|", index=False).encode())
-    raw = {"release_id": "td", "universe": "US", "store": str(tmp / "store"),
-           "inputs": {"topdown": "confidential/synth/topdown/persons/", "topdown_public": "public/topdown/"},
-           "products": [{"name": "topdown", "config_text": json.dumps(CONFIG)}],
-           "cap": {"rho": "1"}, "rng": {"mode": "test", "seed": 8}}
-    return store, raw, total
+    return store, raw, int(json.loads(store.get("public/topdown/invariants.json"))["total"])
 
 
 def _nothing_spent(tmp: Path) -> None:
