@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
 from dasflow.io.store import LocalStore, ObjectStore, RestrictedStore
@@ -73,3 +77,19 @@ def local_dir(store: ObjectStore, prefix: str) -> Path:
         except OSError:  # another process finished the same download first
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def read_parquet_records(store: ObjectStore, prefix: str, columns: Sequence[str], what: str) -> pa.Table:
+    """Every ``.parquet`` object under ``prefix``, reduced to ``columns`` and concatenated; ``InputError``
+    naming the prefix when there are none, or the file and the first missing column."""
+    keys = [k for k in store.list(prefix) if k.endswith(".parquet")]
+    if not keys:
+        raise InputError(f"no {what}", file=prefix)
+    parts = []
+    for key in keys:
+        table = pq.read_table(io.BytesIO(store.get(key)))
+        missing = [c for c in columns if c not in table.column_names]
+        if missing:
+            raise InputError(f"missing column(s) {', '.join(missing)}", file=key, column=missing[0])
+        parts.append(table.select(list(columns)))
+    return pa.concat_tables(parts)

@@ -17,12 +17,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore, StoreError
-from dasflow.pipeline.adapters.files import input_prefix
+from dasflow.pipeline.adapters.files import input_prefix, read_parquet_records
 from dasflow.privacy import accounting
 from dasflow.products.groupsize.product import GroupSizeConfig, GroupSizeProduct
 
@@ -55,17 +53,7 @@ class GroupSizeAdapter:
 
     def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
         prefix = input_prefix(inputs, "groupsize", "confidential/groupsize/")
-        keys = [k for k in store.list(prefix) if k.endswith(".parquet")]
-        if not keys:
-            raise InputError("no group-size unit files", file=prefix)
-        parts = []
-        for key in keys:
-            table = pq.read_table(io.BytesIO(store.get(key)))
-            missing = [c for c in UNIT_COLUMNS if c not in table.column_names]
-            if missing:
-                raise InputError(f"missing column(s) {', '.join(missing)}", file=key, column=missing[0])
-            parts.append(table.select(list(UNIT_COLUMNS)))
-        units = pa.concat_tables(parts).to_pandas()
+        units = read_parquet_records(store, prefix, UNIT_COLUMNS, "group-size unit files").to_pandas()
         households = units[(units["HHGQ"] == 0) & (units["SIZE"] >= 1)]
         frame = pd.DataFrame({
             "STATE": households["TABBLKST"].astype(str).str.zfill(2).to_numpy(),

@@ -5,16 +5,11 @@ HHGQ, VOTINGAGE, HISPANIC, CENRACE codes are 0-based). No public inputs: the dom
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
-from dasflow.pipeline.adapters.files import config_json, input_prefix
+from dasflow.pipeline.adapters.files import config_json, input_prefix, read_parquet_records
 from dasflow.products.matrix.config import MatrixConfig, parse_config
 from dasflow.products.matrix.product import MatrixProduct
 
@@ -34,18 +29,8 @@ class MatrixAdapter:
 
     def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
         prefix = input_prefix(inputs, "matrix", "confidential/matrix/")
-        keys = [k for k in store.list(prefix) if k.endswith(".parquet")]
-        if not keys:
-            raise InputError("no Parquet record files", file=prefix)
-        columns = list(config.schema)
-        parts = []
-        for key in keys:
-            table = pq.read_table(io.BytesIO(store.get(key)))
-            missing = [c for c in columns if c not in table.column_names]
-            if missing:
-                raise InputError(f"missing attribute column(s) {', '.join(missing)}", file=key, column=missing[0])
-            parts.append(table.select(columns))
-        return {"records": pa.concat_tables(parts).to_pandas(), "records_source": prefix}
+        records = read_parquet_records(store, prefix, list(config.schema), "Parquet record files")
+        return {"records": records.to_pandas(), "records_source": prefix}
 
     def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any], config: Any) -> dict[str, Any]:
         """Every attribute code in its domain (the product's own tabulation check), before any noise."""

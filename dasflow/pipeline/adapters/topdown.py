@@ -24,12 +24,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore, StoreError
-from dasflow.pipeline.adapters.files import config_json, input_prefix
+from dasflow.pipeline.adapters.files import config_json, input_prefix, read_parquet_records
 from dasflow.privacy import accounting
 from dasflow.products.topdown.invariants import (
     BLOCK_FACTS_FILE,
@@ -130,18 +128,8 @@ class TopDownAdapter:
 
     def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
         prefix = input_prefix(inputs, "topdown", "confidential/topdown/")
-        keys = [k for k in store.list(prefix) if k.endswith(".parquet")]
-        if not keys:
-            raise InputError("no person files", file=prefix)
         names = list(config.strategy.schema.names)
-        parts = []
-        for key in keys:
-            table = pq.read_table(io.BytesIO(store.get(key)))
-            missing = [c for c in (*PERSON_GEO, *names) if c not in table.column_names]
-            if missing:
-                raise InputError(f"missing column(s) {', '.join(missing)}", file=key, column=missing[0])
-            parts.append(table.select([*PERSON_GEO, *names]))
-        frame = pa.concat_tables(parts).to_pandas()
+        frame = read_parquet_records(store, prefix, [*PERSON_GEO, *names], "person files").to_pandas()
         geoid = (frame["TABBLKST"].astype(str).str.zfill(2) + frame["TABBLKCOU"].astype(str).str.zfill(3)
                  + frame["TABTRACTCE"].astype(str).str.zfill(6) + frame["TABBLK"].astype(str).str.zfill(4))
         persons = pd.DataFrame({"GEOID": geoid, **{n: frame[n].to_numpy() for n in names}})
