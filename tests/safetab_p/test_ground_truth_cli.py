@@ -31,17 +31,27 @@ def params(tmp_path: Path) -> Path:
 
 
 def _expected_usa_ethnicity(params: Path) -> pd.Series:
-    """Independent count: US persons per ethnicity iteration (QSPAN code → iterations), levels 1 and 2."""
+    """Independent count: US persons per ethnicity iteration (QSPAN code → iterations), levels 1 and 2, of the
+    iterations USA tabulates (detailed region type: COARSE_ONLY = False)."""
     persons = _read(TOY / "person-records.txt")
     cfg = json.loads((params / "config.json").read_text())
     us = persons[(persons.TABBLKST != "72")
                  & (persons.TABBLKST.isin(cfg["state_filter_us"]) if cfg.get("state_filter_us") else True)]
     eth = _read(TOY_ZCDP / "ethnicity-characteristic-iterations.txt")
-    eth = eth[eth.LEVEL.isin(["1", "2"])]
+    eth = eth[eth.LEVEL.isin(["1", "2"]) & (eth.COARSE_ONLY == "False")]
     mapping = _read(TOY_ZCDP / "race-and-ethnicity-code-to-iteration.txt")
     mapping = mapping[mapping.ITERATION_CODE.isin(eth.ITERATION_CODE)]
     hits = us.merge(mapping, left_on="QSPAN", right_on="RACE_ETH_CODE")
     return hits.groupby("ITERATION_CODE").size()
+
+
+def _flags(column: str, value: str) -> list[str]:
+    """Level-1/2 iteration codes of the toy files with ``column == value``."""
+    out: list[str] = []
+    for name in ("race-characteristic-iterations.txt", "ethnicity-characteristic-iterations.txt"):
+        df = _read(TOY_ZCDP / name)
+        out += list(df.ITERATION_CODE[df.LEVEL.isin(["1", "2"]) & (df[column] == value)])
+    return out
 
 
 def test_ground_truth_twin_exact_and_noiseless(params: Path, tmp_path: Path) -> None:
@@ -61,6 +71,9 @@ def test_ground_truth_twin_exact_and_noiseless(params: Path, tmp_path: Path) -> 
     assert len(expected) > 0
     for it, n in expected.items():
         assert usa[it] == n, it
+    assert set(usa.index) <= set(_flags("COARSE_ONLY", "False"))  # USA is detailed: no COARSE_ONLY iteration
+    coarse = t1[~t1.REGION_TYPE.isin(["USA", "STATE"])]
+    assert len(coarse) > 0 and not set(coarse.ITERATION_CODE) & set(_flags("DETAILED_ONLY", "True"))
     assert (t1.COUNT.astype(int) >= 0).all()
     assert int(usa.sum()) > 0
     # T2: per (group, sex) the '*' row is the sum of the age cells; both '*' rows sum to the T1 count

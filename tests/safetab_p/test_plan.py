@@ -119,7 +119,8 @@ def test_table2_geometric_rdp_through_the_plan():
 def test_st5_budget_of_every_noise_call(monkeypatch):
     """ST5/ST8 with a mocked sampler: stage 1 draws with σ² = s/(2γρ_i); Step 2 with s/(2(1−γ)ρ_i); TotalOnly
     with s/(2ρ_i); geometric with b = s/(γε_i), s/((1−γ)ε_i), s/ε_i. Every count gets exactly one draw."""
-    for defn in ("zcdp", "puredp"):
+    for defn, rt, n_regions in (("zcdp", "county", 3), ("puredp", "county", 3), ("zcdp", "state", 2),
+                                ("puredp", "state", 2)):  # counties 01001, 01002, 02001; states 01, 02
         calls: list[tuple[str, Fraction, int]] = []
 
         def dg(sigma2, size, g, calls=calls):
@@ -133,10 +134,11 @@ def test_st5_budget_of_every_noise_call(monkeypatch):
         monkeypatch.setattr(measure_mod.samplers, "discrete_gaussian", dg)
         monkeypatch.setattr(measure_mod.samplers, "two_sided_geometric", geo)
         raw = toy_config_dict(defn)
+        name = f"privacy_budget_p_level_2_{rt}"
         for k in list(raw):
-            if k.startswith("privacy_budget_p_level") and k != "privacy_budget_p_level_2_county":
+            if k.startswith("privacy_budget_p_level") and k != name:
                 raw[k] = 0
-        raw["privacy_budget_p_level_2_county"] = Decimal("0.3")
+        raw[name] = Decimal("0.3")
         cfg = config(raw)
         index = real_iterations()
         pub = public(cfg, index)
@@ -144,17 +146,18 @@ def test_st5_budget_of_every_noise_call(monkeypatch):
         result = run_universe(pub, inputs, rng.seeded(1))
         s, rho, g = 9, Fraction("0.3"), Fraction(1, 10)
         kind = "dg" if defn == "zcdp" else "geo"
-        n_regions = 3  # counties 01001, 01002, 02001
-        n_to = int(index.levels[2].total_only.sum())
-        n_two = index.levels[2].n_iterations - n_to
+        # region granularity: STATE (detailed) has the DETAILED_ONLY = TotalOnly groups, COUNTY (coarse) none
+        n_to = int(index.levels[2].total_only.sum()) if rt == "state" else 0
+        n_two = index.levels[2].n_iterations - int(index.levels[2].total_only.sum())
 
         def noise(b: Fraction, defn: str = defn) -> Fraction:
             return 1 / (2 * b) if defn == "zcdp" else 1 / b
 
-        assert calls[0] == (kind, noise(g * rho / s), n_regions * n_two)           # stage 1
-        assert calls[1] == (kind, noise(rho / s), n_regions * n_to)                 # TotalOnly
-        assert calls[2] == (kind, noise((1 - g) * rho / s), n_regions * n_two)      # Step 2 totals (stat 0)
-        assert len(calls) == 3
+        expected = [(kind, noise(g * rho / s), n_regions * n_two)]                # stage 1
+        if n_to:
+            expected.append((kind, noise(rho / s), n_regions * n_to))             # TotalOnly
+        expected.append((kind, noise((1 - g) * rho / s), n_regions * n_two))      # Step 2 totals (stat 0)
+        assert calls == expected, (defn, rt)
         assert result.budget == rho
         monkeypatch.undo()
 

@@ -47,7 +47,7 @@ from dasflow.products.safetab_p.product import (
     load_public,
     run_prepared,
 )
-from dasflow.products.safetab_p.regions import Universe
+from dasflow.products.safetab_p.regions import REGION_GRANULARITY, Universe, region_types
 
 DEFAULT_OUTPUT = "safetab-p-output"
 DEFAULT_GROUND_TRUTH_OUTPUT = "safetab-p-ground-truth"
@@ -132,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
             "plan": [spec_record(s) for s in result.specs],
             "total_only_iterations": {str(lv): [str(c) for c in li.iteration_codes[li.total_only]]
                                       for lv, li in index.levels.items()},
+            "region_granularity": "off: every iteration at every region type" if cfg.ignore_region_granularity
+            else {rt: REGION_GRANULARITY[rt] for rt in region_types(u)},
             "rows": {k: len(v) for k, v in result.tables.items()},
         }
     tmp = out / f".manifest.json.tmp-{os.getpid()}"

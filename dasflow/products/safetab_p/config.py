@@ -45,7 +45,9 @@ class SafeTabPConfig:
     noise);
     ``Fraction(0)`` = not tabulated. ``gamma`` is the stage-1 fraction. ``thresholds[(region_type,
     level)]`` holds
-    θ1 < θ2 < θ3 as exact Fractions. ``zero_suppression_chance`` is exact.
+    θ1 < θ2 < θ3 as exact Fractions. ``zero_suppression_chance`` is exact. ``ignore_region_granularity``
+    (config key of the same name, default false) turns the Census region-granularity rule off: every level-L
+    iteration at every region type (the pre-issue-23 dasflow behaviour; stated in every plan key's level).
     """
 
     privacy_defn: PrivacyDefn
@@ -59,6 +61,7 @@ class SafeTabPConfig:
     run_pr: bool = False
     reader: str = "csv"
     state_filter_us: tuple[str, ...] = ()
+    ignore_region_granularity: bool = False
     source: str = CONFIG_FILE
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -151,7 +154,7 @@ def parse_config(raw: Mapping[str, Any], source: str = CONFIG_FILE) -> SafeTabPC
         privacy_defn=defn, max_race_codes=mrc, budgets=budgets, gamma=gamma, thresholds=thresholds,
         zero_suppression_chance=zsc, allow_negative_counts=_bool(raw, "allow_negative_counts", True, source),
         run_us=run_us, run_pr=run_pr, reader=str(raw.get("reader", "csv")), state_filter_us=tuple(sf),
-        source=source, raw=dict(raw))
+        ignore_region_granularity=_bool(raw, "ignore_region_granularity", False, source), source=source, raw=dict(raw))
     for universe in universes:
         for rt, lv in cfg.tabulated(universe):
             if (rt, lv) not in thresholds:

@@ -18,7 +18,7 @@ to at most one alone and one alone-or-in-combination iteration per level (true o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +64,7 @@ class LevelIndex:
 
     ``iteration_codes`` lists the level's race iterations then its ethnicity iterations; ``total_only``
     marks the
-    DETAILED_ONLY iterations (the paper's TotalOnly set).
+    DETAILED_ONLY iterations (the paper's TotalOnly set), ``coarse_only`` the COARSE_ONLY ones (None = none).
     """
 
     level: int
@@ -78,10 +78,48 @@ class LevelIndex:
     aoic_idx: IntArray
     eth_ptr: IntArray
     eth_idx: IntArray
+    coarse_only: BoolArray | None = None
 
     @property
     def n_iterations(self) -> int:
         return len(self.iteration_codes)
+
+    def restrict(self, keep: BoolArray) -> LevelIndex:
+        """The level with only the iterations where ``keep`` (order kept, indices renumbered).
+
+        Every part of the flat map is a set operation per code (alone = ∩, in-combination = ∪, ethnicity = the
+        code's list), and intersecting with a fixed set commutes with ∩ and ∪, so the restricted level's flat
+        map of any record is exactly the full flat map of that record intersected with the kept iterations."""
+        new_pos = np.cumsum(keep).astype(np.int64) - 1
+
+        def csr(ptr: IntArray, idx: IntArray) -> tuple[IntArray, IntArray]:
+            kept = keep[idx]
+            owner = np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))[kept]
+            out = np.zeros(len(ptr), dtype=np.int64)
+            np.cumsum(np.bincount(owner, minlength=len(ptr) - 1), out=out[1:])
+            return out, new_pos[idx[kept]]
+
+        a_ptr, a_idx = csr(self.alone_ptr, self.alone_idx)
+        o_ptr, o_idx = csr(self.aoic_ptr, self.aoic_idx)
+        e_ptr, e_idx = csr(self.eth_ptr, self.eth_idx)
+        co = None if self.coarse_only is None else self.coarse_only[keep]
+        return replace(self, iteration_codes=self.iteration_codes[keep], iteration_names=self.iteration_names[keep],
+                       total_only=self.total_only[keep], is_race=self.is_race[keep], alone_ptr=a_ptr,
+                       alone_idx=a_idx, aoic_ptr=o_ptr, aoic_idx=o_idx, eth_ptr=e_ptr, eth_idx=e_idx,
+                       coarse_only=co)
+
+    def for_granularity(self, iteration_set: str) -> LevelIndex:
+        """The iterations a region type of this granularity tabulates (Census ``REGION_GRANULARITY_MAPPING``
+        with the flat-map filters of ``safetab_p_analytics``): ``"detailed"`` → COARSE_ONLY = False;
+        ``"coarse"`` → DETAILED_ONLY = False; ``"all"`` → every iteration (granularity rule off)."""
+        if iteration_set == "all":
+            return self
+        if iteration_set == "detailed":
+            coarse = self.coarse_only if self.coarse_only is not None else np.zeros(self.n_iterations, bool)
+            return self.restrict(~coarse)
+        if iteration_set == "coarse":
+            return self.restrict(~self.total_only)
+        raise ValueError(f"unknown iteration set {iteration_set!r}")
 
 
 @dataclass(frozen=True)
@@ -151,6 +189,7 @@ def load_iterations(directory: str | Path) -> IterationIndex:
         names = np.concatenate([r.ITERATION_NAME.to_numpy(dtype=str), e.ITERATION_NAME.to_numpy(dtype=str)])
         total_only = np.concatenate([(r.DETAILED_ONLY == "True").to_numpy(),
                                      (e.DETAILED_ONLY == "True").to_numpy()])
+        coarse_only = np.concatenate([(r.COARSE_ONLY == "True").to_numpy(), (e.COARSE_ONLY == "True").to_numpy()])
         is_race = np.concatenate([np.ones(len(r), bool), np.zeros(len(e), bool)])
         alone = np.concatenate([(r.ALONE == "True").to_numpy(), np.zeros(len(e), bool)])
         it_pos = pd.Series(np.arange(len(it_codes)), index=it_codes)
@@ -164,7 +203,7 @@ def load_iterations(directory: str | Path) -> IterationIndex:
         o_ptr, o_idx = _csr(ci[sel_aoic], ii[sel_aoic], n_codes)
         e_ptr, e_idx = _csr(ci[sel_eth], ii[sel_eth], n_codes)
         levels[lv] = LevelIndex(lv, it_codes, names, total_only, is_race, a_ptr, a_idx, o_ptr, o_idx,
-                                e_ptr, e_idx)
+                                e_ptr, e_idx, coarse_only)
     return IterationIndex(code_values, lookup, levels, str(d))
 
 

@@ -53,9 +53,16 @@ def regions_key(universe: str, region_type: str) -> str:
     return f"regions/{universe}/{region_type}"
 
 
-def iterations_key(level: int) -> str:
-    """Prepared key of the public iteration list of a level (ITERATION_CODE, TOTAL_ONLY)."""
-    return f"iterations/{level}"
+def iterations_key(level: int, iteration_set: str = "all") -> str:
+    """Prepared key of the public iteration list (ITERATION_CODE, TOTAL_ONLY) of a level restricted to a
+    region granularity (``"detailed"``/``"coarse"``; ``"all"`` = granularity rule off)."""
+    return f"iterations/{level}" if iteration_set == "all" else f"iterations/{level}/{iteration_set}"
+
+
+def spec_iterations_key(spec: MeasurementSpec) -> str:
+    """The prepared iteration list a key's groups are numbered over."""
+    d = spec.detail
+    return iterations_key(d["iteration_level"], d.get("iteration_set", "all"))
 
 
 def stage1_key(spec: MeasurementSpec) -> str:
@@ -86,7 +93,7 @@ def draw(spec: MeasurementSpec, noise: Fraction, size: int, rng: Any) -> IntArra
 def _labels(prepared: Prepared, spec: MeasurementSpec, groups: IntArray) -> dict[str, Any]:
     d = spec.detail
     regions = prepared[regions_key(d["universe"], d["region_type"])]["REGION_ID"].to_numpy(dtype=object)
-    its = prepared[iterations_key(d["iteration_level"])]["ITERATION_CODE"].to_numpy(dtype=object)
+    its = prepared[spec_iterations_key(spec)]["ITERATION_CODE"].to_numpy(dtype=object)
     n_it = len(its)
     return {
         "GROUP": groups,
@@ -109,7 +116,7 @@ def _variance_column(v: Fraction | float, n: int) -> npt.NDArray[np.float64]:
 def _domain(prepared: Prepared, spec: MeasurementSpec) -> tuple[IntArray, IntArray, int]:
     """(two-stage group ids, TotalOnly group ids, n_groups) over the public domain, in group order."""
     d = spec.detail
-    total_only = prepared[iterations_key(d["iteration_level"])]["TOTAL_ONLY"].to_numpy(dtype=bool)
+    total_only = prepared[spec_iterations_key(spec)]["TOTAL_ONLY"].to_numpy(dtype=bool)
     n_regions = len(prepared[regions_key(d["universe"], d["region_type"])])
     n_it = len(total_only)
     groups = (np.arange(n_regions, dtype=np.int64)[:, None] * n_it + np.arange(n_it)[None, :]).ravel()

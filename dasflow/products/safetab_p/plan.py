@@ -1,11 +1,22 @@
 """The data-independent budget plan of one SafeTab-P run (US or PR): two keys per (region type, level).
 
+Region granularity (Census ``REGION_GRANULARITY_MAPPING``): R tabulates only the level-L iterations of its
+granularity — detailed (USA, STATE, PR-STATE): COARSE_ONLY = False; coarse (the others): DETAILED_ONLY = False
+— so g_{R,L} is the level's flat map restricted to that set (:meth:`LevelIndex.for_granularity`), and s, the
+group domain and the TotalOnly set are those of the restricted map (coarse region types have no TotalOnly group).
+``ignore_region_granularity`` restores "every iteration everywhere" and is written into each key's level name.
+
 For a tabulated (region type R, iteration level L) with level budget ρ_i (ε_i under pure DP) and computed
-stability s = Δ(g_L) (:func:`~dasflow.products.safetab_p.iterations.stability_bound`):
+stability s = Δ(g_{R,L}) (:func:`~dasflow.products.safetab_p.iterations.stability_bound`):
 
 - ``…/stage1``: budget γρ_i. One sensitivity-1 count per non-TotalOnly population group, each with ρ_i·γ/s.
 - ``…/stage2``: budget (1−γ)ρ_i. Each non-TotalOnly group: its Step-2 counts (total, Sex × AGE4/9/23 — shape
   chosen from the stage-1 noisy total) with (1−γ)ρ_i/s each; each TotalOnly group: one count with ρ_i/s.
+
+The Census runs the DETAILED_ONLY = True and = False groups of (R, L) as two sessions of a partition of the
+flat-mapped rows, each with the full ρ_i; that is the same mechanism: a person's ≤ s rows split between the
+parts, every group costs ρ_i/s whichever part it is in, so the two parts together cost ρ_i (parallel
+composition over the partition = generalized parallel composition over groups; Lemmas 9/10).
 
 Privacy argument (Theorems 1 and 3, generalized parallel composition, Lemmas 9/10): every group's calls cost
 ρ_i/s in total (two-stage: γρ_i/s + (1−γ)ρ_i/s by adaptive sequential composition; the Step-2 Sex × Age cells
@@ -30,9 +41,9 @@ from dasflow.privacy import accounting
 from dasflow.privacy.composition import budget_sum
 from dasflow.products.base import MeasurementSpec, Mechanism
 from dasflow.products.safetab_p.config import SafeTabPConfig
-from dasflow.products.safetab_p.iterations import IterationIndex, stability_bound
+from dasflow.products.safetab_p.iterations import IterationIndex, LevelIndex, stability_bound
 from dasflow.products.safetab_p.records import Geography
-from dasflow.products.safetab_p.regions import Universe
+from dasflow.products.safetab_p.regions import Universe, iteration_set
 
 PRODUCT = "safetab-p"
 AGE_BINS: dict[int, tuple[int, ...]] = {
@@ -73,13 +84,25 @@ def variance_of(mechanism: Mechanism, noise: Fraction) -> Fraction | float:
     return 2.0 * a / (1.0 - a) ** 2
 
 
+def level_of(cfg: SafeTabPConfig, iterations: IterationIndex, region_type: str, level: int) -> LevelIndex:
+    """The iterations (region type, level) tabulates: the level restricted to the region type's granularity."""
+    return iterations.levels[level].for_granularity(iteration_set(region_type, cfg.ignore_region_granularity))
+
+
+def level_name(cfg: SafeTabPConfig, region_type: str, level: int) -> str:
+    """``(COUNTY, 1)``; with the granularity rule off, the name says so (the certificate lists it)."""
+    if cfg.ignore_region_granularity:
+        return f"({region_type}, {level}) all iterations, region granularity off"
+    return f"({region_type}, {level})"
+
+
 def plan(cfg: SafeTabPConfig, iterations: IterationIndex, geography: Geography) -> list[MeasurementSpec]:
     """Every (region type, level, stage) key of the run with its exact budget; reads no private data."""
     universe = geography.universe
     specs: list[MeasurementSpec] = []
     for rt, lv in cfg.tabulated(universe):
-        level = iterations.levels[lv]
-        s = stability_bound(level, cfg.max_race_codes)
+        level = level_of(cfg, iterations, rt, lv)
+        s = max(stability_bound(level, cfg.max_race_codes), 1)  # 1 only when the set is empty (no group)
         rho = cfg.budgets[(rt, lv)]
         n_regions = len(geography.region_ids[rt])
         n_to = int(level.total_only.sum())
@@ -88,6 +111,7 @@ def plan(cfg: SafeTabPConfig, iterations: IterationIndex, geography: Geography) 
             "universe": universe, "region_type": rt, "iteration_level": lv, "stability": s,
             "gamma": cfg.gamma, "level_budget": rho, "thresholds": cfg.thresholds[(rt, lv)],
             "n_regions": n_regions, "n_iterations": level.n_iterations, "n_total_only_iterations": n_to,
+            "iteration_set": iteration_set(rt, cfg.ignore_region_granularity),
             "neighbours": "add/remove one person",
             "composition": "generalized parallel composition over <= s groups per person (Lemmas 9/10)",
         }
@@ -109,7 +133,7 @@ def plan(cfg: SafeTabPConfig, iterations: IterationIndex, geography: Geography) 
                               cells_note="adaptive; upper bound: every two-stage group at Sex x AGE23")
                 cells = n_regions * (n_to + n_two * MAX_CELLS_PER_GROUP)
             specs.append(MeasurementSpec(
-                product=PRODUCT, key=measurement_key(universe, rt, lv, stage), level=f"({rt}, {lv})",
+                product=PRODUCT, key=measurement_key(universe, rt, lv, stage), level=level_name(cfg, rt, lv),
                 privacy_defn=cfg.privacy_defn, mechanism=mech, budget=key_budget, sensitivity=Fraction(1),
                 noise=noise, cells=cells, variance=variance_of(mech, noise), detail=detail))
     return specs

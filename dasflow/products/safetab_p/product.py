@@ -53,6 +53,7 @@ from dasflow.products.safetab_p.measure import (
     sparse_key,
     with_stage1,
 )
+from dasflow.products.safetab_p.plan import level_of
 from dasflow.products.safetab_p.plan import plan as make_plan
 from dasflow.products.safetab_p.records import (
     GRFC_COLUMNS,
@@ -64,7 +65,7 @@ from dasflow.products.safetab_p.records import (
     load_geography,
     read_pipe_file,
 )
-from dasflow.products.safetab_p.regions import Universe
+from dasflow.products.safetab_p.regions import Universe, iteration_set
 from dasflow.products.safetab_p.tabulate import PersonCounts, tabulate_level
 
 PERSON_DIR = "person-records"  # DATA_DIR/person-records/*.txt: a split (e.g. per-state) person-records input
@@ -183,7 +184,8 @@ class SafeTabP:
 
     def prepare(self, inputs: Mapping[str, Any], public: Mapping[str, Any]) -> Prepared:
         """Validate all person rows (every file of a split input), then flat-map and count per tabulated
-        (region type, level); see the module docstring for the partitioned path.
+        (region type, level) over the region type's iteration set (granularity rule, :func:`.plan.level_of`);
+        see the module docstring for the partitioned path.
 
         Also carries the public domains (region IDs, iteration lists) so that ``measure`` is self-contained.
         """
@@ -193,14 +195,15 @@ class SafeTabP:
         universe = geo.universe
         prepared: Prepared = {}
         tab = cfg.tabulated(universe)
-        for lv in sorted({lv for _, lv in tab}):
-            level = index.levels[lv]
-            prepared[iterations_key(lv)] = pd.DataFrame(
+        levels = {(rt, lv): level_of(cfg, index, rt, lv) for rt, lv in tab}  # region granularity applied
+        for rt, lv in tab:
+            level = levels[(rt, lv)]
+            prepared[iterations_key(lv, iteration_set(rt, cfg.ignore_region_granularity))] = pd.DataFrame(
                 {"ITERATION_CODE": level.iteration_codes.astype(object), "TOTAL_ONLY": level.total_only})
         for rt, counts in person_counts(inputs, public, list(dict.fromkeys(rt for rt, _ in tab))):
             prepared[regions_key(universe, rt)] = pd.DataFrame({"REGION_ID": geo.region_ids[rt]})
             for lv in (lv for r, lv in tab if r == rt):
-                prepared[sparse_key(universe, rt, lv)] = tabulate_level(counts, index.levels[lv])
+                prepared[sparse_key(universe, rt, lv)] = tabulate_level(counts, levels[(rt, lv)])
             del counts
         return prepared
 

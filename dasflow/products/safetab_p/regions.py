@@ -23,6 +23,18 @@ UNSUPPRESSED_REGION_TYPES: frozenset[str] = frozenset({"USA", "STATE", "PR-STATE
 
 PR_STATE_FIPS = "72"
 
+#: Census SafeTab-P region granularity (safetab_utils ``REGION_GRANULARITY_MAPPING``, 2020 production): a
+#: *detailed* region type tabulates the iterations with COARSE_ONLY = False (DETAILED_ONLY either way); a
+#: *coarse* one those with DETAILED_ONLY = False (COARSE_ONLY either way).
+REGION_GRANULARITY: dict[str, str] = {
+    "USA": "detailed", "STATE": "detailed", "COUNTY": "coarse", "TRACT": "coarse", "PLACE": "coarse",
+    "AIANNH": "coarse", "PR-STATE": "detailed", "PR-COUNTY": "coarse", "PR-TRACT": "coarse",
+    "PR-PLACE": "coarse",
+}
+
+#: the iteration set of a region type when the config turns the granularity rule off (pre-issue-23 behaviour)
+ALL_ITERATIONS = "all"
+
 
 def config_suffix(region_type: str) -> str:
     """The config-key suffix of a region type: ``PR-COUNTY`` → ``pr_county``."""
@@ -32,6 +44,11 @@ def config_suffix(region_type: str) -> str:
 def region_types(universe: Universe) -> tuple[str, ...]:
     """Region types of one run."""
     return US_REGION_TYPES if universe == "US" else PR_REGION_TYPES
+
+
+def iteration_set(region_type: str, ignore_granularity: bool = False) -> str:
+    """``"detailed"``, ``"coarse"`` (the Census rule), or ``"all"`` when the config opts out of the rule."""
+    return ALL_ITERATIONS if ignore_granularity else REGION_GRANULARITY[region_type]
 
 
 def base_type(region_type: str) -> str:
