@@ -152,7 +152,8 @@ def test_non_private_ground_truth(data: Path, tmp_path: Path) -> None:
     df = pd.read_csv(out / "PH1_num.csv", sep="|", dtype={"REGION_ID": str})
     assert list(df.columns) == ["REGION_ID", "REGION_TYPE", "ITERATION_CODE", "PH1_NUM_DATA_CELL", "COUNT"]
     usa = df[(df["REGION_ID"] == "1") & (df["ITERATION_CODE"] == "*")]
-    assert usa["COUNT"].tolist() == [1, 3]  # the GQ person is excluded
+    # Census non-private format: total cell 1 too, cells sorted as text; the GQ person is excluded
+    assert usa["PH1_NUM_DATA_CELL"].tolist() == [1, 2, 3] and usa["COUNT"].tolist() == [4, 1, 3]
     assert not list(out.glob(".*.tmp"))
 
 

@@ -7,7 +7,9 @@ with
   ``--validate`` — all of it before any noise is drawn. Then plan, prepare, measure with the OS CSPRNG,
   derive,
   write ``PH1_num.csv`` … atomically; ``--validate-private-output`` re-reads and checks them (R16).
-* ``non-private``: the ground truth (no noise, NO truncation), same files without NOISE_DISTRIBUTION/VARIANCE.
+* ``non-private``: the Census non-private tables (no noise, NO truncation) in the Census's own non-private
+  format (:mod:`.nonprivate`): non-empty rows only, total and marginal cells, all three PH1/PH5 denominator
+  cells, PH8_num = Σ FINAL_POP. (``product.run_non_private`` keeps the private layout for accuracy reports.)
 
 Decision: ``reader`` ``cef`` and ``csv`` both read the pipe/comma files in DATA_PATH; dasflow has no separate
 CEF reader, and the production config (``"reader": "cef"``) is accepted as-is.
@@ -23,7 +25,8 @@ from dasflow.products.phsafe import outputs
 from dasflow.products.phsafe import planning as plan_mod
 from dasflow.products.phsafe.config import load_config
 from dasflow.products.phsafe.inputs import check_cross_file, read_inputs
-from dasflow.products.phsafe.product import run_non_private, run_private
+from dasflow.products.phsafe.nonprivate import census_non_private
+from dasflow.products.phsafe.product import run_private
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,9 +42,9 @@ def run(args: argparse.Namespace) -> int:
               f"{len(inputs.units['MAFID'])} units)")
         return 0
     if args.mode == "non-private":
-        frames = run_non_private(inputs.persons, inputs.units, inputs.geo, config)
+        frames = census_non_private(inputs.persons, inputs.units, inputs.geo, config)
         written = outputs.write_tables(frames, args.output_path)
-        print(f"phsafe: wrote {len(written)} ground-truth tables to {args.output_path}")
+        print(f"phsafe: wrote {len(written)} non-private tables (Census format) to {args.output_path}")
         return 0
     specs = plan_mod.plan(config)
     frames = run_private(inputs.persons, inputs.units, inputs.geo, config)

@@ -72,9 +72,14 @@ SCHEMAS: dict[str, dict[str, str]] = {
 #: Columns converted to integers after validation (the others stay text or are not needed).
 INT_COLUMNS: dict[str, tuple[str, ...]] = {
     "persons": ("RTYPE", "MAFID", "QAGE", "CENHISP", "CENRACE", "RELSHIP"),
-    "units": ("RTYPE", "MAFID", "HHSPAN", "HHRACE", "TEN", "HHT", "HHT2", "CPLT"),
+    "units": ("RTYPE", "MAFID", "HHSPAN", "HHRACE", "TEN", "HHT", "HHT2", "CPLT", "FINAL_POP"),
     "geo": ("RTYPE", "MAFID", "TABBLKST"),
 }
+
+
+def _int_dtype(column: str) -> type[np.integer]:
+    """MAFID needs 64 bits, FINAL_POP (≤ 99999, the non-private PH8_num weight) 32, every code fits 16."""
+    return np.int64 if column == "MAFID" else np.int32 if column == "FINAL_POP" else np.int16
 
 
 @dataclass(frozen=True)
@@ -206,9 +211,11 @@ def _decode_fixed(arr: pa.ChunkedArray, width: int, pattern: str) -> np.ndarray 
     return out
 
 
-def _decode_dictionary(arr: pa.ChunkedArray, pattern: str, values: bool) -> np.ndarray | None:
-    """Validate a dictionary-encoded text column on each chunk's (small) dictionary only; its int16 values
-    when ``values`` (else an empty array), None if a value is null or outside ``pattern``'s language."""
+def _decode_dictionary(arr: pa.ChunkedArray, pattern: str, values: bool,
+                       dtype: type[np.integer] = np.int16) -> np.ndarray | None:
+    """Validate a dictionary-encoded text column on each chunk's (small) dictionary only; its values as
+    ``dtype`` when ``values`` (else an empty array), None if a value is null or outside ``pattern``'s
+    language."""
     parts = []
     for chunk in arr.chunks:
         if chunk.null_count:
@@ -217,9 +224,9 @@ def _decode_dictionary(arr: pa.ChunkedArray, pattern: str, values: bool) -> np.n
         if not pc.all(ok, min_count=0).as_py():
             return None
         if values:
-            lut = pc.cast(chunk.dictionary, pa.int64()).to_numpy(zero_copy_only=False).astype(np.int16)
+            lut = pc.cast(chunk.dictionary, pa.int64()).to_numpy(zero_copy_only=False).astype(dtype)
             parts.append(lut[chunk.indices.to_numpy(zero_copy_only=False)])
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
 def _read_fixed_lines(path: Path, name: str, delim: str) -> dict[str, np.ndarray] | None:
@@ -246,7 +253,7 @@ def _read_fixed_lines(path: Path, name: str, delim: str) -> dict[str, np.ndarray
     expected = np.full(len(schema), ord(delim), dtype=np.uint8)
     expected[-1] = ord("\n")
     n = mat.shape[0]
-    out = {c: np.empty(n, dtype=np.int64 if c == "MAFID" else np.int16) for c in INT_COLUMNS[name]}
+    out = {c: np.empty(n, dtype=_int_dtype(c)) for c in INT_COLUMNS[name]}
     cols = list(zip(schema, starts[:-1].tolist(), strict=True))
     for r0 in range(0, n, _BLOCK):  # all columns of one row block while it is in cache
         block = mat[r0:r0 + _BLOCK]
@@ -280,11 +287,11 @@ def _read_fast(path: Path, name: str, delim: str) -> dict[str, np.ndarray] | Non
         if col in widths:
             values = _decode_fixed(table.column(col), widths[col], pattern)
         else:
-            values = _decode_dictionary(table.column(col), pattern, col in INT_COLUMNS[name])
+            values = _decode_dictionary(table.column(col), pattern, col in INT_COLUMNS[name], _int_dtype(col))
         if values is None:
             return None
         if col in INT_COLUMNS[name]:
-            out[col] = values.astype(np.int64 if col == "MAFID" else np.int16, copy=False)
+            out[col] = values.astype(_int_dtype(col), copy=False)
     return out
 
 
@@ -321,7 +328,7 @@ def _read_exact(path: Path, name: str, delim: str) -> dict[str, np.ndarray]:
             raise InputError(f"invalid value {value!r} (expected /{pattern}/)", file=str(path), row=bad + 2,
                              column=col)
         if col in INT_COLUMNS[name]:
-            dtype = np.int64 if col == "MAFID" else np.int16
+            dtype = _int_dtype(col)
             out[col] = pc.cast(arr, pa.int64()).to_numpy(zero_copy_only=False).astype(dtype, copy=False)
     return out
 
