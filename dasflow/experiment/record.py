@@ -1,0 +1,66 @@
+"""Where an experiment's results go: ``--out DIR`` and the store, where releases of the same method find them.
+
+``DIR/metrics.csv`` (the issue's columns, comma-separated), ``DIR/report.html`` and ``DIR/experiment.json``
+(what was run: config and method SHA-256, runs, seed, scales, timings). The same three files are recorded in
+the config's store under ``experiments/{method_sha256}/`` — the method being the universe and the product
+configs (:func:`dasflow.experiment.runner.method_sha256`) — and the accuracy report of any release with that
+method shows them (``dasflow.release.accuracy``). They are computed from synthetic inputs only (the experiment
+refuses any other input), so a production release may show them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dasflow.experiment.metrics import COLUMNS
+from dasflow.experiment.report import experiment_report
+from dasflow.experiment.runner import Experiment
+from dasflow.io.store import ObjectStore, StoreError
+
+FILES = ("metrics.csv", "report.html", "experiment.json")
+
+
+def prefix(method_sha256: str) -> str:
+    return f"experiments/{method_sha256}/"
+
+
+def _payloads(exp: Experiment) -> dict[str, bytes]:
+    return {
+        "metrics.csv": exp.metrics[list(COLUMNS)].to_csv(index=False, lineterminator="\n").encode(),
+        "report.html": experiment_report(exp.metrics, exp.meta).encode(),
+        "experiment.json": (json.dumps(exp.meta, sort_keys=True, indent=1) + "\n").encode(),
+    }
+
+
+def write_outputs(exp: Experiment, out_dir: Path, store: ObjectStore | None = None) -> dict[str, str]:
+    """Write the three files to ``out_dir`` (and, with ``store``, under ``experiments/{method}/``, the
+    experiment.json last); return name → local path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    payloads = _payloads(exp)
+    for name, data in payloads.items():
+        (out_dir / name).write_bytes(data)
+        paths[name] = str(out_dir / name)
+    if store is not None:
+        for name in FILES:
+            store.put(prefix(exp.meta["method_sha256"]) + name, payloads[name])
+    return paths
+
+
+def recorded(store: ObjectStore, method_sha256: str) -> tuple[dict[str, Any], pd.DataFrame] | None:
+    """The experiment recorded in ``store`` for a method (its experiment.json and metrics), if any and
+    complete; ``None`` otherwise."""
+    key = prefix(method_sha256)
+    try:
+        meta = json.loads(store.get(key + "experiment.json"))
+        table = pd.read_csv(io.BytesIO(store.get(key + "metrics.csv")))
+    except (StoreError, ValueError):
+        return None
+    if meta.get("method_sha256") != method_sha256 or list(table.columns) != list(COLUMNS):
+        return None
+    return meta, table

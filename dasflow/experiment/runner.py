@@ -1,0 +1,249 @@
+"""Repeated seeded runs of a release's products on synthetic inputs, measured against the truth.
+
+The confidential part runs once per product: inputs are read, prepared (the stable tabulations) and the
+ground-truth twin computed (``dasflow.release.accuracy.TRUTH``). Then, for each budget scale and each run, the
+product's plan is scaled (:mod:`dasflow.experiment.scaling`), every key measured with independent seeded test
+noise, post-processed and turned into the published tables, which are compared with the truth in memory.
+
+An experiment is not a release: no config is frozen, no ledger entry is written and no privacy-loss account
+is touched; noise comes only from ``rng.seeded`` (a generator per scale, run and key, derived from the
+experiment's seed). It runs only on inputs the synthetic census generated (``check_synthetic``), because its
+output — errors against the truth — would disclose real confidential data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dasflow.config import ReleaseConfig
+from dasflow.errors import InputError
+from dasflow.experiment.metrics import metrics
+from dasflow.experiment.scaling import scale_label, scale_plan
+from dasflow.io.store import open_store
+from dasflow.pipeline.adapters import Adapter
+from dasflow.pipeline.inputs import check_not_empty, check_synthetic
+from dasflow.pipeline.run import RunContext
+from dasflow.pipeline.stages import measure_one
+from dasflow.privacy import accounting, rng
+from dasflow.privacy.ledger import Ledger
+from dasflow.products.base import MeasurementSpec, Product
+from dasflow.release.accuracy import NON_KEY, TRUTH, Z90
+
+Progress = Callable[[str], None]
+
+
+def method_sha256(config: ReleaseConfig) -> str:
+    """SHA-256 of what decides a release's accuracy: the universe and every product with its config text
+    (budgets, splits, parameters) — not the inputs, store, release id or randomness. An experiment on synthetic
+    inputs and a production release with the same method share it (see ``dasflow.experiment.record``)."""
+    method = {"universe": config.universe,
+              "products": [{"name": p.name, "config_text": p.config_text} for p in config.products]}
+    return hashlib.sha256(json.dumps(method, sort_keys=True).encode()).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------ truth lookup
+class TruthIndex:
+    """A truth frame indexed by a 64-bit hash of its key columns (as text), for repeated lookups of the
+    published cells of each run without re-joining the whole truth frame."""
+
+    def __init__(self, frame: pd.DataFrame, keys: Sequence[str]) -> None:
+        self.keys = list(keys)
+        hashes = _row_hash(frame, self.keys)
+        self.index = pd.Index(hashes)
+        if not self.index.is_unique:
+            raise ValueError(f"truth frame keys {self.keys} are not unique")
+        self.values = pd.to_numeric(frame["COUNT"]).to_numpy(np.float64)
+
+    def lookup(self, released: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """(row positions in ``released`` that have a truth cell, their true counts): an inner join."""
+        pos = self.index.get_indexer(_row_hash(released, self.keys))
+        found = np.flatnonzero(pos >= 0)
+        return found, self.values[pos[found]]
+
+
+def _row_hash(frame: pd.DataFrame, keys: Sequence[str]) -> np.ndarray:
+    text = pd.DataFrame({k: frame[k].astype(str).to_numpy() for k in keys})
+    return pd.util.hash_pandas_object(text, index=False).to_numpy()
+
+
+def _level_token(level: str) -> str:
+    """The geography of a plan level: ``"(STATE, 1)"`` → ``state``, ``"usa_*"`` → ``usa``, ``"nation"``."""
+    found = re.match(r"\W*([A-Za-z0-9]+(?:_[A-Za-z0-9]+)*)", level)
+    return found.group(1).lower() if found else level.lower()
+
+
+def geolevel_of(file: str, product: str, frame: pd.DataFrame) -> pd.Series | str:
+    """Geography level of each published cell: ``REGION_TYPE`` where the file has it, else the level in the
+    file name after the product's prefix (``groupsize_nation.csv`` → ``nation``), else ``all``."""
+    if "REGION_TYPE" in frame.columns:
+        return frame["REGION_TYPE"].astype(str)
+    stem = file.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    prefix = product.replace("-", "_") + "_"
+    return stem[len(prefix):] if stem.startswith(prefix) else "all"
+
+
+def stated_moes(specs: Sequence[MeasurementSpec]) -> dict[str, float]:
+    """Geolevel → the analytic 90 % MOE of one noisy cell that the plan states for that level (exact summation of
+    the discrete noise distribution), for products that publish no per-cell VARIANCE. Only where every key of
+    the level has the same MOE: where keys of one level differ (SafeTab-P's iteration levels and stages) a
+    published cell's MOE is not determined by its level, and none is claimed (``within_moe`` stays empty)."""
+    cache: dict[tuple[str, Fraction], int] = {}
+    found: dict[str, set[int]] = {}
+    for s in specs:
+        if s.noise == 0:
+            moe = 0
+        else:
+            kind = "puredp" if s.mechanism == "two_sided_geometric" else "zcdp"
+            if (kind, s.noise) not in cache:
+                cache[(kind, s.noise)] = (accounting.geometric_moe_exact(s.noise, Fraction(9, 10)) if kind == "puredp"
+                                          else accounting.dgauss_moe_exact(s.noise, Fraction(9, 10)))
+            moe = cache[(kind, s.noise)]
+        found.setdefault(_level_token(s.level), set()).add(moe)
+    return {level: float(next(iter(moes))) for level, moes in found.items() if len(moes) == 1}
+
+
+def observe(file: str, product: str, released: pd.DataFrame, truth: TruthIndex,
+            stated: Mapping[str, float]) -> pd.DataFrame:
+    """One run's published table against the truth: TRUE, ERROR (published − true), MOE90 (Z90·√VARIANCE where
+    the file publishes a variance, else the stated analytic MOE of the cell's level, else NaN), geolevel."""
+    value = "COUNT" if "COUNT" in released.columns else "ESTIMATE"
+    if value not in released.columns:
+        raise ValueError(f"{product}/{file}: published table has neither COUNT nor ESTIMATE")
+    rows, true = truth.lookup(released)
+    part = released.iloc[rows]
+    published = pd.to_numeric(part[value]).to_numpy(np.float64)
+    level = geolevel_of(file, product, part)
+    levels = (level.to_numpy() if isinstance(level, pd.Series) else np.full(len(part), level, dtype=object))
+    if "VARIANCE" in part.columns:
+        moe = Z90 * np.sqrt(pd.to_numeric(part["VARIANCE"]).to_numpy(np.float64))
+    else:
+        lookup = {lv: stated.get(str(lv).lower(), np.nan) for lv in pd.unique(levels)}
+        moe = pd.Series(levels).map(lookup).to_numpy(np.float64)
+    return pd.DataFrame({"geolevel": levels, "TRUE": true, "ERROR": published - true, "MOE90": moe})
+
+
+# ------------------------------------------------------------------------------------------------- products
+@dataclass
+class PreparedProduct:
+    """A product with its confidential part done once: prepared tabulations and truth (kept in memory only)."""
+
+    name: str
+    adapter: Adapter
+    product: Product
+    public: Mapping[str, Any]
+    prepared: Mapping[str, pd.DataFrame]
+    plan: list[MeasurementSpec]
+    truth: dict[str, pd.DataFrame]
+    _index: dict[tuple[str, tuple[str, ...]], TruthIndex] = field(default_factory=dict)
+
+    def truth_index(self, file: str, released: pd.DataFrame) -> TruthIndex:
+        frame = self.truth[file]
+        keys = tuple(c for c in released.columns if c in frame.columns and c not in NON_KEY)
+        if not keys:
+            raise ValueError(f"{self.name}/{file}: published table and truth share no key column")
+        if (file, keys) not in self._index:
+            self._index[(file, keys)] = TruthIndex(frame, keys)
+        return self._index[(file, keys)]
+
+    def publish(self, specs: Sequence[MeasurementSpec], g: rng.Generator, universe: str) -> dict[str, pd.DataFrame]:
+        """One run: measure every key (``g.spawn(key)``), post-process, and the published tables by file name."""
+        done: dict[str, Any] = {}
+        for s in specs:
+            done[s.key] = measure_one(self.product, self.prepared, s, g.spawn(s.key), done)
+        estimates = self.product.postprocess(done, self.public)
+        return {self.adapter.file_name(n, universe): f for n, f in self.product.tables(estimates).items()}
+
+
+def experiment_context(config: ReleaseConfig) -> RunContext:
+    """A read-only context over the config's store for the truth functions; its ledger is never written."""
+    store = open_store(config.store)
+    return RunContext(store=store, config=config, config_sha256=config.sha256(),
+                      ledger=Ledger(store, config.release_id, {"config_sha256": config.sha256(),
+                                                                 "rng_mode": "test"}))
+
+
+def prepare_product(ctx: RunContext, name: str) -> PreparedProduct:
+    """Read, prepare and compute the truth of one product (the only steps that read confidential inputs)."""
+    adapter = ctx.adapter(name)
+    cfg = ctx.product_config(name)
+    product = adapter.product(cfg)
+    public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, cfg)
+    confidential = adapter.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
+    prepared = product.prepare(confidential, public)
+    plan = list(product.plan(cfg, public))
+    return PreparedProduct(name, adapter, product, public, prepared, plan, TRUTH[name](ctx))
+
+
+# ----------------------------------------------------------------------------------------------- experiment
+@dataclass
+class Experiment:
+    """An experiment's result: the metrics table and what it was run on."""
+
+    metrics: pd.DataFrame
+    meta: dict[str, Any]
+
+
+def run_experiment(config: ReleaseConfig, *, runs: int, scales: Sequence[Fraction] = (Fraction(1),),
+                   seed: int = 0, products: Sequence[str] | None = None,
+                   progress: Progress | None = None) -> Experiment:
+    """``runs`` seeded runs per budget scale of every product (or ``products``) with a ground-truth twin."""
+    say = progress or (lambda _msg: None)
+    if runs < 1:
+        raise InputError(f"--runs must be at least 1, got {runs}", column="--runs")
+    if not scales:
+        raise InputError("at least one budget scale is needed", column="--budget-scale")
+    names = [p.name for p in config.products]
+    wanted = list(products) if products else names
+    unknown = sorted(set(wanted) - set(names))
+    if unknown:
+        raise InputError(f"products not in the config: {unknown}", column="--products")
+    ctx = experiment_context(config)
+    hashes = ctx.confidential_hashes()
+    check_not_empty(ctx.store, hashes)
+    check_synthetic(ctx.store, hashes)  # refuses anything the synthetic census did not generate
+    skipped = {n: "no ground-truth twin registered (dasflow.release.accuracy.register_truth)"
+               for n in wanted if n not in TRUTH}
+    timing: dict[str, float] = {}
+    frames: list[pd.DataFrame] = []
+    base = rng.seeded(seed).spawn("dasflow-experiment")
+    for name in (n for n in wanted if n in TRUTH):
+        t0 = time.perf_counter()
+        state = prepare_product(ctx, name)
+        timing[f"{name}: prepare + truth (once)"] = time.perf_counter() - t0
+        for factor in scales:
+            specs = scale_plan(state.plan, factor)
+            stated = stated_moes(specs)
+            label = scale_label(factor)
+            t1 = time.perf_counter()
+            parts: list[pd.DataFrame] = []
+            for r in range(runs):
+                g = base.spawn(f"{name}/scale={label}/run={r}")
+                for file, frame in sorted(state.publish(specs, g, config.universe).items()):
+                    if file not in state.truth:
+                        continue
+                    obs = observe(file, name, frame, state.truth_index(file, frame), stated)
+                    parts.append(obs.assign(run=r, table=file))
+                say(f"{name}: budget scale {label}: run {r + 1}/{runs}")
+            timing[f"{name}: {runs} runs at scale {label}"] = time.perf_counter() - t1
+            if parts:
+                obs = pd.concat(parts, ignore_index=True)
+                frames.append(metrics(obs.assign(product=name, budget_scale=float(factor))))
+    table = pd.concat(frames, ignore_index=True) if frames else metrics(pd.DataFrame(
+        columns=["product", "table", "geolevel", "budget_scale", "run", "TRUE", "ERROR", "MOE90"]))
+    meta = {"release_id": config.release_id, "universe": config.universe, "config_sha256": config.sha256(),
+            "method_sha256": method_sha256(config), "runs": runs, "seed": seed,
+            "budget_scales": [scale_label(f) for f in scales], "products": [n for n in wanted if n in TRUTH],
+            "skipped": skipped, "inputs": "synthetic census (checked against its manifest)",
+            "noise": "rng.seeded test noise, independent per run, scale and key; no ledger, no account",
+            "seconds": {k: round(v, 2) for k, v in timing.items()}}
+    return Experiment(table, meta)
