@@ -91,6 +91,8 @@ class ReleaseConfig(BaseModel):
     products: list[ProductConfig]
     cap: CapConfig
     rng: RngConfig = RngConfig()
+    account: str | None = Field(default=None, description="the privacy-loss account the plan is reserved from "
+                                "(dasflow.privacy.account); required in production RNG mode")
     task_runner: Literal["thread", "dask"] = "thread"
     dask_address: str | None = None
 
@@ -108,6 +110,9 @@ class ReleaseConfig(BaseModel):
             raise ValueError("a release needs at least one product")
         if len(set(names)) != len(names):
             raise ValueError(f"products listed twice: {sorted(n for n in set(names) if names.count(n) > 1)}")
+        if self.rng.mode == "production" and self.account is None:
+            raise ValueError("a production release must name its privacy-loss account (\"account\": NAME; "
+                             "dasflow account open)")
         return self
 
     def canonical_json(self) -> str:
@@ -116,7 +121,8 @@ class ReleaseConfig(BaseModel):
         Where the release is stored and how it is executed (``store``, ``task_runner``, ``dask_address``) are not
         part of what the release *is*: a release copied to another store, or run on a Dask cluster instead of
         threads, keeps its identity and produces the same bytes."""
-        return json.dumps(self.model_dump(mode="json", exclude=set(EXECUTION_FIELDS)), sort_keys=True,
+        exclude = set(EXECUTION_FIELDS) | ({"account"} if self.account is None else set())  # old ids unchanged
+        return json.dumps(self.model_dump(mode="json", exclude=exclude), sort_keys=True,
                           indent=1) + "\n"
 
     def sha256(self) -> str:

@@ -301,7 +301,7 @@ def lifetime_epsilon(account: Account, chain: Sequence[Slot]) -> tuple[Decimal |
     live = _live(chain)
     if not live:
         return Decimal(0), "nothing spent"
-    definition = "puredp" if account.unit == "epsilon" else "zcdp"
+    definition: accounting.Definition = "puredp" if account.unit == "epsilon" else "zcdp"
     spends = [accounting.Spend(definition=definition, budget=s.amount, label=s.release_id) for s in live]
     total = accounting.compose(spends, DELTA, rdp=False)
     best = total.best
@@ -341,3 +341,14 @@ def summary(store: ObjectStore, name: str) -> dict[str, Any]:
     return {"account": account.record(), "unit": account.unit, "spent": str(spent),
             "remaining": str(account.cap - spent), "epsilon_at_delta": None if eps is None else f"{eps:.6f}",
             "delta": str(DELTA), "conversion": method, "releases": releases}
+
+
+def reserve_for_release(store: ObjectStore, name: str | None, *, release_id: str, universe: str,
+                        config_sha256: str, specs: Sequence[MeasurementSpec]) -> Slot | None:
+    """The pipeline's hook (``plan_stage``, right after the plan is frozen and before any noise): reserve the
+    whole converted plan from the release's account; a release without an account (test mode only, enforced
+    by ``ReleaseConfig``) reserves nothing."""
+    if name is None:
+        return None
+    return reserve(store, name, release_id=release_id, universe=universe, config_sha256=config_sha256,
+                   specs=specs)

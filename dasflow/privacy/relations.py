@@ -150,6 +150,12 @@ _DECLARED: dict[str, ProductRelation] = {
 }
 
 
+def add_remove_product(invariants: tuple[str, ...] = ()) -> ProductRelation:
+    """The declaration of a product calibrated under add/remove-one-person with ``spec.sensitivity`` the L2
+    (zCDP) / L1 (pure) sensitivity of each key's whole vector (the ``MeasurementSpec`` contract)."""
+    return ProductRelation(ADD_REMOVE, _l2_sens, _same_or_doubled(ADD_REMOVE, ""), invariants)
+
+
 def declare(product: str, declaration: ProductRelation) -> None:
     """Declare a (plug-in) product's relation; dasflow's own products are declared above."""
     _DECLARED[product] = declaration

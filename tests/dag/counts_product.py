@@ -20,7 +20,7 @@ import pandas as pd
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
 from dasflow.pipeline.adapters import register
-from dasflow.privacy import accounting, samplers
+from dasflow.privacy import accounting, relations, samplers
 from dasflow.products.base import MeasurementSpec, NoisyMeasurement, Prepared
 
 PERSONS = "confidential/counts/persons.csv"
@@ -108,3 +108,4 @@ class CountsAdapter:
 
 ADAPTER = CountsAdapter()
 register("counts", __name__)
+relations.declare("counts", relations.add_remove_product())  # one person moves one cell of each level by 1

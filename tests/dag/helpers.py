@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from dasflow.io.store import LocalStore, ObjectStore
 from tests.dag import counts_product
 
 STATES = ["01", "02", "06", "48"]
+ACCOUNT = "counts-account"
 
 
 def seed_inputs(store: ObjectStore, persons: int = 500, seed: int = 3) -> None:
@@ -36,6 +38,7 @@ def release_dict(store: str, release_id: str = "r1", rho: tuple[str, str] = ("1/
                                                                           "state_sex": rho[1]}})}],
         "cap": {"rho": cap},
         "rng": {"mode": "test", "seed": seed} if seed is not None else {"mode": "production"},
+        **({} if seed is not None else {"account": ACCOUNT}),
     }
 
 
@@ -43,10 +46,20 @@ def release_config(store: str, **kw: Any) -> ReleaseConfig:
     return parse_release_config(release_dict(store, **kw))
 
 
+def open_test_account(store: ObjectStore, name: str = "counts-account", cap_rho: str = "100") -> None:
+    """The privacy-loss account a production-mode test release spends from."""
+    from dasflow.privacy.account import open_account
+
+    open_account(store, name, "US", cap_rho=Fraction(cap_rho))
+
+
 def local_release(tmp: Path, **kw: Any) -> tuple[LocalStore, ReleaseConfig]:
     store = LocalStore(tmp / "store")
     seed_inputs(store)
-    return store, release_config(str(tmp / "store"), **kw)
+    cfg = release_config(str(tmp / "store"), **kw)
+    if cfg.account is not None:
+        open_test_account(store, cfg.account)
+    return store, cfg
 
 
 def release_files(store_dir: Path, release_id: str) -> dict[str, bytes]:

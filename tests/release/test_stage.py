@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from fractions import Fraction
 from importlib import resources
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from dasflow.config import parse_release_config
 from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import RunContext, freeze_config
+from dasflow.privacy import account
 from dasflow.release.publish import MANIFEST, OutputInvalid, publish, write_release_manifest
 from dasflow.release.stage import finalize_release
 
@@ -34,6 +36,9 @@ def phsafe_release(tmp: Path, seed: int | None = 4) -> RunContext:
            "inputs": {"phsafe": "confidential/synth/phsafe/", "phsafe_geo": "public/phsafe/"},
            "products": [{"name": "phsafe", "config_text": json.dumps(cfg)}], "cap": {"rho": "2"},
            "rng": {"mode": "test", "seed": seed} if seed is not None else {"mode": "production"}}
+    if seed is None:
+        raw["account"] = "cef"
+        account.open_account(store, "cef", "US", cap_rho=Fraction(10))
     ctx = freeze_config(parse_release_config(raw), store)
     stages.plan_stage(ctx)
     stages.validate_stage(ctx, "phsafe")
