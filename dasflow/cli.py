@@ -31,6 +31,7 @@ HANDLERS: dict[str, tuple[str, str]] = {
     "status": ("dasflow.commands.release", "the production DAG"),
     "ledger": ("dasflow.commands.release", "the production DAG"),
     "budget": ("dasflow.commands.budget", "the budget planner"),
+    "experiment": ("dasflow.experiment.cli", "accuracy experiments"),
     "synth": ("dasflow.synth.cli", "the synthetic census"),
     "phsafe": ("dasflow.products.phsafe.cli", "PHSafe"),
     "safetab-p": ("dasflow.products.safetab_p.cli", "SafeTab-P"),
@@ -70,6 +71,15 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("config")
     b.add_argument("--format", choices=["auto", "release", "phsafe", "safetab-p"], default="auto")
     b.add_argument("--json", action="store_true", help="machine-readable output")
+
+    ex = sub.add_parser("experiment", help="accuracy of the published tables: seeded repeated runs and budget "
+                                           "sweeps on synthetic inputs (no ledger, no account)")
+    ex.add_argument("config")
+    ex.add_argument("--runs", type=int, required=True, help="seeded runs per budget scale")
+    ex.add_argument("--out", required=True, help="output directory (metrics.csv, report.html, experiment.json)")
+    ex.add_argument("--budget-scale", default="1", help="comma-separated budget factors, e.g. 0.5,1,2")
+    ex.add_argument("--seed", type=int, default=0, help="seed of the test noise (default 0)")
+    ex.add_argument("--products", default=None, help="comma-separated subset of the config's products")
 
     v = sub.add_parser("validate", help="input + config validation only")
     v.add_argument("config")
