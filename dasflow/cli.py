@@ -10,7 +10,9 @@ Exit codes: 0 success, 2 bad input or config, 3 refused by the privacy ledger, 1
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -20,6 +22,7 @@ EXIT_OK = 0
 EXIT_OTHER = 1
 EXIT_BAD_INPUT = 2
 EXIT_LEDGER = 3
+EXIT_INTERRUPTED = 130
 
 #: sub-command -> (handler module, the issue that builds it)
 HANDLERS: dict[str, tuple[str, str]] = {
@@ -30,6 +33,8 @@ HANDLERS: dict[str, tuple[str, str]] = {
     "validate": ("flows.cli", "validation"),
     "status": ("dasflow.commands.release", "the production DAG"),
     "ledger": ("dasflow.commands.release", "the production DAG"),
+    "postprocess": ("dasflow.commands.release", "the production DAG"),
+    "publish": ("dasflow.commands.release", "the production DAG"),
     "budget": ("dasflow.commands.budget", "the budget planner"),
     "account": ("dasflow.commands.account", "privacy-loss accounts"),
     "experiment": ("dasflow.experiment.cli", "accuracy experiments"),
@@ -67,6 +72,17 @@ def _parser() -> argparse.ArgumentParser:
     lg.add_argument("release_id")
     lg.add_argument("--store", default=None)
     lg.add_argument("--format", choices=["table", "csv", "json"], default="table")
+
+    pp = sub.add_parser("postprocess", help="post-process + release again from the stored noisy measurements "
+                                            "(spends nothing; the ledger must be unchanged)")
+    pp.add_argument("release_id")
+    pp.add_argument("--store", default=None)
+
+    pb = sub.add_parser("publish", help="copy a finished release to a publication location outside the store")
+    pb.add_argument("release_id")
+    pb.add_argument("--store", default=None)
+    pb.add_argument("--target", required=True, help="directory or s3://bucket/prefix outside the store's bucket")
+    pb.add_argument("--test-publication", action="store_true", help="publish a seeded TEST release, marked")
 
     b = sub.add_parser("budget", help="the budget plan of a config, without reading any data")
     b.add_argument("config")
@@ -113,8 +129,56 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _unexpected(command: str, exc: BaseException) -> int:
+    """One line for a failure that is not one of dasflow's own errors. Its message is not printed (it could quote
+    a confidential value); ``DASFLOW_DEBUG=1`` re-raises it with the traceback. Prefect API failures (server down,
+    authentication refused) are operator-facing and carry no data, so their first line is shown."""
+    if os.environ.get("DASFLOW_DEBUG"):
+        raise exc
+    kind = f"{type(exc).__module__}.{type(exc).__name__}"
+    if kind.startswith(("httpx.", "prefect.")):
+        print(f"dasflow {command}: error: the Prefect API failed ({type(exc).__name__}: "
+              f"{_one_line(str(exc).splitlines()[0] if str(exc) else '')}); check PREFECT_API_URL and "
+              "PREFECT_API_AUTH_STRING", file=sys.stderr)
+    else:
+        print(f"dasflow {command}: internal error ({kind}); its details are in the Prefect UI or with "
+              "DASFLOW_DEBUG=1", file=sys.stderr)
+    return EXIT_OTHER
+
+
+def _dispatch(command: str, module: object, args: argparse.Namespace) -> int:
+    try:
+        code = int(module.run(args))  # type: ignore[attr-defined]
+        sys.stdout.flush()
+        return code
+    except InputError as exc:
+        print(f"dasflow {command}: error: {_one_line(str(exc))}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except LedgerRefusal as exc:
+        print(f"dasflow {command}: refused by the privacy ledger: {_one_line(str(exc))}", file=sys.stderr)
+        return EXIT_LEDGER
+    except DasflowError as exc:
+        print(f"dasflow {command}: error: {_one_line(str(exc))}", file=sys.stderr)
+        return EXIT_OTHER
+    except BrokenPipeError:
+        # the reader went away (``dasflow ledger ... | head``): not an error; silence the final flush too
+        with contextlib.suppress(OSError, ValueError):  # ValueError etc.: stdout is not a file (in-process)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except KeyboardInterrupt:
+        print(f"dasflow {command}: interrupted; a release resumes with `dasflow resume`", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        return _unexpected(command, exc)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``dasflow`` console script."""
+    """Entry point of the ``dasflow`` console script: every failure ends in one line on stderr and its exit
+    code (0 ok, 1 other, 2 bad input/config, 3 refused by the ledger, 130 interrupted)."""
     args = _parser().parse_args(argv)
     module_name, what = HANDLERS[args.command]
     try:
@@ -125,17 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr)
             return EXIT_OTHER
         raise
-    try:
-        return int(module.run(args))
-    except InputError as exc:
-        print(f"dasflow {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except LedgerRefusal as exc:
-        print(f"dasflow {args.command}: refused by the privacy ledger: {exc}", file=sys.stderr)
-        return EXIT_LEDGER
-    except DasflowError as exc:
-        print(f"dasflow {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_OTHER
+    return _dispatch(args.command, module, args)
 
 
 if __name__ == "__main__":

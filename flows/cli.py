@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import time
 
@@ -19,6 +20,30 @@ from dasflow.pipeline import stages
 from dasflow.pipeline.run import RunContext, open_run
 from dasflow.privacy.composition import compose_plan
 from dasflow.privacy.ledger import Ledger
+
+
+class _NoTracebacks(logging.Filter):
+    """Console filter: a failed task or flow run is one log line here (its traceback stays in the Prefect UI via
+    the API log handler, which runs first); the command then prints the one-line error and its exit code."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info = None
+        record.exc_text = None
+        if isinstance(record.msg, str) and "\nTraceback" in record.msg:
+            record.msg = record.msg.split("\nTraceback", 1)[0]
+        return True
+
+
+def quiet_console_tracebacks() -> None:
+    """Install :class:`_NoTracebacks` on Prefect's console handlers (configuring Prefect's logging now, once)."""
+    from prefect.logging.configuration import ensure_logging_setup
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    ensure_logging_setup()
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, PrefectConsoleHandler) and not any(isinstance(f, _NoTracebacks)
+                                                                  for f in handler.filters):
+            handler.addFilter(_NoTracebacks())
 
 
 def _report(ctx: RunContext, seconds: float) -> None:
@@ -96,5 +121,6 @@ def demo_command(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    quiet_console_tracebacks()
     handlers = {"run": run_command, "resume": resume_command, "validate": validate_command, "demo": demo_command}
     return handlers[args.command](args)

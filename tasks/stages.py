@@ -22,7 +22,7 @@ from prefect.artifacts import (
 from prefect.cache_policies import NO_CACHE
 
 from dasflow.errors import InputError, LedgerRefusal
-from dasflow.io.store import StoreError
+from dasflow.io.store import StoreError, StoreUnavailable
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import RunContext, open_run
 
@@ -31,7 +31,7 @@ def is_transient(exc: BaseException) -> bool:
     """Whether a failure may heal on retry: not bad input, not a ledger refusal, not a programming error."""
     if isinstance(exc, InputError | LedgerRefusal):
         return False
-    return isinstance(exc, StoreError | OSError | ConnectionError | TimeoutError)
+    return isinstance(exc, StoreError | StoreUnavailable | OSError | ConnectionError | TimeoutError)
 
 
 def _transient(task_: Any, task_run: Any, state: Any) -> bool:

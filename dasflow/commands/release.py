@@ -1,4 +1,6 @@
-"""``dasflow status`` and ``dasflow ledger``: read-only views of a release (no Prefect needed)."""
+"""``dasflow status`` and ``dasflow ledger`` (read-only views of a release), ``dasflow postprocess`` (post-process
+and release again from the committed noisy measurements: spends nothing) and ``dasflow publish`` (copy a finished
+release outside the store). No Prefect needed: the same library functions the operator flows wrap."""
 
 from __future__ import annotations
 
@@ -49,9 +51,30 @@ def ledger_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def postprocess_command(args: argparse.Namespace) -> int:
+    """Recompute post-processing + release from the stored noisy measurements; the ledger is checked unchanged,
+    object for object (so no privacy budget is spent), else ``LedgerRefusal`` (exit 3)."""
+    from dasflow.pipeline.operator import rerun_postprocess
+
+    result = rerun_postprocess(open_run(args.release_id, _store(args)))
+    print(f"release {args.release_id}: post-processing and release redone, {result['files']} files; ledger "
+          f"unchanged ({result['ledger_objects']} objects, spent rho = {result['spent']['rho']})")
+    return 0
+
+
+def publish_command(args: argparse.Namespace) -> int:
+    """Publish a finished release to ``--target`` (refused inside the store's bucket or directory)."""
+    from dasflow.release.publish import publish
+
+    record = publish(open_run(args.release_id, _store(args)), args.target, test_publication=args.test_publication)
+    print(f"release {args.release_id} published ({record['kind']}): {record['files']} files under "
+          f"{args.target.rstrip('/')}/{record['location']}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.command == "status":
-        return status_command(args)
-    if args.command == "ledger":
-        return ledger_command(args)
-    raise SystemExit(f"dasflow.commands.release cannot run {args.command!r}")
+    handlers = {"status": status_command, "ledger": ledger_command, "postprocess": postprocess_command,
+                "publish": publish_command}
+    if args.command not in handlers:
+        raise SystemExit(f"dasflow.commands.release cannot run {args.command!r}")
+    return handlers[args.command](args)

@@ -14,11 +14,12 @@ import hashlib
 import io
 import os
 import tempfile
+import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import pandas as pd
@@ -34,6 +35,23 @@ class StoreError(DasflowError):
 
 class ForbiddenKey(StoreError):
     """The key lies under a prefix this store view may not resolve."""
+
+
+class StoreFault(DasflowError):
+    """The store could not be used at all: no credentials, access refused, or unreachable. Deliberately not a
+    ``StoreError``: code that reads a ``StoreError`` as "object absent" must never read an outage that way."""
+
+
+class StoreUnavailable(StoreFault):
+    """The store could not be reached (or kept failing transiently) after bounded retries; a resume heals it."""
+
+
+_T = TypeVar("_T")
+
+#: S3 error codes that may heal on retry (throttling, server-side faults).
+_TRANSIENT_S3_CODES = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
+                                 "RequestTimeTooSkewed", "InternalError", "ServiceUnavailable", "500", "502",
+                                 "503", "504"})
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -182,6 +200,11 @@ class S3Store(ObjectStore):
     unless given explicitly. Create-only writes use ``If-None-Match: *`` (AWS since 2024, moto, SeaweedFS).
     """
 
+    #: retries after the first attempt of a call, and the backoff (seconds, doubled per retry, capped)
+    retries: int = 4
+    backoff: float = 0.5
+    max_backoff: float = 8.0
+
     def __init__(self, uri: str, *, endpoint_url: str | None = None, client: Any = None) -> None:
         parsed = urlparse(uri)
         if parsed.scheme != "s3" or not parsed.netloc:
@@ -199,16 +222,62 @@ class S3Store(ObjectStore):
         _check_key(key)
         return f"{self.prefix}/{key}" if self.prefix else key
 
+    def _call(self, what: str, call: Callable[[], _T]) -> _T:
+        """``call()`` with bounded exponential backoff on transient faults (endpoint unreachable, timeouts,
+        dropped connections, throttling, 5xx), then ``StoreUnavailable``; missing credentials or refused access
+        fail at once (``StoreFault``).
+        Other ``ClientError``s are re-raised for the caller to interpret (e.g. a refused create-only write)."""
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            ConnectionError,
+            HTTPClientError,
+            IncompleteReadError,
+            NoCredentialsError,
+            PartialCredentialsError,
+        )
+
+        for attempt in range(self.retries + 1):
+            try:
+                return call()
+            except (NoCredentialsError, PartialCredentialsError):
+                raise StoreFault(f"{what} in {self.uri}: no S3 credentials (set AWS_ACCESS_KEY_ID and "
+                                 "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)") from None
+            except ClientError as exc:
+                error = exc.response.get("Error", {})
+                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                code = str(error.get("Code", ""))
+                if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "NoSuchBucket"):
+                    raise StoreFault(f"{what} in {self.uri}: {code} ({error.get('Message', 'refused')})") from None
+                if code not in _TRANSIENT_S3_CODES and not (isinstance(status, int) and status >= 500):
+                    raise
+                reason = f"{code or status}"
+            except (ConnectionError, HTTPClientError, IncompleteReadError) as exc:
+                reason = type(exc).__name__
+            except BotoCoreError as exc:
+                raise StoreFault(f"{what} in {self.uri}: {type(exc).__name__}: {exc}") from None
+            if attempt < self.retries:
+                time.sleep(min(self.max_backoff, self.backoff * 2 ** attempt))
+        raise StoreUnavailable(f"{what} in {self.uri}: the S3 endpoint is unavailable ({reason}) after "
+                               f"{self.retries + 1} attempts; retry or resume when it is back")
+
     def put(self, key: str, data: bytes) -> str:
+        from botocore.exceptions import ClientError
+
         # A single PUT is atomic on S3: readers see the old object or the new one, never a part.
-        self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+        try:
+            self._call(f"put of {key!r}",
+                       lambda: self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data))
+        except ClientError as exc:
+            raise StoreError(f"put of {key!r} failed: {exc}") from None
         return sha256_bytes(data)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         from botocore.exceptions import ClientError
 
         try:
-            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*")
+            self._call(f"create-only put of {key!r}", lambda: self.client.put_object(
+                Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*"))
             return True
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
@@ -221,8 +290,8 @@ class S3Store(ObjectStore):
         from botocore.exceptions import ClientError
 
         try:
-            body = self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
-            return bytes(body.read())
+            return self._call(f"get of {key!r}", lambda: bytes(
+                self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()))
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                 raise StoreError(f"no object {key!r} in {self.uri}") from None
@@ -232,7 +301,7 @@ class S3Store(ObjectStore):
         from botocore.exceptions import ClientError
 
         try:
-            self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+            self._call(f"head of {key!r}", lambda: self.client.head_object(Bucket=self.bucket, Key=self._key(key)))
             return True
         except ClientError as exc:
             if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
@@ -244,14 +313,27 @@ class S3Store(ObjectStore):
             raise StoreError(f"invalid list prefix {prefix!r}")
         full = (f"{self.prefix}/" if self.prefix else "") + prefix
         strip = len(self.prefix) + 1 if self.prefix else 0
-        out: list[str] = []
-        paginator = self.client.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=full):
-            out.extend(obj["Key"][strip:] for obj in page.get("Contents", []))
-        return sorted(out)
+        from botocore.exceptions import ClientError
+
+        def pages() -> list[str]:
+            out: list[str] = []
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full):
+                out.extend(obj["Key"][strip:] for obj in page.get("Contents", []))
+            return out
+
+        try:
+            return sorted(self._call(f"list of {prefix!r}", pages))
+        except ClientError as exc:
+            raise StoreError(f"list of {prefix!r} failed: {exc}") from None
 
     def delete(self, key: str) -> None:
-        self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+        from botocore.exceptions import ClientError
+
+        try:
+            self._call(f"delete of {key!r}",
+                       lambda: self.client.delete_object(Bucket=self.bucket, Key=self._key(key)))
+        except ClientError as exc:
+            raise StoreError(f"delete of {key!r} failed: {exc}") from None
 
 
 class RestrictedStore(ObjectStore):

@@ -143,10 +143,13 @@ def _location(uri: str) -> tuple[str, str]:
 
 
 def _separate(source: ObjectStore, target: ObjectStore) -> bool:
-    """Neither store contains the other (so the publication can never see ``confidential/``)."""
+    """Neither store contains the other (so the publication can never see ``confidential/``), and an object-store
+    target is in another bucket: a bucket is the unit of access policy, and the store's holds confidential data."""
     (s_host, s_path), (t_host, t_path) = _location(source.uri), _location(target.uri)
     if s_host != t_host:
         return True
+    if s_host != "file":
+        return False
     return not (s_path.startswith(t_path) or t_path.startswith(s_path))
 
 

@@ -137,8 +137,9 @@ def test_separation_rule_for_s3_and_local_uris() -> None:
     def s(uri: str) -> Any:
         return SimpleNamespace(uri=uri)
 
-    assert _separate(s("s3://census/das"), s("s3://census/public"))
-    assert _separate(s("s3://census/das"), s("s3://census/das-public"))  # prefix boundary is "/"
+    assert not _separate(s("s3://census/das"), s("s3://census/public"))  # same bucket as the confidential data
+    assert not _separate(s("s3://census/das"), s("s3://census/das-public"))
+    assert _separate(s("file:///srv/das"), s("/srv/das-public"))  # prefix boundary is "/"
     assert _separate(s("s3://census"), s("s3://other"))
     assert _separate(s("s3://census/das"), s("file:///srv/pub"))
     assert not _separate(s("s3://census/das"), s("s3://census/das/published"))
