@@ -2,8 +2,9 @@
 
 Contents:
 
-* **Expected margins of error** (every release): per product and level, the 90 % and 95 % MOE of the noise
-  added to each measured cell, from the frozen plan alone (``accounting.dgauss_moe_exact`` /
+* **Analytic MOE of the noisy measurements** (every release): per product and level, the 90 % and 95 % MOE of
+  the noise added to each measured cell — not the error of the published, post-processed tables — from the
+  frozen plan alone (``accounting.dgauss_moe_exact`` /
   ``geometric_moe_exact``: exact summation of the discrete noise distribution). Data-independent, so it is
   safe to publish with a production release.
 * **Observed error** (test releases only): released counts against the ground-truth twin of each product,
@@ -11,6 +12,11 @@ Contents:
   a VARIANCE is published. Ground truth comes from the confidential inputs (:func:`truth_frames`), so it is
   computed **only in test mode**: the report of a production release contains expected MOEs and the
   consistency diagnostics only, never anything derived from confidential data.
+* **Error of the published tables, measured by an accuracy experiment** (every release, where one is recorded
+  for the release's method): the metrics of ``dasflow experiment`` (repeated seeded runs on synthetic inputs,
+  :mod:`dasflow.experiment`) found in the store under ``experiments/{method_sha256}/``. Computed from
+  synthetic inputs only, so a production release may show them; without one the report says the published
+  tables' error is not measured.
 * **Consistency diagnostics** (every release): for hierarchical products — group sizes (nation ⊇ states ⊇
   counties per household size, and the nation total against the public invariant n) and TopDown (each
   standard geolevel against the sum of its children) — the number of cells whose released value differs from
@@ -377,14 +383,20 @@ def accuracy_blocks(ctx: RunContext, truth: TruthFrames | None) -> list[Block]:
     blocks: list[Block] = [Heading(f"Accuracy report: release `{ctx.release_id}`", 1)]
     blocks.append(Bullets((
         f"universe: {ctx.config.universe}; products: {', '.join(p.name for p in ctx.config.products)}",
-        "expected margins of error come from the frozen plan only (no data)",
-        ("observed errors: TEST release, against the ground-truth twin of each product (computed from the "
-         "confidential inputs, test mode only)") if truth is not None else
-        ("observed errors: not shown — a production release's report contains expected MOEs and "
-         "consistency diagnostics only"),
+        ("analytic MOE of the noisy measurements: from the frozen plan only (no data); it is the error of the "
+         "raw noisy measurements, not of the published tables, which post-processing changes"),
+        ("observed error of the published tables: TEST release, against the ground-truth twin of each "
+         "product (computed from the confidential inputs, test mode only)") if truth is not None else
+        ("observed error of this run's published tables: not shown — a production release's report contains "
+         "expected MOEs and consistency diagnostics only (plus an accuracy experiment's figures, computed on "
+         "synthetic inputs, where one is recorded for its method)"),
     )))
     moes = expected_moes(ctx)
-    blocks.append(Heading("Expected margin of error per product and level"))
+    blocks.append(Heading("Analytic margin of error of the noisy measurements, per product and level"))
+    blocks.append(Para("These MOEs describe the noise of one raw noisy measurement. The published tables are "
+                       "post-processed (consistency, non-negativity, thresholds, truncation), so their error "
+                       "can be larger or smaller: it is shown under 'observed error' (test releases) and "
+                       "'measured by repeated runs' (an accuracy experiment)."))
     blocks.append(Image(_plot_moes(moes), "Expected 90 % MOE of one noisy cell, per product and level"))
     per_level = moes.groupby(["product", "level", "mechanism"], sort=False).agg(
         keys=("key", "size"), cells=("cells", "sum"), moe90_min=("moe90", "min"), moe90_max=("moe90", "max"),
@@ -398,7 +410,8 @@ def accuracy_blocks(ctx: RunContext, truth: TruthFrames | None) -> list[Block]:
     if truth is not None:
         cells = observed_errors(release, truth)
         by_size = {k: error_by_size(v) for k, v in cells.items()}
-        blocks.append(Heading("Observed error against the ground truth, by population size"))
+        blocks.append(Heading("Observed error against the ground truth of the published tables (this run), by "
+                              "population size"))
         if by_size:
             blocks.append(Image(_plot_error_by_size(by_size), "RMSE of released counts by true cell size"))
             for product in dict.fromkeys(p for p, _ in cells):
@@ -430,6 +443,7 @@ def accuracy_blocks(ctx: RunContext, truth: TruthFrames | None) -> list[Block]:
                                "to the noise the share inside is near 90 %; for counts small relative to the "
                                "noise (every cell of a small demo) it is far lower, because the flat prior on "
                                "[0, ∞) puts most posterior mass above small true counts."))
+    blocks += experiment_blocks(ctx)
     diag = consistency(ctx, release)
     blocks.append(Heading("Consistency diagnostics (group sizes, TopDown)"))
     if diag.empty:
@@ -439,6 +453,43 @@ def accuracy_blocks(ctx: RunContext, truth: TruthFrames | None) -> list[Block]:
         blocks.append(Table(("product", "check", "cells", "inconsistent", "max |difference|"),
                             tuple((*_cells(r, "product", "check", "cells", "inconsistent"),
                                    _fmt(float(r["max_abs_diff"]))) for r in _records(diag))))
+    return blocks
+
+
+def experiment_blocks(ctx: RunContext) -> list[Block]:
+    """The published tables' error from the accuracy experiment recorded for this release's method (same
+    universe and product configs), or a statement that none was run. The experiment ran on synthetic inputs
+    only (it refuses others), so nothing here is derived from this release's confidential inputs."""
+    from dasflow.experiment.record import recorded
+    from dasflow.experiment.runner import method_sha256
+
+    method = method_sha256(ctx.config)
+    found = recorded(ctx.post_store(), method)
+    blocks: list[Block] = [Heading("Error of the published tables, measured by repeated runs (accuracy "
+                                   "experiment)")]
+    if found is None:
+        blocks.append(Para(f"Not measured: no accuracy experiment is recorded for this method (sha256 {method}). "
+                           "Run `dasflow experiment CONFIG --runs 20 --out DIR` with the same product configs on "
+                           "synthetic inputs; its figures then appear here."))
+        return blocks
+    meta, table = found
+    same = "this exact config" if meta.get("config_sha256") == ctx.config_sha256 else \
+        "the same product configs on synthetic inputs"
+    blocks.append(Bullets((
+        f"{meta.get('runs')} seeded runs per budget scale (seed {meta.get('seed')}) of {same}; inputs: "
+        f"{meta.get('inputs')}",
+        "error = published value − true value, after post-processing; within 90 % MOE = share of published cells "
+        "within the MOE stated for them (— where none is stated)",
+    )))
+    rows = table[(table["pop_bin"] == "all") & (table["budget_scale"] == 1.0)]
+    blocks.append(Table(
+        ("product", "file", "level", "cells", "MAE", "RMSE", "bias", "within 90 % MOE", "90th pct |error|"),
+        tuple((*_cells(r, "product", "table", "geolevel", "cells"),
+               *(_fmt(float(r[c])) for c in ("mae", "rmse", "bias")),
+               "—" if float(r["within_moe"]) != float(r["within_moe"]) else f"{float(r['within_moe']):.1%}",
+               _fmt(float(r["q90_abs_error"]))) for r in _records(rows))))
+    blocks.append(Para("By population size and budget scale: the experiment's metrics.csv and report.html under "
+                       f"experiments/{method}/ in the store."))
     return blocks
 
 
