@@ -10,17 +10,24 @@ from __future__ import annotations
 
 import json
 import os
+from fractions import Fraction
 from importlib import resources
 from pathlib import Path
 
 from dasflow.config import ReleaseConfig, parse_release_config
 from dasflow.errors import InputError
 from dasflow.io.store import LocalStore
+from dasflow.privacy.account import open_account
 
 #: data seed of the synthetic census when the demo runs in production-randomness mode
 DATA_SEED = 2020
 #: the demo release's privacy cap (zCDP ρ): PHSafe 1.257281 + SafeTab-P 4.944 + group sizes 0.5 planned
 DEMO_CAP_RHO = "7"
+#: the demo's privacy-loss account (its synthetic CEF, US): every production-mode demo release over the store's
+#: data spends from it. One demo release costs ρ = 9.701281 under add/remove-person (group sizes' M_DPC* plan of
+#: 0.5 is charged × k = 7 for a person forming or dissolving a household), so two fit and a third is refused.
+DEMO_ACCOUNT = "demo-cef-us"
+DEMO_ACCOUNT_CAP_RHO = "20"
 
 
 def _config_text(name: str) -> str:
@@ -85,6 +92,8 @@ def demo_config(store_dir: Path, persons: int, seed: int | None) -> ReleaseConfi
         "cap": {"rho": DEMO_CAP_RHO},
         "rng": {"mode": "test", "seed": seed} if seed is not None else {"mode": "production"},
     }
+    if seed is None:  # a seeded test release on synthetic data spends from no account (its bytes stay as they were)
+        raw["account"] = DEMO_ACCOUNT
     return parse_release_config(raw, source="dasflow demo")
 
 
@@ -95,4 +104,5 @@ def prepare_demo(store_dir: Path, persons: int, seed: int | None) -> ReleaseConf
     store_dir = store_dir.absolute()
     store = LocalStore(store_dir)
     ensure_synthetic_census(store, persons, DATA_SEED if seed is None else seed)
+    open_account(store, DEMO_ACCOUNT, "US", cap_rho=Fraction(DEMO_ACCOUNT_CAP_RHO))  # once; a no-op afterwards
     return demo_config(store_dir, persons, seed)

@@ -117,6 +117,8 @@ def demo_command(args: argparse.Namespace) -> int:
     run_release(cfg)
     ctx = open_run(cfg.release_id, cfg.store)
     _report(ctx, time.perf_counter() - t0)
+    if cfg.account is not None:
+        print(f"privacy-loss account: dasflow account show {cfg.account} --store {cfg.store}")
     return 0
 
 
