@@ -22,6 +22,7 @@ from typing import Any
 from dasflow.pipeline.run import RunContext, code_version
 from dasflow.privacy import accounting
 from dasflow.privacy.ledger import frac_str, spec_from_record
+from dasflow.release.account_section import account_blocks
 from dasflow.release.document import Block, Bullets, Heading, Para, Table, to_html, to_markdown
 
 DELTA = Fraction(1, 10**10)
@@ -127,8 +128,8 @@ def certificate_blocks(ctx: RunContext) -> list[Block]:
             f"frozen config SHA-256: `{ctx.config_sha256}`",
             f"privacy cap: ρ = {cap['rho']}" + (f", ε = {cap['epsilon']}" if cap.get("epsilon") else ""),
             f"products: {', '.join(p.name for p in cfg.products)}",
-            "neighbouring datasets and units: as each product's plan states (sensitivities below are in the "
-            "product's own record units)",
+            "neighbouring datasets: each product's relation and its conversion to the account's are in "
+            "the account section; the ledger's audit record gives each key's whole-vector sensitivity",
         )),
         Heading("Totals"),
         Bullets((*_total_lines(total),
@@ -154,6 +155,7 @@ def certificate_blocks(ctx: RunContext) -> list[Block]:
              "cells"),
             tuple((e["key"], e["level"], e["privacy_defn"], e["mechanism"], e["sensitivity"], e["budget"],
                    _noise_label(e), _float(e["variance"]), str(e["cells"])) for e in rows)))
+    blocks += account_blocks(ctx)
     blocks += [Heading("Invariants"), Bullets(tuple(invariants(ctx)))]
     blocks.append(Heading("Product configurations (SHA-256 of the verbatim text)"))
     blocks.append(Bullets(tuple(f"{p.name}: `{hashlib.sha256(p.config_text.encode()).hexdigest()}`"

@@ -70,3 +70,17 @@ def test_the_frozen_plan_records_the_whole_vector_sensitivity(tmp_path: Path) ->
     assert audit["counts/state"] == {"relation": "add_remove_person", "sensitivity_l2sq": "1", "noise": "1",
                                      "budget": "1/2"}
     assert account.summary(store, ACCOUNT)["spent"] == "3/4"
+
+
+def test_the_certificate_adds_up_per_product_and_over_the_account(tmp_path: Path) -> None:
+    from dasflow.release.certificate import certificate
+    from tests.release.helpers import released_context
+
+    ctx = released_context(tmp_path / "prod", seed=None)
+    md, _ = certificate(ctx)
+    assert "Neighbouring relation and privacy-loss account (add_remove_person)" in md
+    assert "| counts | add_remove_person | ρ = 3/4 | same relation | ρ = 3/4 | none |" in md
+    assert f"account `{ACCOUNT}` (universe US): lifetime cap rho = 100" in md
+    assert "account lifetime spend including this release: rho = 3/4, remaining 397/4" in md
+    test_md, _ = certificate(released_context(tmp_path / "test", seed=5))
+    assert "account: none (a test release spends from no account)" in test_md

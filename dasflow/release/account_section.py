@@ -1,0 +1,82 @@
+"""The certificate's account section: per product its neighbouring relation, its budget in that relation and
+converted to the account's, the invariants it releases exactly, and the account's lifetime spend.
+
+Conversions come from ``dasflow.privacy.relations`` (proved and tested there); totals and (ε, δ) figures from
+``accounting.compose`` (sequential composition; the smallest sound conversion is stated with its method). A
+release without an account (test releases only) is shown converted to add/remove-one-person for reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+
+from dasflow.pipeline.run import RunContext
+from dasflow.privacy import account as accounts
+from dasflow.privacy import accounting, relations
+from dasflow.privacy.ledger import frac_str, spec_from_record
+from dasflow.products.base import MeasurementSpec
+from dasflow.release.document import Block, Bullets, Heading, Table
+
+DELTA = Fraction(1, 10**10)
+
+
+def _total(specs: Sequence[MeasurementSpec]) -> accounting.Total:
+    spends = [accounting.Spend(definition=s.privacy_defn, budget=s.budget, label=s.key) for s in specs]
+    return accounting.compose(spends, DELTA, rdp=any(s.privacy_defn == "puredp" for s in specs))
+
+
+def _budget(total: accounting.Total) -> str:
+    if total.is_infinite:
+        return "∞"
+    text = f"ρ = {frac_str(total.rho)}"
+    return text + (f", ε = {frac_str(total.epsilon)}" if total.is_pure else "")
+
+
+def _eps(total: accounting.Total) -> str:
+    best = total.best
+    return "no guarantee" if best is None else f"ε = {best.epsilon:.6f} at δ = 1e-10 ({best.method})"
+
+
+def account_blocks(ctx: RunContext) -> list[Block]:
+    """The section (see the module docstring)."""
+    specs = [spec_from_record(e) for e in ctx.ledger.plan_record()["entries"]]
+    name = ctx.config.account
+    acct = accounts.load_account(ctx.store, name) if name is not None else None
+    relation = acct.relation if acct is not None else relations.ADD_REMOVE
+    rows = []
+    converted: list[MeasurementSpec] = []
+    for product in dict.fromkeys(s.product for s in specs):
+        own = [s for s in specs if s.product == product]
+        decl = relations.declared(product)
+        if decl is None:
+            rows.append((product, "undeclared", _budget(_total(own)), "not convertible", "—", "not declared"))
+            continue
+        conv = relations.convert_specs(own, relation)
+        converted += conv
+        arguments = sorted({decl.convert(s, relation).argument for s in own})
+        rows.append((product, decl.relation, _budget(_total(own)), "; ".join(arguments), _budget(_total(conv)),
+                     ", ".join(decl.invariants) or "none"))
+    blocks: list[Block] = [
+        Heading(f"Neighbouring relation and privacy-loss account ({relation})"),
+        Table(("product", "product's relation", "budget (own relation)", "conversion",
+               f"budget ({relation})", "invariants released exactly"), tuple(rows)),
+    ]
+    release_total = _total(converted)
+    lines = [f"this release under {relation}: {_budget(release_total)}; {_eps(release_total)}"]
+    if acct is None:
+        lines.append("account: none (a test release spends from no account)")
+    else:
+        chain = accounts.read_chain(ctx.store, acct.name)
+        spent = chain[-1].cumulative if chain else Fraction(0)
+        eps, method = accounts.lifetime_epsilon(acct, chain)
+        mine = accounts.reservation(chain, ctx.release_id)[0]
+        lines += [
+            f"account `{acct.name}` (universe {acct.universe}): lifetime cap {acct.unit} = {acct.cap}",
+            f"this release reserved {acct.unit} = {'—' if mine is None else mine.amount} (slot "
+            f"{'—' if mine is None else mine.seq})",
+            f"account lifetime spend including this release: {acct.unit} = {spent}, remaining "
+            f"{acct.cap - spent}; ε = {'—' if eps is None else f'{eps:.6f}'} at δ = 1e-10 ({method})",
+        ]
+    blocks.append(Bullets(tuple(lines)))
+    return blocks
