@@ -37,6 +37,7 @@ HANDLERS: dict[str, tuple[str, str]] = {
     "publish": ("dasflow.commands.release", "the production DAG"),
     "budget": ("dasflow.commands.budget", "the budget planner"),
     "account": ("dasflow.commands.account", "privacy-loss accounts"),
+    "account": ("dasflow.commands.account", "privacy-loss accounts"),
     "experiment": ("dasflow.experiment.cli", "accuracy experiments"),
     "synth": ("dasflow.synth.cli", "the synthetic census"),
     "phsafe": ("dasflow.products.phsafe.cli", "PHSafe"),
@@ -102,6 +103,10 @@ def _parser() -> argparse.ArgumentParser:
 
     account_parser(sub)
 
+    from dasflow.commands.account import add_parser as account_parser
+
+    account_parser(sub)
+
     v = sub.add_parser("validate", help="input + config validation only")
     v.add_argument("config")
 
@@ -126,6 +131,10 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("data_dir")
     st.add_argument("output_dir", nargs="?", default=None)
     st.add_argument("--ground-truth", action="store_true", help="execute: the non-private twin (no noise)")
+    for parser in (ph, st):  # a private run reserves its plan from the dataset's account before any noise
+        parser.add_argument("--account", action="append", default=None,
+                            help="privacy-loss account to spend from (one per universe; repeat for US and PR)")
+        parser.add_argument("--store", default=None, help="the store holding the account")
     return p
 
 

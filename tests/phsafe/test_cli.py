@@ -13,6 +13,7 @@ from dasflow.errors import DasflowError, InputError
 from dasflow.products.phsafe import load_config, validate_output
 from dasflow.products.phsafe.inputs import check_cross_file, read_inputs
 from dasflow.products.phsafe.tables import OUTPUT_TABLES
+from tests.account_helpers import account_args
 from tests.phsafe.builders import US_CONFIG, Person, Unit, config_with, write_csv
 
 UNITS = [Unit([Person(40), Person(38, rel=21), Person(10, rel=25)], state="01"),
@@ -106,7 +107,10 @@ def test_bad_config_exits_2_naming_the_key(data: Path, tmp_path: Path,
 def test_private_run_writes_release_files_and_validates_them(data: Path, tmp_path: Path) -> None:
     out = tmp_path / "private"
     assert main(["phsafe", "private", str(US_CONFIG), str(data), str(out), "--validate",
-                 "--validate-private-output"]) == 0
+                 "--validate-private-output"]) == 3  # a private run spends: without an account it is refused
+    assert not out.exists()
+    assert main(["phsafe", "private", str(US_CONFIG), str(data), str(out), "--validate",
+                 "--validate-private-output", *account_args(tmp_path)]) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{t}.csv" for t in OUTPUT_TABLES)
     ph1 = (out / "PH1_num.csv").read_text().splitlines()
     assert ph1[0] == ("REGION_ID|REGION_TYPE|ITERATION_CODE|PH1_NUM_DATA_CELL|NOISE_DISTRIBUTION|VARIANCE|"
@@ -121,7 +125,7 @@ def test_private_run_writes_release_files_and_validates_them(data: Path, tmp_pat
 
 def test_r16_output_validator_catches_tampering(data: Path, tmp_path: Path) -> None:
     out = tmp_path / "private"
-    assert main(["phsafe", "private", str(US_CONFIG), str(data), str(out)]) == 0
+    assert main(["phsafe", "private", str(US_CONFIG), str(data), str(out), *account_args(tmp_path)]) == 0
     cfg = load_config(US_CONFIG)
     p = out / "PH3.csv"
     original = p.read_text()
@@ -170,7 +174,8 @@ def test_r2_all_zero_table_writes_no_file_and_zero_level_no_rows(data: Path, tmp
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps(raw))
     out = tmp_path / "o"
-    assert main(["phsafe", "private", str(cfg), str(data), str(out), "--validate-private-output"]) == 0
+    assert main(["phsafe", "private", str(cfg), str(data), str(out), "--validate-private-output",
+                 *account_args(tmp_path)]) == 0
     assert not (out / "PH6.csv").exists()
     ph7 = pd.read_csv(out / "PH7.csv", sep="|", dtype=str)
     assert len(ph7) == 1560 - 51 * 7 * 3

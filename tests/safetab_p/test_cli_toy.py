@@ -12,6 +12,7 @@ import pytest
 
 from dasflow.cli import main
 from dasflow.privacy import accounting
+from tests.account_helpers import account_args
 from tests.safetab_p.helpers import TOY, TOY_ZCDP, toy_config_dict, write_dir
 
 T1_HEADER = "REGION_ID|REGION_TYPE|ITERATION_CODE|COUNT"
@@ -35,7 +36,7 @@ def test_toy_end_to_end(tmp_path: Path, name: str, capsys):
     params = TOY_ZCDP if name == "zcdp" else _params(tmp_path, name)
     assert main(["safetab-p", "validate", str(params), str(TOY)]) == 0
     out = tmp_path / "out"
-    assert main(["safetab-p", "execute", str(params), str(TOY), str(out)]) == 0
+    assert main(["safetab-p", "execute", str(params), str(TOY), str(out), *account_args(tmp_path)]) == 0
     t1 = out / "t1" / "t1_US.csv"
     t2 = out / "t2" / "t2_US.csv"
     assert t1.read_text().splitlines()[0] == T1_HEADER
@@ -63,7 +64,7 @@ def test_toy_t2_format_with_low_thresholds(tmp_path: Path):
     params = _params(tmp_path, "zcdp", thresholds_p=low, zero_suppression_chance=0,
                      privacy_budget_p_level_2_usa=10)
     out = tmp_path / "out"
-    assert main(["safetab-p", "execute", str(params), str(TOY), str(out)]) == 0
+    assert main(["safetab-p", "execute", str(params), str(TOY), str(out), *account_args(tmp_path)]) == 0
     t2 = _read(out / "t2" / "t2_US.csv")
     t1 = _read(out / "t1" / "t1_US.csv")
     assert len(t2) > 0
@@ -85,7 +86,7 @@ def test_toy_us_and_pr_are_separate_runs(tmp_path: Path):
     """run_pr=true: a separate Puerto Rico run with PR region types, its own plan total and output files."""
     params = _params(tmp_path, "zcdp", run_pr=True)
     out = tmp_path / "out"
-    assert main(["safetab-p", "execute", str(params), str(TOY), str(out)]) == 0
+    assert main(["safetab-p", "execute", str(params), str(TOY), str(out), *account_args(tmp_path)]) == 0
     pr = _read(out / "t1" / "t1_PR.csv")
     us = _read(out / "t1" / "t1_US.csv")
     assert set(pr.REGION_TYPE) <= {"PR-STATE", "PR-COUNTY", "PR-TRACT", "PR-PLACE"}

@@ -13,6 +13,7 @@ import pytest
 
 from dasflow.cli import main
 from dasflow.products.safetab_p.product import PERSON_DIR
+from tests.account_helpers import account_args
 from tests.safetab_p.helpers import TOY, TOY_ZCDP, toy_config_dict, write_dir
 
 T1_HEADER = "REGION_ID|REGION_TYPE|ITERATION_CODE|COUNT"
@@ -98,7 +99,8 @@ def test_ground_truth_default_folder_and_private_run_untouched(params: Path, tmp
     assert main(["safetab-p", "execute", "--ground-truth", str(params), str(TOY)]) == 0
     assert (tmp_path / "safetab-p-ground-truth" / "t1" / "t1_US.csv").is_file()
     assert not (tmp_path / "safetab-p-output").exists()
-    assert main(["safetab-p", "execute", str(params), str(TOY), str(tmp_path / "private")]) == 0
+    assert main(["safetab-p", "execute", str(params), str(TOY), str(tmp_path / "private"),
+                 *account_args(tmp_path)]) == 0
     manifest = json.loads((tmp_path / "private" / "manifest.json").read_text())
     assert manifest["ground_truth"] is False
     assert manifest["runs"]["US"]["total_budget"] == "627/100"

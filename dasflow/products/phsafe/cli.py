@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dasflow.commands.account import spend_standalone
 from dasflow.errors import DasflowError, InputError
 from dasflow.products.phsafe import outputs
 from dasflow.products.phsafe import planning as plan_mod
@@ -47,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"phsafe: wrote {len(written)} non-private tables (Census format) to {args.output_path}")
         return 0
     specs = plan_mod.plan(config)
+    spend_standalone(args, "phsafe private", {config.universe: specs})  # before any noise; exit 3 without one
     frames = run_private(inputs.persons, inputs.units, inputs.geo, config)
     written = outputs.write_tables(frames, args.output_path)
     total = plan_mod.total(specs)
