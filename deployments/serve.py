@@ -1,28 +1,42 @@
-"""The ``flow.serve`` equivalent of ``prefect.yaml`` (one long-running process, no work pool):
+"""The ``serve`` equivalent of ``prefect.yaml`` (one long-running process, no work pool), built from that very
+file so the two can never disagree (names, entry points, parameters, schedules — inactive as declared)::
 
-    .venv/bin/python deployments/serve.py            # against PREFECT_API_URL
+    .venv/bin/python deployments/serve.py            # against PREFECT_API_URL, from the repository root
 """
 
 from __future__ import annotations
 
-from prefect import serve
+import importlib
+from pathlib import Path
+from typing import Any
 
-from flows.operator import ledger_report_flow, publish_flow, rerun_postprocess_flow, resume_flow
-from flows.release import release_from_file
+import yaml
+from prefect import Flow, serve
+from prefect.schedules import Cron
+
+SPEC = Path(__file__).with_name("prefect.yaml")
 
 
-def deployments() -> list[object]:
-    """The deployments of ``prefect.yaml`` as served deployments (same names, schedule, parameters)."""
-    return [
-        release_from_file.to_deployment(name="scheduled-release", cron="0 2 * * *",
-                                        parameters={"request": {"config_path": "configs/release-us.json"}},
-                                        tags=["dasflow", "release"]),
-        resume_flow.to_deployment(name="resume-release", tags=["dasflow", "operator"]),
-        rerun_postprocess_flow.to_deployment(name="rerun-postprocess", tags=["dasflow", "operator"]),
-        ledger_report_flow.to_deployment(name="ledger-report", tags=["dasflow", "operator"]),
-        publish_flow.to_deployment(name="publish", tags=["dasflow", "operator"]),
-    ]
+def entries() -> list[dict[str, Any]]:
+    """The deployment entries of ``prefect.yaml``."""
+    spec: dict[str, Any] = yaml.safe_load(SPEC.read_text())
+    return list(spec["deployments"])
+
+
+def deployments() -> list[Any]:
+    """Every ``prefect.yaml`` entry as a served deployment."""
+    built = []
+    for entry in entries():
+        path, name = entry["entrypoint"].split(":")
+        flow_ = getattr(importlib.import_module(path.removesuffix(".py").replace("/", ".")), name)
+        assert isinstance(flow_, Flow), entry["entrypoint"]
+        schedules = [Cron(s["cron"], timezone=s.get("timezone"), active=bool(s.get("active", True)))
+                     for s in entry.get("schedules", [])]
+        built.append(flow_.to_deployment(name=entry["name"], description=entry.get("description"),
+                                         parameters=entry.get("parameters") or None, schedules=schedules or None,
+                                         tags=entry.get("tags")))
+    return built
 
 
 if __name__ == "__main__":
-    serve(*deployments())  # type: ignore[arg-type]
+    serve(*deployments())

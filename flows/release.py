@@ -16,6 +16,7 @@ from dasflow.config import ReleaseConfig, load_release_config, parse_release_con
 from dasflow.errors import InputError
 from dasflow.io.store import LocalStore, open_store
 from dasflow.pipeline.run import freeze_config
+from flows.approval import approval_gate
 from tasks.stages import (
     measure_task,
     plan_task,
@@ -48,14 +49,18 @@ def product_flow(release_id: str, store_uri: str, product: str) -> dict[str, Any
 
 
 @flow(name="dasflow-release", log_prints=True)
-def release_flow(config: dict[str, Any]) -> dict[str, Any]:
-    """Run (or resume) one release. ``config`` is a release config object (see ``dasflow.config``)."""
+def release_flow(config: dict[str, Any], require_approval: bool = False) -> dict[str, Any]:
+    """Run (or resume) one release. ``config`` is a release config object (see ``dasflow.config``). With
+    ``require_approval`` (every deployment run) the flow pauses after planning until an operator approves the
+    plan in the UI (``flows/approval.py``); nothing is drawn before."""
     cfg = parse_release_config(config)
     ctx = freeze_config(cfg)
     store_uri = ctx.store.uri
     plan = plan_task(cfg.release_id, store_uri)
     print(f"release {cfg.release_id}: plan frozen, total rho = {plan['rho']} "
           f"(epsilon at delta=1e-10: {plan['epsilon_at_delta']})")
+    if require_approval:
+        approval_gate(cfg.release_id, store_uri)
     validated = {p.name: validate_task(cfg.release_id, store_uri, p.name) for p in cfg.products}
     per_product = product_flow.with_options(task_runner=task_runner(cfg))
     products = {p.name: per_product(cfg.release_id, store_uri, p.name) for p in cfg.products}
@@ -106,7 +111,7 @@ def local_dask_cluster(cfg: ReleaseConfig, workers: int = 2) -> Iterator[Release
         yield cfg.model_copy(update={"dask_address": cluster.scheduler_address})
 
 
-def run_release(cfg: ReleaseConfig) -> dict[str, Any]:
+def run_release(cfg: ReleaseConfig, *, require_approval: bool = False) -> dict[str, Any]:
     """Run the release flow with Prefect result storage in the release's own store (local stores)."""
     store = open_store(cfg.store)
     options: dict[str, Any] = {"flow_run_name": f"release-{cfg.release_id}"}
@@ -115,7 +120,7 @@ def run_release(cfg: ReleaseConfig) -> dict[str, Any]:
         options["persist_result"] = True
     with local_dask_cluster(cfg) as run_cfg:
         payload = run_cfg.model_dump(mode="json")
-        result: dict[str, Any] = release_flow.with_options(**options)(payload)
+        result: dict[str, Any] = release_flow.with_options(**options)(payload, require_approval)
     return result
 
 
@@ -131,5 +136,5 @@ class ReleaseRequest(BaseModel):
 
 @flow(name="dasflow-release-from-file", log_prints=True)
 def release_from_file(request: ReleaseRequest) -> dict[str, Any]:
-    """Run (or resume) the release described by a config file: the deployment entry point."""
-    return run_release(load_release_config(request.config_path))
+    """Run (or resume) the release described by a config file, gated by an operator's approval."""
+    return run_release(load_release_config(request.config_path), require_approval=True)

@@ -6,11 +6,15 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+import pytest
 import yaml
 from prefect import Flow
 from prefect.utilities.callables import parameter_schema
 
+from dasflow.errors import InputError
+
 REPO = Path(__file__).resolve().parents[2]
+NAMES = ["release", "resume-release", "rerun-postprocess", "ledger-report", "publish"]
 
 
 def test_prefect_yaml_entrypoints_are_flows_with_matching_parameters() -> None:
@@ -26,20 +30,34 @@ def test_prefect_yaml_entrypoints_are_flows_with_matching_parameters() -> None:
         assert set(schema.required or []) <= set(dep["parameters"]), dep["name"]
         assert dep["work_pool"]["name"] == "dasflow-process"
         names.append(dep["name"])
-    assert names == ["scheduled-release", "resume-release", "rerun-postprocess", "ledger-report", "publish"]
-    release = next(d for d in spec["deployments"] if d["name"] == "scheduled-release")
-    assert release["schedules"][0]["cron"] == "0 2 * * *"
+    assert names == NAMES
+    release = next(d for d in spec["deployments"] if d["name"] == "release")
+    assert release["schedules"] == [{"cron": "0 2 * * *", "timezone": "America/New_York", "active": False}]
+    assert all(s["active"] is False for d in spec["deployments"] for s in d.get("schedules", []))
 
 
-def test_release_form_is_typed() -> None:
-    from flows.release import release_from_file
+def test_release_form_is_typed_with_working_defaults(tmp_path: Path) -> None:
+    """The UI form: every release parameter is a typed field; its defaults build a valid release config (the
+    packaged Census production configs of PHSafe and SafeTab-P, the synthetic census layout, an account)."""
+    from flows.release_form import ProductChoice, ReleaseParameters, release_from_form
 
-    schema = parameter_schema(release_from_file.fn).model_dump()
-    definitions = schema["definitions"]
-    assert definitions["ReleaseRequest"]["properties"]["config_path"]["type"] == "string"
+    schema = parameter_schema(release_from_form.fn).model_dump()
+    form = schema["definitions"]["ReleaseParameters"]["properties"]
+    assert {"release_id", "universe", "account", "store", "inputs", "products", "cap_rho", "rng_mode",
+            "seed"} <= set(form)
+    assert form["universe"]["enum"] == ["US", "PR"] and form["rng_mode"]["enum"] == ["production", "test"]
+    assert schema["definitions"]["ProductChoice"]["properties"]["name"]["enum"][:2] == ["phsafe", "safetab-p"]
+    cfg = ReleaseParameters().release_config(REPO)
+    assert cfg.release_id == "synth-us-v1" and cfg.account == "synth-us" and cfg.rng.mode == "production"
+    assert [p.name for p in cfg.products] == ["phsafe", "safetab-p"] and cfg.cap.rho == "7"
+    assert cfg.products[0].config_text == (REPO / "dasflow/demo_data/phsafe-us-config.json").read_text()
+    with pytest.raises(InputError, match=r"products\[0\].config_file"):
+        ReleaseParameters(products=[ProductChoice(name="phsafe", config_file="nope.json")]).release_config(tmp_path)
+    with pytest.raises(ValueError, match="cap_rho"):
+        ReleaseParameters(cap_rho="0.1e3")
 
 
-def test_serve_builds_the_same_deployments() -> None:
+def test_serve_builds_the_same_deployments_with_inactive_schedules() -> None:
     import sys
 
     sys.path.insert(0, str(REPO / "deployments"))
@@ -48,8 +66,14 @@ def test_serve_builds_the_same_deployments() -> None:
     finally:
         sys.path.pop(0)
     built = serve.deployments()
-    assert [d.name for d in built] == ["scheduled-release", "resume-release", "rerun-postprocess", "ledger-report",
-                                       "publish"]
+    spec = yaml.safe_load((REPO / "deployments/prefect.yaml").read_text())
+    assert [d.name for d in built] == NAMES
+    for dep, entry in zip(built, spec["deployments"], strict=True):
+        path, func = entry["entrypoint"].split(":")
+        assert dep.flow_name == getattr(importlib.import_module(path[:-3].replace("/", ".")), func).name
+        assert (dep.parameters or {}) == (entry["parameters"] or {})
+        assert [(s.schedule.cron, s.active) for s in dep.schedules or []] == \
+            [(s["cron"], s["active"]) for s in entry.get("schedules", [])]
 
 
 def test_task_runner_follows_the_execution_settings(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -1,0 +1,103 @@
+"""The approval gate on a real Prefect server: a gated release pauses after planning with its plan shown, draws
+nothing until an operator resumes it with an approval through the Prefect client, and records who approved; a
+rejection stops it with nothing drawn; a resume of an approved release does not ask again."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+from prefect.flow_runs import resume_flow_run
+from prefect.testing.utilities import prefect_test_harness
+
+import flows.approval
+from dasflow.io.store import LocalStore
+from dasflow.pipeline.approval import NotApproved
+from flows.release import run_release
+from tests.dag import counts_product  # noqa: F401  (registers the product)
+from tests.dag.helpers import local_release
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("prefect-harness")]
+
+
+@pytest.fixture(scope="module")
+def harness() -> Iterator[None]:
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def _start(cfg: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    out: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            out["result"] = run_release(cfg, require_approval=True)
+        except BaseException as exc:  # the test inspects it
+            out["error"] = exc
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def _paused_run(name: str, timeout: float = 120) -> Any:
+    deadline = time.time() + timeout
+    with get_client(sync_client=True) as client:
+        while time.time() < deadline:
+            runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name])))
+            if runs and runs[0].state is not None and runs[0].state.is_paused():
+                return runs[0]
+            time.sleep(0.5)
+    raise AssertionError(f"flow run {name} did not pause")
+
+
+def _drawn(store: LocalStore, release_id: str) -> list[str]:
+    return store.list(f"runs/{release_id}/measurements/") + [
+        k for k in store.list(f"runs/{release_id}/ledger/") if k.endswith((".reserved.json", ".committed.json"))]
+
+
+def test_release_pauses_for_approval_and_draws_nothing_before(harness: None, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flows.approval, "APPROVAL_POLL_SECONDS", 1)
+    store, cfg = local_release(tmp_path, release_id="gated")
+    thread, out = _start(cfg)
+    run = _paused_run("release-gated")
+    assert store.exists("runs/gated/ledger/plan.json") and _drawn(store, "gated") == []
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts()
+        plan = next(a for a in artifacts if a.key == "plan-gated")
+        assert "| counts | 2 | 3/4" in str(plan.data) and "RNG mode: **test**" in str(plan.data)
+    time.sleep(2)
+    assert _drawn(store, "gated") == [] and "result" not in out  # still waiting, still nothing drawn
+    resume_flow_run(run.id, run_input={"approve": True, "approver": "Ada Operator", "comment": "plan checked"})
+    thread.join(300)
+    assert "error" not in out, out.get("error")
+    record = json.loads(store.get("runs/gated/approval.json"))
+    assert record["approved"] is True and record["approver"] == "Ada Operator"
+    assert record["flow_run_id"] == str(run.id)
+    assert record["plan_sha256"] == store.sha256("runs/gated/ledger/plan.json")
+    assert len(store.list("runs/gated/measurements/")) == 2
+    # a resume of the approved release goes on without pausing (and re-measures nothing)
+    again = run_release(cfg, require_approval=True)
+    assert again["products"]["counts"]["measure"]["drawn_now"] == 0
+
+
+def test_a_rejected_plan_stops_with_nothing_drawn(harness: None, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flows.approval, "APPROVAL_POLL_SECONDS", 1)
+    store, cfg = local_release(tmp_path, release_id="rejected")
+    thread, out = _start(cfg)
+    run = _paused_run("release-rejected")
+    resume_flow_run(run.id, run_input={"approve": False, "approver": "Bo Reviewer"})
+    thread.join(300)
+    assert isinstance(out.get("error"), NotApproved) and "Bo Reviewer" in str(out["error"])
+    assert _drawn(store, "rejected") == []
+    with pytest.raises(NotApproved):  # the first decision on a plan stands
+        run_release(cfg, require_approval=True)
