@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -101,3 +102,40 @@ def test_a_rejected_plan_stops_with_nothing_drawn(harness: None, tmp_path: Path,
     assert _drawn(store, "rejected") == []
     with pytest.raises(NotApproved):  # the first decision on a plan stands
         run_release(cfg, require_approval=True)
+
+
+def test_plan_summary_shows_the_accounts_remaining_budget(tmp_path: Path) -> None:
+    """Production mode: the approval page shows per product the own and converted budget, the total, the cap,
+    what the account reserved for this release and what remains (100 - 3/4)."""
+    from dasflow.pipeline import stages
+    from dasflow.pipeline.approval import plan_markdown, plan_summary
+    from dasflow.pipeline.run import freeze_config
+
+    store, cfg = local_release(tmp_path, release_id="prod1", seed=None)
+    ctx = freeze_config(cfg, store)
+    for p in cfg.products:
+        stages.validate_stage(ctx, p.name)
+    stages.plan_stage(ctx)
+    summary = plan_summary(ctx)
+    assert summary["rng_mode"] == "production" and summary["total_rho"] == "3/4" and summary["cap_rho"] == "1"
+    assert summary["products"]["counts"]["rho"] == "3/4" and summary["products"]["counts"]["keys"] == 2
+    assert summary["account"]["reserved_for_release"] == summary["products"]["counts"]["converted_rho"]
+    assert summary["account"]["remaining"] == str(100 - Fraction(summary["account"]["reserved_for_release"]))
+    text = plan_markdown(summary)
+    assert "account `counts-account`" in text and f"**{summary['account']['remaining']}" in text
+    assert _drawn(store, "prod1") == []
+
+
+def test_one_concurrency_slot_per_release(harness: None) -> None:
+    """A second run of a release cannot take the release's slot while the first holds it; another release can."""
+    from flows.approval import release_slot
+
+    with release_slot("slot-a"):
+        with release_slot("slot-b", wait_seconds=5):
+            pass
+        t0 = time.time()
+        with pytest.raises(TimeoutError), release_slot("slot-a", wait_seconds=2):
+            pass
+        assert time.time() - t0 >= 2
+    with release_slot("slot-a", wait_seconds=5):  # released when the holder ends
+        pass
