@@ -135,3 +135,10 @@ def experiment_blocks(table: pd.DataFrame, meta: Mapping[str, Any]) -> list[Bloc
 def experiment_report(table: pd.DataFrame, meta: Mapping[str, Any]) -> str:
     """The report as one self-contained HTML page."""
     return to_html(experiment_blocks(table, meta), f"Accuracy experiment: {meta['release_id']}", banner=BANNER)
+
+
+def experiment_markdown(table: pd.DataFrame, meta: Mapping[str, Any]) -> str:
+    """The report as Markdown (plots as inline data URIs): the Prefect UI's markdown artifact."""
+    from dasflow.release.document import to_markdown
+
+    return f"**{BANNER}**\n\n" + to_markdown(experiment_blocks(table, meta))
