@@ -92,6 +92,16 @@ def _noise_label(entry: Mapping[str, Any]) -> str:
     return f"σ² = {entry['noise']} ≈ {_float(entry['noise'])}"
 
 
+def _sensitivity(plan: Mapping[str, Any], entry: Mapping[str, Any]) -> str:
+    """The key's whole-vector sensitivity from the plan's audit record (Δ₂² or Δ₁ under the product's relation)."""
+    audit = plan.get("audit", {}).get(entry["key"])
+    if audit is None:
+        return str(entry["sensitivity"])
+    if "sensitivity_l2sq" in audit:
+        return f"Δ₂² = {audit['sensitivity_l2sq']}"
+    return f"Δ₁ = {audit['sensitivity_l1']}"
+
+
 def _total_lines(total: accounting.Total) -> list[str]:
     if total.is_infinite:
         return ["total: infinite budget (no noise on some key): no privacy guarantee"]
@@ -153,7 +163,7 @@ def certificate_blocks(ctx: RunContext) -> list[Block]:
         blocks.append(Table(
             ("key", "level", "definition", "mechanism", "sensitivity", "budget", "noise scale", "variance",
              "cells"),
-            tuple((e["key"], e["level"], e["privacy_defn"], e["mechanism"], e["sensitivity"], e["budget"],
+            tuple((e["key"], e["level"], e["privacy_defn"], e["mechanism"], _sensitivity(plan, e), e["budget"],
                    _noise_label(e), _float(e["variance"]), str(e["cells"])) for e in rows)))
     blocks += account_blocks(ctx)
     blocks += [Heading("Invariants"), Bullets(tuple(invariants(ctx)))]

@@ -45,8 +45,8 @@ def test_test_release_certificate_contents(tmp_path: Path) -> None:
     assert f"`{code_version()}`" in md
     assert f"frozen config SHA-256: `{ctx.config_sha256}`" in md
     # every planned key with its exact budget, sensitivity and noise scale σ² = Δ²/(2ρ)
-    assert "| counts/state | state | zcdp | discrete_gaussian | 1 | 1/2 | σ² = 1 ≈ 1 | 1 | 4 |" in md
-    assert "| counts/state_sex | state_sex | zcdp | discrete_gaussian | 1 | 1/4 | σ² = 2 ≈ 2 | 2 | 8 |" in md
+    assert "| counts/state | state | zcdp | discrete_gaussian | Δ₂² = 1 | 1/2 | σ² = 1 ≈ 1 | 1 | 4 |" in md
+    assert "| counts/state_sex | state_sex | zcdp | discrete_gaussian | Δ₂² = 1 | 1/4 | σ² = 2 ≈ 2 | 2 | 8 |" in md
     assert "| state | 1 | discrete_gaussian | 1/2 |  | 4 |" in md  # per-level summary
     # totals: exact ρ and the accounting module's conversions at δ = 1e-10
     assert "total ρ (zCDP) = 3/4" in md
