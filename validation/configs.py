@@ -25,7 +25,8 @@ SAFETAB_LEVEL_SUFFIXES = ("usa", "state", "county", "tract", "place", "aiannh", 
 SAFETAB_KEYS = frozenset({
     *(f"privacy_budget_p_level_{lv}_{s}" for lv in (1, 2) for s in SAFETAB_LEVEL_SUFFIXES),
     "privacy_budget_p_stage_1_fraction", "thresholds_p", "zero_suppression_chance", "allow_negative_counts",
-    "run_us", "run_pr", "max_race_codes", "privacy_defn", "reader", "state_filter_us"})
+    "run_us", "run_pr", "max_race_codes", "privacy_defn", "reader", "state_filter_us",
+    "ignore_region_granularity"})  # dasflow's opt-out of the Census region granularity (docs/safetab_p.md)
 SAFETAB_REQUIRED = frozenset({"max_race_codes", "privacy_budget_p_stage_1_fraction", "thresholds_p",
                               "privacy_defn"})
 GROUPSIZE_KEYS = frozenset({"budget", "privacy_defn", "mechanism", "k", "level_shares", "window_multiplier"})

@@ -9,6 +9,7 @@ and neighbour enumeration (US and PR); the opt-out is off by default and named i
 from __future__ import annotations
 
 import dataclasses
+import io
 import itertools
 import json
 from pathlib import Path
@@ -306,3 +307,32 @@ def test_synthetic_ground_truth_follows_the_rule(synthetic: Path, universe: str)
     detailed_only = set(flags.ITERATION_CODE[flags.DETAILED_ONLY == "True"])
     assert len(dropped) > 0 and set(dropped.ITERATION_CODE) <= detailed_only
     assert set(dropped.REGION_TYPE).isdisjoint({"USA", "STATE", "PR-STATE"})
+
+
+@pytest.mark.parametrize("ignore", [False, True])
+def test_release_certificate_states_the_granularity_choice(tmp_path: Path, ignore: bool) -> None:
+    """Through the release DAG (toy inputs, seeded test release): the frozen config carries the opt-out, the
+    certificate's plan levels say "region granularity off" exactly when it is on, and the released t1 follows
+    the rule by default."""
+    from dasflow.config import parse_release_config
+    from dasflow.pipeline.run import freeze_config
+    from dasflow.release.certificate import certificate
+    from tests.dag.helpers import release_files
+    from tests.dag.test_pipeline import run_all
+    from tests.dag.test_products_in_dag import safetab_release
+
+    store, raw = safetab_release(tmp_path, "zcdp")
+    if ignore:
+        cfg = json.loads(raw["products"][0]["config_text"])
+        cfg["ignore_region_granularity"] = True
+        raw["products"][0]["config_text"] = json.dumps(cfg)
+    ctx = freeze_config(parse_release_config(raw), store)
+    run_all(ctx)
+    md, _ = certificate(ctx)
+    assert ("region granularity off" in md) is ignore
+    files = release_files(tmp_path / "store", raw["release_id"])
+    t1_name = next(n for n in files if n.startswith("safetab-p/") and "t1" in n)
+    t1 = pd.read_csv(io.BytesIO(files[t1_name]), sep="|", dtype=str, keep_default_na=False)
+    below = t1[~t1.REGION_TYPE.isin(["USA", "STATE"])]
+    detailed_only = set(_flags(TOY_ZCDP).query("DETAILED_ONLY == 'True'").ITERATION_CODE)
+    assert len(below) > 0 and bool(set(below.ITERATION_CODE) & detailed_only) is ignore
