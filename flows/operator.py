@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import create_markdown_artifact
 
 from dasflow.pipeline.operator import rerun_postprocess
 from dasflow.pipeline.run import open_run
 from dasflow.release.publish import publish
 from flows.release import run_release
-from tasks.stages import _artifact_key
+from tasks.reports import artifact_key as _artifact_key
+from tasks.reports import ledger_artifact
 
 
 @flow(name="dasflow-resume", log_prints=True)
@@ -32,11 +33,10 @@ def rerun_postprocess_flow(release_id: str, store: str) -> dict[str, Any]:
 
 @flow(name="dasflow-ledger-report", log_prints=True)
 def ledger_report_flow(release_id: str, store: str) -> dict[str, Any]:
-    """The ledger as a table artifact and the plan totals as a markdown artifact."""
+    """The ledger as a table artifact (last row: totals) and the plan totals as a markdown artifact."""
     ctx = open_run(release_id, store)
     rows = ctx.ledger.audit()
-    create_table_artifact(key=_artifact_key("ledger", release_id), table=rows,
-                          description=f"privacy ledger of release {release_id}")
+    ledger_artifact(ctx)
     total = ctx.ledger.plan_record()["total"]
     spent = ctx.ledger.spent().as_record()
     create_markdown_artifact(key=_artifact_key("ledger-total", release_id), markdown=(

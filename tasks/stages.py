@@ -8,23 +8,19 @@ outputs there itself, and returns a JSON-sized summary. Retries are for transien
 from __future__ import annotations
 
 import os
-import re
 from typing import Any, cast
 from uuid import UUID
 
 from prefect import task
-from prefect.artifacts import (
-    create_link_artifact,
-    create_progress_artifact,
-    create_table_artifact,
-    update_progress_artifact,
-)
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.context import TaskRunContext
 
 from dasflow.errors import InputError, LedgerRefusal
 from dasflow.io.store import StoreError, StoreUnavailable
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import RunContext, open_run
+from tasks.reports import artifact_key, product_validation_artifact, release_reports
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -43,8 +39,7 @@ def _transient(task_: Any, task_run: Any, state: Any) -> bool:
     return False
 
 
-def _artifact_key(*parts: str) -> str:
-    return re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")[:100]
+_artifact_key = artifact_key  # the name flows import
 
 
 def _summary(record: dict[str, Any]) -> dict[str, Any]:
@@ -65,16 +60,12 @@ def plan_task(release_id: str, store_uri: str) -> dict[str, Any]:
 
 @task(name="validate", **TASK_OPTS)
 def validate_task(release_id: str, store_uri: str, product: str) -> dict[str, Any]:
-    """The fail-closed validation gate; its Data Docs page is linked as an artifact (also on failure)."""
+    """The fail-closed validation gate; its summary is a table artifact (also on failure)."""
     ctx = open_run(release_id, store_uri)
     try:
         return _summary(stages.validate_stage(ctx, product))
     finally:
-        page = f"{ctx.root}/validation/{product}.html"
-        if ctx.store.exists(page):
-            create_link_artifact(key=_artifact_key("validation", release_id, product),
-                                 link=f"{ctx.store.uri.rstrip('/')}/{page}", link_text=f"{product} validation",
-                                 description=f"input validation (Great Expectations) of {product}")
+        product_validation_artifact(ctx, product)
 
 
 @task(name="preprocess", **TASK_OPTS)
@@ -126,14 +117,10 @@ def postprocess_part_task(release_id: str, store_uri: str, product: str, step: s
 
 @task(name="release", **TASK_OPTS)
 def release_task(release_id: str, store_uri: str) -> dict[str, Any]:
-    """Release files, certificate and manifest; the ledger audit as a Prefect table artifact."""
+    """Release files, certificate and manifest; the reports (certificate, accuracy and validation summaries,
+    ledger with totals, per-stage timings) as artifacts readable in the Prefect UI."""
     ctx = open_run(release_id, store_uri)
     manifest = stages.release_stage(ctx)
-    create_table_artifact(key=_artifact_key("ledger", release_id), table=ctx.ledger.audit(),
-                          description=f"privacy ledger of release {release_id}")
-    base = ctx.store.uri.rstrip("/") + f"/{ctx.root}/release"
-    create_link_artifact(key=_artifact_key("accuracy", release_id), link=f"{base}/ACCURACY.html",
-                         link_text="accuracy report", description=f"accuracy report of release {release_id}")
-    create_link_artifact(key=_artifact_key("certificate", release_id), link=f"{base}/CERTIFICATE.html",
-                         link_text="privacy certificate", description=f"privacy certificate of {release_id}")
+    run = TaskRunContext.get()
+    release_reports(ctx, run.task_run.flow_run_id if run and run.task_run else None)
     return {"files": len(manifest["files"]), "manifest": f"{ctx.root}/release/MANIFEST.json"}

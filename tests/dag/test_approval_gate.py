@@ -85,6 +85,7 @@ def test_release_pauses_for_approval_and_draws_nothing_before(harness: None, tmp
     assert record["flow_run_id"] == str(run.id)
     assert record["plan_sha256"] == store.sha256("runs/gated/ledger/plan.json")
     assert len(store.list("runs/gated/measurements/")) == 2
+    _check_reports(store)
     # a resume of the approved release goes on without pausing (and re-measures nothing)
     again = run_release(cfg, require_approval=True)
     assert again["products"]["counts"]["measure"]["drawn_now"] == 0
@@ -139,3 +140,25 @@ def test_one_concurrency_slot_per_release(harness: None) -> None:
         assert time.time() - t0 >= 2
     with release_slot("slot-a", wait_seconds=5):  # released when the holder ends
         pass
+
+
+def _check_reports(store: LocalStore) -> None:
+    """The release's reports are artifacts readable in place: no link a browser cannot follow."""
+    with get_client(sync_client=True) as client:
+        arts = {a.key: a for a in client.read_artifacts() if a.key and a.key.endswith("gated")}
+    assert {"plan-gated", "ledger-gated", "certificate-gated", "accuracy-gated", "validation-gated",
+            "timings-gated"} <= set(arts)
+    assert all(a.type in ("markdown", "table") for a in arts.values())
+    assert not any("s3://" in str(a.data) or "file://" in str(a.data) for a in arts.values())
+    assert arts["certificate-gated"].data == store.get_text("runs/gated/release/CERTIFICATE.md")
+    ledger = json.loads(str(arts["ledger-gated"].data))
+    assert ledger[-1]["product"] == "TOTAL" and "planned rho = 3/4" in ledger[-1]["budget"]
+    assert "2/2 committed, spent rho = 3/4" in ledger[-1]["state"] and len(ledger) == 3
+    accuracy = json.loads(str(arts["accuracy-gated"].data))
+    assert [(r["product"], r["level"], r["keys"]) for r in accuracy] == [("counts", "state", 1),
+                                                                        ("counts", "state_sex", 1)]
+    assert json.loads(str(arts["validation-gated"].data))[0]["passed"] is True
+    timings = json.loads(str(arts["timings-gated"].data))
+    tasks = {r["task"].rsplit("-", 1)[0] for r in timings}
+    assert {"validate", "plan-and-freeze", "preprocess", "measure", "postprocess"} <= tasks
+    assert all(r["seconds"] >= 0 for r in timings)
