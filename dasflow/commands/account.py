@@ -14,7 +14,7 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
 from dasflow.errors import InputError, LedgerRefusal
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def spend_standalone(args: argparse.Namespace, command: str,
-                     plans: Mapping[str, Sequence[MeasurementSpec]]) -> list[str]:
+                     plans: Iterable[tuple[str, Sequence[MeasurementSpec]]]) -> list[str]:
     """The Census-format commands (``phsafe private``, ``safetab-p execute``): reserve each universe's whole plan
     from its account (``--account NAME``, one per universe, ``--store URI``) before any noise is drawn; refuse
     (exit 3) without one. Each execution draws fresh noise, so each is its own reservation (a new run id).
@@ -103,7 +103,7 @@ def spend_standalone(args: argparse.Namespace, command: str,
     for name in names:
         by_universe.setdefault(account.load_account(store, name).universe, name)
     run_ids = []
-    for universe, specs in plans.items():
+    for universe, specs in plans:
         name = by_universe.get(universe)
         if name is None:
             raise LedgerRefusal(f"{command}: no account for universe {universe} among {names}; nothing drawn")

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"phsafe: wrote {len(written)} non-private tables (Census format) to {args.output_path}")
         return 0
     specs = plan_mod.plan(config)
-    spend_standalone(args, "phsafe private", {config.universe: specs})  # before any noise; exit 3 without one
+    spend_standalone(args, "phsafe private", [(config.universe, specs)])  # before any noise; exit 3 without one
     frames = run_private(inputs.persons, inputs.units, inputs.geo, config)
     written = outputs.write_tables(frames, args.output_path)
     total = plan_mod.total(specs)

@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = Path(args.output_dir or (DEFAULT_GROUND_TRUTH_OUTPUT if ground_truth else DEFAULT_OUTPUT))
     if not ground_truth:  # before any noise; exit 3 without an account
-        spend_standalone(args, "safetab-p execute", plans)
+        spend_standalone(args, "safetab-p execute", plans.items())
     g = rng_mod.csprng()  # the ground-truth twin draws nothing from it (σ² = 0 everywhere)
     manifest: dict[str, Any] = {"product": "safetab-p", "rng_mode": g.mode, "privacy_defn": cfg.privacy_defn,
                                 "gamma": str(cfg.gamma), "ground_truth": ground_truth, "runs": {}}
