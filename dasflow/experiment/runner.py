@@ -53,27 +53,30 @@ def method_sha256(config: ReleaseConfig) -> str:
 
 # ------------------------------------------------------------------------------------------------ truth lookup
 class TruthIndex:
-    """A truth frame indexed by a 64-bit hash of its key columns (as text), for repeated lookups of the
-    published cells of each run without re-joining the whole truth frame."""
+    """A truth frame indexed by a 64-bit hash of its key columns, for repeated lookups of the published cells of
+    each run without re-joining the whole truth frame. A key column is hashed in its own dtype where the truth
+    and the published table agree on it, else both sides as text (as ``accuracy.compare`` joins them)."""
 
-    def __init__(self, frame: pd.DataFrame, keys: Sequence[str]) -> None:
+    def __init__(self, frame: pd.DataFrame, keys: Sequence[str], published: pd.DataFrame) -> None:
         self.keys = list(keys)
-        hashes = _row_hash(frame, self.keys)
-        self.index = pd.Index(hashes)
+        self.as_text = {k: frame[k].dtype != published[k].dtype for k in self.keys}
+        self._dtypes = {k: published[k].dtype for k in self.keys}
+        self.index = pd.Index(self._hash(frame))
         if not self.index.is_unique:
             raise ValueError(f"truth frame keys {self.keys} are not unique")
         self.values = pd.to_numeric(frame["COUNT"]).to_numpy(np.float64)
 
+    def _hash(self, frame: pd.DataFrame) -> np.ndarray:
+        cols = {k: frame[k].astype(str) if self.as_text[k] else frame[k] for k in self.keys}
+        return pd.util.hash_pandas_object(pd.DataFrame(cols), index=False).to_numpy()
+
     def lookup(self, released: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """(row positions in ``released`` that have a truth cell, their true counts): an inner join."""
-        pos = self.index.get_indexer(_row_hash(released, self.keys))
+        if any(released[k].dtype != self._dtypes[k] for k in self.keys if not self.as_text[k]):
+            raise ValueError("a published table changed its key dtypes between runs")
+        pos = self.index.get_indexer(self._hash(released))
         found = np.flatnonzero(pos >= 0)
         return found, self.values[pos[found]]
-
-
-def _row_hash(frame: pd.DataFrame, keys: Sequence[str]) -> np.ndarray:
-    text = pd.DataFrame({k: frame[k].astype(str).to_numpy() for k in keys})
-    return pd.util.hash_pandas_object(text, index=False).to_numpy()
 
 
 def _level_token(level: str) -> str:
@@ -152,7 +155,7 @@ class PreparedProduct:
         if not keys:
             raise ValueError(f"{self.name}/{file}: published table and truth share no key column")
         if (file, keys) not in self._index:
-            self._index[(file, keys)] = TruthIndex(frame, keys)
+            self._index[(file, keys)] = TruthIndex(frame, keys, released)
         return self._index[(file, keys)]
 
     def publish(self, specs: Sequence[MeasurementSpec], g: rng.Generator, universe: str) -> dict[str, pd.DataFrame]:
