@@ -99,6 +99,11 @@ def validate_command(args: argparse.Namespace) -> int:
     if cap.rho is not None and (total.rho is None or total.rho > cap.rho):
         raise LedgerRefusal(f"plan total rho = {total.rho} exceeds the cap rho = {cap.rho}")
     print(f"config {args.config}: {len(specs)} planned measurements, total rho = {total.rho} (cap {cap.rho})")
+    if cfg.account is not None:  # would the plan fit the account now? (nothing is reserved here)
+        from dasflow.privacy.account import check_fits
+
+        charge = check_fits(store, cfg.account, cfg.universe, specs, cfg.release_id)
+        print(f"  account {cfg.account}: the plan would reserve {charge} (converted to the account's relation)")
     for p in cfg.products:
         adapter = ctx.adapter(p.name)
         pcfg = ctx.product_config(p.name)

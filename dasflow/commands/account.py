@@ -75,9 +75,10 @@ def run(args: argparse.Namespace) -> int:
     unit = summary["unit"]
     print(f"account {terms['name']}  universe {terms['universe']}  relation {terms['relation']}  "
           f"cap {unit} = {terms['cap'][unit]}")
-    print(f"{'release':<28} {'state':<9} {'reserved':>14} {'charged':>14}  drawn keys")
+    print(f"{'release':<40} {'state':<9} {'reserved':>14} {'charged':>14} {'drawn':>14}  drawn keys")
     for r in summary["releases"]:
-        print(f"{r['release_id']:<28} {r['state']:<9} {r['reserved']:>14} {r['charged']:>14}  "
+        drawn = "whole plan" if r["drawn"] is None else r["drawn"]  # no ledger: a standalone run
+        print(f"{r['release_id']:<40} {r['state']:<9} {r['reserved']:>14} {r['charged']:>14} {drawn:>14}  "
               f"{r['keys_committed']}/{r['keys_planned']}")
         for name, p in sorted(r["products"].items()):
             print(f"    {name:<12} {p['relation']:<36} own rho {p['own']['rho']} -> {p['converted']['rho']}")

@@ -259,6 +259,25 @@ def reserve(store: ObjectStore, name: str, *, release_id: str, universe: str, co
     return _append(store, account, build)
 
 
+def check_fits(store: ObjectStore, name: str, universe: str, specs: Sequence[MeasurementSpec],
+               release_id: str) -> Fraction:
+    """``dasflow validate``: whether the plan would fit the account now (nothing reserved; a release that
+    already holds its reservation fits); returns the charge."""
+    acct = load_account(store, name)
+    if acct.universe != universe:
+        raise LedgerRefusal(f"account {name!r} is for universe {acct.universe}, the release is {universe}")
+    amount, _ = plan_charge(acct, specs)
+    chain = read_chain(store, name)
+    res, ret = reservation(chain, release_id)
+    if res is not None and ret is None and res.amount == amount:
+        return amount
+    head = chain[-1].cumulative if chain else Fraction(0)
+    if head + amount > acct.cap:
+        raise LedgerRefusal(f"account {name!r}: the plan needs {acct.unit} = {amount} but only {acct.cap - head} "
+                            f"of the lifetime cap {acct.cap} remains")
+    return amount
+
+
 def require_reserved(store: ObjectStore, name: str | None, release_id: str) -> None:
     """Before measuring: a release naming an account must hold a live reservation on it."""
     if name is None:
@@ -316,7 +335,7 @@ def _live(chain: Sequence[Slot]) -> list[Slot]:
 def summary(store: ObjectStore, name: str) -> dict[str, Any]:
     """``dasflow account show``: terms, every release with its plan (converted), its state and what it drew,
     the cumulative spend and what remains."""
-    from dasflow.privacy.ledger import Ledger
+    from dasflow.privacy.ledger import Ledger, spec_from_record
 
     account = load_account(store, name)
     chain = read_chain(store, name)
@@ -326,16 +345,23 @@ def summary(store: ObjectStore, name: str) -> dict[str, Any]:
         if s.kind != "reserve":
             continue
         drawn = planned = 0
+        drawn_amount: str | None = None  # no ledger: a standalone Census-format run (it drew its whole plan)
         try:
-            rows = Ledger(store, s.release_id).audit()
+            ledger = Ledger(store, s.release_id)
+            rows = ledger.audit()
             planned = len(rows)
-            drawn = sum(r["state"] == "committed" for r in rows)
+            committed = {r["key"] for r in rows if r["state"] == "committed"}
+            drawn = len(committed)
+            specs = [spec_from_record(e) for k, e in ledger.plan().items() if k in committed]
+            total = compose_plan(relations.convert_specs(specs, account.relation))
+            drawn_amount = str(total.epsilon if account.unit == "epsilon" else total.rho)
         except (LedgerRefusal, StoreError):
             pass
         releases.append({"release_id": s.release_id, "slot": s.seq, "charged": "0" if s.release_id in returned
                          else str(s.amount), "reserved": str(s.amount),
                          "state": "returned" if s.release_id in returned else "charged",
-                         "keys_committed": drawn, "keys_planned": planned, "products": s.record.get("products", {})})
+                         "keys_committed": drawn, "keys_planned": planned, "drawn": drawn_amount,
+                         "products": s.record.get("products", {})})
     spent = chain[-1].cumulative if chain else Fraction(0)
     eps, method = lifetime_epsilon(account, chain)
     return {"account": account.record(), "unit": account.unit, "spent": str(spent),

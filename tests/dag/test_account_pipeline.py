@@ -13,7 +13,7 @@ from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import RunContext, freeze_config
 from dasflow.privacy import account
-from tests.dag.helpers import ACCOUNT, open_test_account, release_config, seed_inputs
+from tests.dag.helpers import ACCOUNT, open_test_account, release_config, release_dict, seed_inputs
 
 
 def _plan(store: LocalStore, tmp: Path, rid: str) -> RunContext:
@@ -59,6 +59,20 @@ def test_an_abandoned_release_returns_its_reservation_and_never_draws(tmp_path: 
     assert [(r["release_id"], r["state"]) for r in shown["releases"]] == [("r1", "returned"), ("r2", "charged")]
     assert shown["spent"] == "3/4" and shown["remaining"] == "1/4"
     assert shown["releases"][1]["products"]["counts"]["relation"] == "add_remove_person"
+    assert shown["releases"][0]["drawn"] == shown["releases"][1]["drawn"] == "0"
+
+
+def test_validate_says_whether_the_plan_fits_the_account(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "store")
+    seed_inputs(store)
+    open_test_account(store, ACCOUNT, cap_rho="1")
+    path = tmp_path / "release.json"
+    path.write_text(json.dumps(release_dict(str(tmp_path / "store"), seed=None)))
+    assert main(["validate", str(path)]) == 0
+    _plan(store, tmp_path, "r0")  # 1/4 remains
+    assert main(["validate", str(path)]) == 3
+    path.write_text(json.dumps(release_dict(str(tmp_path / "store"), release_id="r0", seed=None)))
+    assert main(["validate", str(path)]) == 0  # r0 holds its reservation
 
 
 def test_the_frozen_plan_records_the_whole_vector_sensitivity(tmp_path: Path) -> None:
