@@ -26,7 +26,7 @@ from dasflow.pipeline.run import (
     manifest_if_current,
     write_manifest,
 )
-from dasflow.privacy import faults, rng
+from dasflow.privacy import account, faults, rng
 from dasflow.privacy.composition import PlanTotal
 from dasflow.privacy.ledger import frac_str
 from dasflow.products.base import MeasurementSpec, NoisyMeasurement
@@ -84,7 +84,10 @@ def plan_stage(ctx: RunContext) -> PlanTotal:
     for p in ctx.config.products:
         specs.extend(product_specs(ctx, p.name))
     faults.point("stage:plan:before-freeze")
-    return ctx.ledger.freeze_plan(specs, ctx.cap)
+    total = ctx.ledger.freeze_plan(specs, ctx.cap)
+    account.reserve_for_release(ctx.store, ctx.config.account, release_id=ctx.release_id,  # before any noise
+                                universe=ctx.config.universe, config_sha256=ctx.config_sha256, specs=specs)
+    return total
 
 
 def validate_stage(ctx: RunContext, product: str) -> dict[str, Any]:
@@ -163,6 +166,7 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
     missing = [s.key for s, _ in pairs if s.key not in plan]
     if missing:
         raise LedgerRefusal(f"{product}: keys not in the frozen plan: {missing[:5]}; refused before any noise")
+    account.require_reserved(ctx.store, ctx.config.account, ctx.release_id)
     cache: dict[str, dict[str, pd.DataFrame]] = {}  # prepared frames, loaded only if something is drawn
     adapter = ctx.adapter(product)
     g = base_rng(ctx)

@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 
 from dasflow.errors import LedgerRefusal
 from dasflow.io.store import ObjectStore, StoreError, sha256_bytes
-from dasflow.privacy import faults
+from dasflow.privacy import faults, relations
 from dasflow.privacy.composition import PlanTotal, compose_plan
 from dasflow.products.base import MeasurementSpec, NoisyMeasurement
 
@@ -129,6 +129,7 @@ class Ledger:
             "release_id": self.release_id,
             "cap": {"rho": frac_str(cap.rho), "epsilon": frac_str(cap.epsilon) if cap.epsilon else None},
             "entries": [spec_record(s) for s in specs],
+            "audit": relations.audit_record(list(specs)),  # per key: relation, whole-vector sensitivity, noise
             "total": total.as_record(),
         }
         data = _dumps(record)
@@ -197,6 +198,8 @@ class Ledger:
         nmf_key = self.nmf_key(spec.key)
         drawn = False
         if not self.store.exists(nmf_key):
+            if self.store.exists(f"{self.root}/abandoned.json"):  # after our reserved entry (privacy.account)
+                raise LedgerRefusal(f"release {self.release_id} was abandoned: nothing is drawn")
             measurement = draw()
             data = encode_nmf(measurement, spec)
             drawn = self.store.put_if_absent(nmf_key, data)  # a concurrent winner's NMF is used instead
