@@ -32,6 +32,15 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def _plain_log_ticks(axis: Any) -> None:
+    """Log-axis ticks as plain numbers (3, 10, 20), not powers of ten."""
+    from matplotlib.ticker import FuncFormatter
+
+    fmt = FuncFormatter(lambda v, _pos: f"{v:g}")
+    axis.set_major_formatter(fmt)
+    axis.set_minor_formatter(fmt)
+
+
 def pooled(table: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """RMSE pooled over tables: √(Σ cells·rmse² / Σ cells) per ``by`` group."""
     weights = table["cells"].to_numpy(np.float64)
@@ -53,6 +62,7 @@ def _plot_by_size(table: pd.DataFrame, product: str, scale: float) -> str:
         ax.plot(sub["x"], np.maximum(sub["rmse"], 0.1), marker="o", color=f"C{i % 10}", label=str(level))
     ax.set_xticks(range(len(order)), order)
     ax.set_yscale("log")
+    _plain_log_ticks(ax.yaxis)
     ax.set_xlabel("true count of the published cell (population size)")
     ax.set_ylabel("RMSE of the published value")
     ax.set_title(f"{product}: error of the published tables by population size (budget scale {scale:g})")
@@ -72,6 +82,10 @@ def _plot_sweep(table: pd.DataFrame, product: str) -> str:
         ax.plot(sub["budget_scale"], np.maximum(sub["rmse"], 0.1), marker="o", color=f"C{i % 10}", label=str(level))
     ax.set_xscale("log")
     ax.set_yscale("log")
+    scales = sorted(set(curves["budget_scale"]))
+    ax.set_xticks(scales, [f"{s:g}" for s in scales])
+    ax.xaxis.set_minor_formatter("")
+    _plain_log_ticks(ax.yaxis)
     ax.set_xlabel("budget scale (every key's budget × factor)")
     ax.set_ylabel("RMSE of the published value")
     ax.set_title(f"{product}: error vs budget")
