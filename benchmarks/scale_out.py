@@ -80,8 +80,8 @@ def main() -> None:
     t = time.perf_counter()
     raw = build(work / "base", args.persons, args.states.split(","), args.seed)
     ctx = freeze_config(parse_release_config(raw), LocalStore(work / "base"))
-    stages.plan_stage(ctx)
     stages.validate_stage(ctx, "topdown")
+    stages.plan_stage(ctx)
     stages.preprocess_stage(ctx, "topdown")
     stages.measure_stage(ctx, "topdown")
     out["prepare_seconds"] = time.perf_counter() - t

@@ -30,3 +30,8 @@ class InputError(DasflowError, ValueError):
 
 class LedgerRefusal(DasflowError):
     """The privacy ledger refused a spend: over the cap, unplanned, or already spent concurrently (exit 3)."""
+
+
+class IntegrityError(LedgerRefusal):
+    """A stored object no longer matches the frozen chain (config → plan → commits → NMFs → manifests): tampered,
+    corrupt or partly deleted. Exit code 3: nothing is drawn, derived, reported or published from it."""

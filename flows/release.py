@@ -1,5 +1,5 @@
-"""The production release flow: freeze config → plan against the cap → validate (all products, before any
-noise) → one subflow per product (preprocess → measure → post-process) → release."""
+"""The production release flow: validate (all products, before anything is frozen) → freeze config → plan
+against the cap → one subflow per product (preprocess → measure → post-process) → release."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from dasflow.config import ReleaseConfig, load_release_config, parse_release_config
 from dasflow.errors import InputError
 from dasflow.io.store import LocalStore, open_store
-from dasflow.pipeline.run import freeze_config
+from dasflow.pipeline.run import candidate_context, freeze_config
 from flows.approval import approval_gate
 from tasks.stages import (
     measure_task,
@@ -54,14 +54,15 @@ def release_flow(config: dict[str, Any], require_approval: bool = False) -> dict
     ``require_approval`` (every deployment run) the flow pauses after planning until an operator approves the
     plan in the UI (``flows/approval.py``); nothing is drawn before."""
     cfg = parse_release_config(config)
-    ctx = freeze_config(cfg)
-    store_uri = ctx.store.uri
+    store_uri = candidate_context(cfg).store.uri  # an existing release must have this very config
+    # validation before freezing: a refused input leaves the release id reusable, and nothing is planned on it
+    validated = {p.name: validate_task(config, p.name) for p in cfg.products}
+    freeze_config(cfg)
     plan = plan_task(cfg.release_id, store_uri)
     print(f"release {cfg.release_id}: plan frozen, total rho = {plan['rho']} "
           f"(epsilon at delta=1e-10: {plan['epsilon_at_delta']})")
     if require_approval:
         approval_gate(cfg.release_id, store_uri)
-    validated = {p.name: validate_task(cfg.release_id, store_uri, p.name) for p in cfg.products}
     per_product = product_flow.with_options(task_runner=task_runner(cfg))
     products = {p.name: per_product(cfg.release_id, store_uri, p.name) for p in cfg.products}
     released = release_task(cfg.release_id, store_uri)

@@ -16,10 +16,11 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
+from dasflow.config import parse_release_config
 from dasflow.errors import InputError, LedgerRefusal
 from dasflow.io.store import StoreError, StoreUnavailable
 from dasflow.pipeline import stages
-from dasflow.pipeline.run import RunContext, open_run
+from dasflow.pipeline.run import RunContext, candidate_context, open_run
 from tasks.reports import artifact_key, product_validation_artifact, release_reports
 
 
@@ -59,9 +60,10 @@ def plan_task(release_id: str, store_uri: str) -> dict[str, Any]:
 
 
 @task(name="validate", **TASK_OPTS)
-def validate_task(release_id: str, store_uri: str, product: str) -> dict[str, Any]:
-    """The fail-closed validation gate; its summary is a table artifact (also on failure)."""
-    ctx = open_run(release_id, store_uri)
+def validate_task(config: dict[str, Any], product: str) -> dict[str, Any]:
+    """The fail-closed validation gate, before the config is frozen; its summary is a table artifact (also on
+    failure)."""
+    ctx = candidate_context(parse_release_config(config))
     try:
         return _summary(stages.validate_stage(ctx, product))
     finally:

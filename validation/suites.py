@@ -48,9 +48,10 @@ PHSAFE: dict[str, list[Check]] = {
     "persons": [*_cols(["RTYPE", "MAFID", "QAGE", "CENHISP", "CENRACE", "RELSHIP"]),
                 _in("RTYPE", [3, 5]), _MAFID, _between("QAGE", 0, 115), _in("CENHISP", [1, 2]),
                 _between("CENRACE", 1, 63), _between("RELSHIP", 20, 38)],
-    "units": [*_cols(["RTYPE", "MAFID", "HHSPAN", "HHRACE", "TEN", "HHT", "HHT2", "CPLT"]),
+    "units": [*_cols(["RTYPE", "MAFID", "FINAL_POP", "HHSPAN", "HHRACE", "TEN", "HHT", "HHT2", "CPLT"]),
               _in("RTYPE", [2, 4]), _MAFID, _in("HHSPAN", [0, 1, 2]), _between("HHRACE", 0, 63),
-              _between("TEN", 0, 4), _between("HHT", 0, 7), _between("HHT2", 0, 12), _between("CPLT", 0, 5)],
+              _between("TEN", 0, 4), _between("HHT", 0, 7), _between("HHT2", 0, 12), _between("CPLT", 0, 5),
+              _between("FINAL_POP", 0, 99_999)],
     "geo": [*_cols(["RTYPE", "MAFID", "TABBLKST"]), _in("RTYPE", [2, 3, 4, 5]), _MAFID,
             _in("TABBLKST", _US_AND_PR)],
 }

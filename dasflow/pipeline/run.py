@@ -12,12 +12,11 @@ from typing import Any
 
 import dasflow
 from dasflow.config import ReleaseConfig, parse_release_config
-from dasflow.errors import InputError
-from dasflow.io.store import ObjectStore, StoreError, open_store
+from dasflow.errors import InputError, IntegrityError
+from dasflow.io.store import ObjectStore, StoreError, open_store, sha256_bytes
 from dasflow.pipeline.adapters import Adapter, get_adapter
+from dasflow.pipeline.inputs import InputLayout, input_layout, inputs_digest, object_hashes
 from dasflow.privacy.ledger import Cap, Ledger
-
-CONFIDENTIAL = "confidential/"
 
 
 @functools.cache
@@ -74,43 +73,113 @@ class RunContext:
                                                                   self.product_config(name))
         return self._cache[key]
 
+    @property
+    def layout(self) -> InputLayout:
+        """The release's confidential and public inputs, from the products' declarations and the config."""
+        if "layout" not in self._cache:
+            self._cache["layout"] = input_layout([p.name for p in self.config.products], self.config.inputs)
+        layout: InputLayout = self._cache["layout"]
+        return layout
+
+    def confidential_hashes(self) -> dict[str, str]:
+        """SHA-256 of every confidential input object (once per context; an input with no object is refused).
+        Confidential-side only: these digests never go under ``release/``."""
+        if "confidential_hashes" not in self._cache:
+            self._cache["confidential_hashes"] = object_hashes(self.store, self.layout.confidential, require=True)
+        hashes: dict[str, str] = self._cache["confidential_hashes"]
+        return hashes
+
+    def bind_inputs(self) -> None:
+        """Bind the ledger to the current confidential inputs (measurement: NMFs record this digest and
+        committed ones must carry it)."""
+        self.ledger.binding["inputs_sha256"] = inputs_digest(self.confidential_hashes())
+
     def post_store(self) -> ObjectStore:
-        """The store view post-processing and release get: it cannot resolve confidential keys."""
-        return self.store.restricted([CONFIDENTIAL])
+        """The store view post-processing and release get: it cannot resolve any confidential input (wherever
+        the config puts it), the ``confidential/`` area, nor the release's prepared tabulations and validation
+        reports."""
+        return self.store.restricted([*self.layout.forbidden, f"{self.root}/prepared/", f"{self.root}/validation/"])
+
+
+def _context(store: ObjectStore, config: ReleaseConfig) -> RunContext:
+    binding = {"config_sha256": config.sha256(), "rng_mode": config.rng.mode}
+    return RunContext(store=store, config=config, config_sha256=config.sha256(),
+                      ledger=Ledger(store, config.release_id, binding))
+
+
+def _frozen_text(store: ObjectStore, release_id: str) -> str | None:
+    """The frozen config's text, verified against ``config.sha256`` (``None``: not frozen yet)."""
+    key = f"runs/{release_id}/config.json"
+    try:
+        data = store.get(key)
+    except StoreError:
+        return None
+    try:
+        recorded = store.get_text(f"runs/{release_id}/config.sha256").strip()
+    except StoreError:  # a freeze interrupted before its hash: harmless while nothing was planned on it
+        recorded = "" if store.exists(f"runs/{release_id}/ledger/plan.json") else sha256_bytes(data)
+    if recorded != sha256_bytes(data):
+        raise IntegrityError(f"{store.uri}/{key}: does not match its frozen SHA-256 (config.sha256): the frozen "
+                             "config was changed or is incomplete; the release cannot go on")
+    return data.decode("utf-8")
+
+
+def candidate_context(config: ReleaseConfig, store: ObjectStore | None = None) -> RunContext:
+    """The context of ``config`` *before* it is frozen (validation runs here, so a refused input leaves the release
+    id reusable). If the release is already frozen, ``config`` must equal the frozen config."""
+    store = store or open_store(config.store)
+    frozen = _frozen_text(store, config.release_id)
+    if frozen is not None and frozen != config.canonical_json():
+        raise InputError(
+            f"release {config.release_id!r} already exists in {store.uri} with a different config "
+            f"(frozen sha256 {hashlib.sha256(frozen.encode()).hexdigest()[:12]}, given {config.sha256()[:12]}); a "
+            "frozen release's config never changes",
+            file=f"{store.uri}/runs/{config.release_id}/config.json",
+        )
+    return _context(store, config)
 
 
 def freeze_config(config: ReleaseConfig, store: ObjectStore | None = None) -> RunContext:
-    """Freeze ``config`` into its store (create-only) or verify it equals the frozen one; return the context.
+    """Freeze ``config`` into its store (create-only: its SHA-256 first, then the text) or verify it equals the
+    frozen one; return the context.
 
-    A different config under an existing release id is refused (``InputError``, exit 2).
+    A different config under an existing release id is refused (``InputError``, exit 2); a frozen config that
+    no longer matches its SHA-256 is refused (``IntegrityError``, exit 3).
     """
-    store = store or open_store(config.store)
-    text = config.canonical_json()
-    key = f"runs/{config.release_id}/config.json"
-    if not store.put_if_absent(key, text.encode()):
-        frozen = store.get_text(key)
-        if frozen != text:
-            raise InputError(
-                f"release {config.release_id!r} already exists in {store.uri} with a different config "
-                f"(frozen sha256 {hashlib.sha256(frozen.encode()).hexdigest()[:12]}, given {config.sha256()[:12]});"
-                " use a new release_id",
-                file=f"{store.uri}/{key}",
-            )
-    store.put_if_absent(f"runs/{config.release_id}/config.sha256", (config.sha256() + "\n").encode())
-    return RunContext(store=store, config=config, config_sha256=config.sha256(),
-                      ledger=Ledger(store, config.release_id))
+    ctx = candidate_context(config, store)
+    root = f"runs/{config.release_id}"
+    text = config.canonical_json().encode()
+    if not ctx.store.exists(f"{root}/config.sha256"):
+        ctx.store.put_if_absent(f"{root}/config.json", text)
+        winner = ctx.store.get(f"{root}/config.json")  # a concurrent freeze of another config may have won
+        ctx.store.put_if_absent(f"{root}/config.sha256", (sha256_bytes(winner) + "\n").encode())
+        candidate_context(config, ctx.store)  # ... and then this one is refused here
+    return ctx
 
 
 def open_run(release_id: str, store_uri: str) -> RunContext:
-    """The context of an existing release from its frozen config (for resume, status, ledger)."""
+    """The context of an existing release from its frozen config (for resume, status, ledger), verified against
+    its frozen SHA-256 and the plan's binding."""
     store = open_store(store_uri)
-    try:
-        raw = json.loads(store.get_text(f"runs/{release_id}/config.json"))
-    except StoreError:
-        raise InputError(f"no release {release_id!r} in {store.uri}", file=f"{store.uri}/runs/{release_id}") from None
+    text = _frozen_text(store, release_id)
+    if text is None:
+        raise InputError(f"no release {release_id!r} in {store.uri}", file=f"{store.uri}/runs/{release_id}")
+    raw = json.loads(text)
     raw["store"] = store_uri  # execution settings are not frozen (see ReleaseConfig.canonical_json)
     config = parse_release_config(raw, source=f"{store.uri}/runs/{release_id}/config.json")
-    return RunContext(store=store, config=config, config_sha256=config.sha256(), ledger=Ledger(store, release_id))
+    if config.canonical_json() != text:
+        raise IntegrityError(f"{store.uri}/runs/{release_id}/config.json: not in canonical form (edited)")
+    ctx = _context(store, config)
+    try:
+        bound = json.loads(store.get(f"runs/{release_id}/ledger/plan.json")).get("binding", {})
+    except StoreError:
+        return ctx
+    except ValueError:
+        raise IntegrityError(f"{store.uri}/runs/{release_id}/ledger/plan.json: unreadable frozen plan") from None
+    if bound != {"config_sha256": ctx.config_sha256, "rng_mode": config.rng.mode}:
+        raise IntegrityError(f"{store.uri}/runs/{release_id}/ledger/plan.json: the frozen plan is bound to another "
+                             f"config or RNG mode ({bound}); the frozen config was changed")
+    return ctx
 
 
 # ------------------------------------------------------------------------------------------------- manifests
@@ -135,7 +204,8 @@ def manifest_if_current(ctx: RunContext, stage: str, product: str,
         record: dict[str, Any] = json.loads(ctx.store.get(manifest_key(ctx, stage, product)))
     except StoreError:
         return None
-    if record.get("code_version") != code_version() or record.get("inputs") != dict(sorted(inputs.items())):
+    if record.get("code_version") != code_version() or record.get("inputs") != dict(sorted(inputs.items())) \
+            or record.get("config_sha256") != ctx.config_sha256:
         return None
     for key, out in record.get("outputs", {}).items():
         if not ctx.store.exists(key) or ctx.store.sha256(key) != out.get("sha256"):

@@ -30,6 +30,7 @@ import json
 import os
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -39,7 +40,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dasflow.errors import LedgerRefusal
+from dasflow.errors import IntegrityError, LedgerRefusal
 from dasflow.io.store import ObjectStore, StoreError, sha256_bytes
 from dasflow.privacy import faults, relations
 from dasflow.privacy.composition import PlanTotal, compose_plan
@@ -87,6 +88,25 @@ class Cap:
     epsilon: Fraction | None = None
 
 
+def check_plan(specs: Sequence[MeasurementSpec], cap: Cap) -> PlanTotal:
+    """The one cap check (freezing, ``dasflow validate`` and every command use it): unique keys, and the exact
+    composed total within the cap. Raises ``LedgerRefusal``; returns the total."""
+    keys = [s.key for s in specs]
+    dupes = sorted(k for k, n in Counter(keys).items() if n > 1)
+    if dupes:
+        raise LedgerRefusal(f"the plan lists keys more than once: {dupes[:5]}")
+    total = compose_plan(specs)
+    if cap.rho is not None and (total.rho is None or total.rho > cap.rho):
+        raise LedgerRefusal(
+            f"plan total rho = {frac_str(total.rho)} exceeds the release cap rho = {cap.rho}; nothing measured"
+        )
+    if cap.epsilon is not None and total.all_pure and (total.epsilon is None or total.epsilon > cap.epsilon):
+        raise LedgerRefusal(
+            f"plan total epsilon = {frac_str(total.epsilon)} exceeds the release cap epsilon = {cap.epsilon}"
+        )
+    return total
+
+
 @dataclass(frozen=True)
 class Commit:
     """A committed measurement: where its NMF is and the NMF's SHA-256."""
@@ -100,11 +120,15 @@ class Commit:
 class Ledger:
     """The ledger of one release in a store (see the module docstring)."""
 
-    def __init__(self, store: ObjectStore, release_id: str) -> None:
+    def __init__(self, store: ObjectStore, release_id: str, binding: Mapping[str, str] | None = None) -> None:
         self.store = store
         self.release_id = release_id
         self.root = f"runs/{release_id}/ledger"
+        #: what every NMF and commit of this release is bound to: ``config_sha256``, ``rng_mode`` and (during
+        #: measurement, where the confidential inputs are readable) ``inputs_sha256``
+        self.binding: dict[str, str] = dict(binding or {})
         self._plan: dict[str, dict[str, Any]] | None = None
+        self._traces: dict[str, str] | None = None
 
     # ----------------------------------------------------------------------------------------------- plan
     def freeze_plan(self, specs: Sequence[MeasurementSpec], cap: Cap) -> PlanTotal:
@@ -112,25 +136,14 @@ class Ledger:
 
         Raises ``LedgerRefusal`` for an over-cap plan, duplicate keys, or a plan that differs from the frozen one.
         """
-        keys = [s.key for s in specs]
-        dupes = sorted({k for k in keys if keys.count(k) > 1})
-        if dupes:
-            raise LedgerRefusal(f"the plan lists keys more than once: {dupes[:5]}")
-        total = compose_plan(specs)
-        if cap.rho is not None and (total.rho is None or total.rho > cap.rho):
-            raise LedgerRefusal(
-                f"plan total rho = {frac_str(total.rho)} exceeds the release cap rho = {cap.rho}; nothing measured"
-            )
-        if cap.epsilon is not None and total.all_pure and (total.epsilon is None or total.epsilon > cap.epsilon):
-            raise LedgerRefusal(
-                f"plan total epsilon = {frac_str(total.epsilon)} exceeds the release cap epsilon = {cap.epsilon}"
-            )
+        total = check_plan(specs, cap)
         record: dict[str, Any] = {
             "release_id": self.release_id,
             "cap": {"rho": frac_str(cap.rho), "epsilon": frac_str(cap.epsilon) if cap.epsilon else None},
             "entries": [spec_record(s) for s in specs],
-            "audit": relations.audit_record(list(specs)),  # per key: relation, whole-vector sensitivity, noise
             "total": total.as_record(),
+            "binding": {k: self.binding[k] for k in ("config_sha256", "rng_mode") if k in self.binding},
+            "audit": relations.audit_record(list(specs)),  # per key: relation, whole-vector sensitivity, noise
         }
         data = _dumps(record)
         key = f"{self.root}/plan.json"
@@ -200,16 +213,18 @@ class Ledger:
         if not self.store.exists(nmf_key):
             if self.store.exists(f"{self.root}/abandoned.json"):  # after our reserved entry (privacy.account)
                 raise LedgerRefusal(f"release {self.release_id} was abandoned: nothing is drawn")
+            self.check_never_drawn(spec.key)
             measurement = draw()
-            data = encode_nmf(measurement, spec)
+            data = encode_nmf(measurement, spec, self.binding)
             drawn = self.store.put_if_absent(nmf_key, data)  # a concurrent winner's NMF is used instead
             faults.point(f"measure:after-nmf:{spec.key}")
         data = self.store.get(nmf_key)
         measurement = decode_nmf(data, spec)
+        self._check_binding(spec.key, nmf_binding(data), nmf_key)
         rows = len(measurement.table)
         commit_rec = _dumps({"key": spec.key, "nmf": nmf_key, "sha256": sha256_bytes(data), "rows": rows,
                              "budget": planned["budget"], "mechanism": planned["mechanism"],
-                             "rng_mode": measurement.rng_mode})
+                             "rng_mode": measurement.rng_mode, "binding": self.binding})
         if not self.store.put_if_absent(self._entry(spec.key, "committed"), commit_rec):
             existing = self.committed(spec.key)
             if existing is None or existing.sha256 != sha256_bytes(data):
@@ -218,10 +233,101 @@ class Ledger:
         return measurement, drawn
 
     def load(self, spec: MeasurementSpec, commit: Commit) -> NoisyMeasurement:
-        data = self.store.get(commit.nmf_key)
+        """The committed NMF of ``spec``, verified against its commit's SHA-256 and the release's binding."""
+        try:
+            data = self.store.get(commit.nmf_key)
+        except StoreError:
+            raise IntegrityError(f"{self.store.uri}/{commit.nmf_key}: the committed measurement of {spec.key!r} is "
+                                 "missing; it is never drawn again (restore it from a backup)") from None
         if sha256_bytes(data) != commit.sha256:
-            raise LedgerRefusal(f"NMF of {spec.key!r} does not match its committed hash: tampered or corrupt")
+            raise IntegrityError(f"{self.store.uri}/{commit.nmf_key}: does not match its committed SHA-256 "
+                                 "(tampered or corrupt)")
+        self._check_binding(spec.key, nmf_binding(data), commit.nmf_key)
         return decode_nmf(data, spec)
+
+    # ------------------------------------------------------------------------------------------ integrity
+    def _check_binding(self, key: str, bound: Mapping[str, str], where: str) -> None:
+        """An NMF (or commit) must carry the release's config hash, RNG mode and — when known here — the hash
+        of the confidential inputs it was drawn from."""
+        for field in ("config_sha256", "rng_mode", "inputs_sha256"):
+            mine = self.binding.get(field)
+            if mine is None:
+                continue
+            if bound.get(field) != mine:
+                what = {"config_sha256": "the frozen config", "rng_mode": "the release's RNG mode",
+                        "inputs_sha256": "the current confidential inputs (changed since it was measured)"}[field]
+                raise IntegrityError(f"{self.store.uri}/{where}: measurement {key!r} is not bound to {what}: "
+                                     f"{field} {bound.get(field)!r} != {mine!r}")
+
+    def _trace_index(self) -> dict[str, str]:
+        """Ledger key → where a hash of its NMF was recorded outside the ledger: the measure, post-processing and
+        release stage manifests (built once per ledger object, on the first draw)."""
+        if self._traces is None:
+            traces: dict[str, str] = {}
+            run = f"runs/{self.release_id}"
+            for mkey in sorted(self.store.list(f"{run}/manifests/")):
+                if not mkey.endswith(".json") or "/validate/" in mkey or "/preprocess/" in mkey:
+                    continue
+                try:
+                    record = json.loads(self.store.get(mkey))
+                except (StoreError, ValueError):
+                    traces["*"] = mkey  # an unreadable manifest may have recorded anything
+                    continue
+                for key in record.get("inputs", {}):
+                    traces.setdefault(key, mkey)
+            release_manifest = f"{run}/release/MANIFEST.json"
+            if self.store.exists(release_manifest):
+                traces["*"] = release_manifest  # a release was built from every planned key
+            self._traces = traces
+        return self._traces
+
+    def check_never_drawn(self, key: str) -> None:
+        """Refuse to draw ``key`` if a draw of it was ever persisted or used: its NMF hash is recorded in a stage
+        manifest, or a release was built. Only a reservation whose noise provably never reached storage may be
+        redrawn (DESIGN.md §2)."""
+        traces = self._trace_index()
+        where = traces.get(key) or traces.get("*")
+        if where is not None:
+            raise IntegrityError(
+                f"measurement {key!r} was drawn before (recorded in {self.store.uri}/{where}) but its NMF or "
+                "commit is missing: it is never drawn again; restore runs/"
+                f"{self.release_id}/measurements/ and ledger/entries/ from a backup, or abandon the release")
+
+    def verify(self, *, deep: bool = True) -> list[str]:
+        """Check the frozen chain of the ledger: the plan's binding, every commit against its plan entry and the
+        binding, and (``deep``) every committed NMF against its SHA-256 and binding. Returns the committed keys;
+        raises ``IntegrityError`` naming the first object that does not match."""
+        plan_key = f"{self.root}/plan.json"
+        record = self.plan_record()
+        bound = record.get("binding", {})
+        for field in ("config_sha256", "rng_mode"):
+            if field in self.binding and bound.get(field) != self.binding[field]:
+                raise IntegrityError(f"{self.store.uri}/{plan_key}: the frozen plan is not bound to this release's "
+                                     f"{field} ({bound.get(field)!r} != {self.binding[field]!r})")
+        plan = {e["key"]: e for e in record["entries"]}
+        committed = []
+        for key, entry in plan.items():
+            ckey = self._entry(key, "committed")
+            try:
+                rec = json.loads(self.store.get(ckey))
+            except StoreError:
+                continue
+            except ValueError:
+                raise IntegrityError(f"{self.store.uri}/{ckey}: unreadable commit") from None
+            if rec.get("key") != key or rec.get("budget") != entry["budget"] or \
+                    rec.get("mechanism") != entry["mechanism"] or rec.get("nmf") != self.nmf_key(key):
+                raise IntegrityError(f"{self.store.uri}/{ckey}: the commit does not match its frozen plan entry")
+            binding = {k: v for k, v in self.binding.items() if k != "inputs_sha256"}
+            cb = rec.get("binding", {})
+            for field, mine in binding.items():
+                if cb.get(field) != mine:
+                    raise IntegrityError(f"{self.store.uri}/{ckey}: commit bound to {field} {cb.get(field)!r}, "
+                                         f"the release has {mine!r}")
+            if deep:
+                spec = spec_from_record(entry)
+                self.load(spec, Commit(key=key, nmf_key=rec["nmf"], sha256=rec["sha256"], rows=int(rec["rows"])))
+            committed.append(key)
+        return committed
 
     # ---------------------------------------------------------------------------------------------- audit
     def audit(self) -> list[dict[str, Any]]:
@@ -261,9 +367,19 @@ def spec_from_record(rec: Mapping[str, Any]) -> MeasurementSpec:
     )
 
 
-def encode_nmf(m: NoisyMeasurement, spec: MeasurementSpec | None = None) -> bytes:
-    """Parquet bytes of a noisy measurement, with its ledger key, spec and RNG mode in the schema metadata
-    (``spec``: the ledger's spec of the key, when it differs from the product's own)."""
+def nmf_binding(data: bytes) -> dict[str, str]:
+    """What an NMF is bound to (config hash, RNG mode, confidential inputs hash), from its schema metadata."""
+    meta = pq.read_schema(io.BytesIO(data)).metadata or {}
+    bound: dict[str, str] = json.loads(meta.get(b"dasflow.binding", b"{}"))
+    bound.setdefault("rng_mode", meta.get(b"dasflow.rng_mode", b"").decode())
+    return bound
+
+
+def encode_nmf(m: NoisyMeasurement, spec: MeasurementSpec | None = None,
+               binding: Mapping[str, str] | None = None) -> bytes:
+    """Parquet bytes of a noisy measurement, with its ledger key, spec, RNG mode and binding (config hash, RNG
+    mode, confidential inputs hash) in the schema metadata (``spec``: the ledger's spec of the key, when it
+    differs from the product's own)."""
     spec = spec or m.spec
     frame = m.table
     exact = [c for c in frame.columns if frame[c].dtype == object and len(frame)
@@ -273,7 +389,8 @@ def encode_nmf(m: NoisyMeasurement, spec: MeasurementSpec | None = None) -> byte
     table = pa.Table.from_pandas(frame, preserve_index=False)
     meta = {b"dasflow.key": spec.key.encode(), b"dasflow.rng_mode": m.rng_mode.encode(),
             b"dasflow.spec": json.dumps(spec_record(spec), sort_keys=True).encode(),
-            b"dasflow.fraction_columns": json.dumps(exact).encode()}
+            b"dasflow.fraction_columns": json.dumps(exact).encode(),
+            b"dasflow.binding": json.dumps({**(binding or {}), "rng_mode": m.rng_mode}, sort_keys=True).encode()}
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
     buf = io.BytesIO()
     # LZ4 with dictionary pages: ~4x faster to read back than zstd for the multi-million-row SafeTab-P NMFs, at

@@ -2,9 +2,10 @@
 
 Built only from what the release froze — the ledger's plan record (every planned key's mechanism, sensitivity,
 budget, noise scale and variance), the frozen config and its SHA-256, the committed ledger entries — and from
-SHA-256 digests of the inputs. It reads no confidential *content*: hashing an input object reveals nothing
-about the records (the digest is published as an integrity commitment, the Census's practice for its
-production inputs' checksums is the same idea).
+SHA-256 digests of the *public* inputs, read through the post-processing store view. Nothing in it is computed
+from confidential data: a digest of a confidential input is itself a disclosure (it lets anyone who knows all
+records but one test candidates for the last), so confidential digests never appear here. The frozen config's
+SHA-256 is published: the config is not confidential (products, budgets, input locations, RNG mode).
 
 Totals: the plan's entries compose sequentially (``dasflow.privacy.accounting.compose``: zCDP budgets add,
 pure-DP entries count ε²/2; all-pure plans also add in ε) and are converted to (ε, δ = 1e-10) by every sound
@@ -62,11 +63,16 @@ def invariants(ctx: RunContext) -> list[str]:
 
 
 def input_digests(ctx: RunContext) -> dict[str, str]:
-    """SHA-256 of every object under every input prefix of the release (confidential and public)."""
+    """SHA-256 of every object under the release's **public** inputs, read through the post-processing view.
+
+    Never a digest of a confidential input: a SHA-256 of a small confidential file lets anyone who knows all
+    records but one test candidates for the last, voiding the DP guarantee. The confidential inputs' digests
+    stay on the confidential side (the stage manifests and NMF bindings under ``runs/``)."""
+    post = ctx.post_store()
     out: dict[str, str] = {}
-    for _name, prefix in sorted(ctx.config.inputs.items()):
-        for key in ctx.store.list(prefix):
-            out[key] = ctx.store.sha256(key)
+    for _name, prefix in sorted(ctx.layout.public.items()):
+        for key in post.list(prefix):
+            out[key] = post.sha256(key)
     return out
 
 
@@ -171,7 +177,10 @@ def certificate_blocks(ctx: RunContext) -> list[Block]:
     blocks.append(Bullets(tuple(f"{p.name}: `{hashlib.sha256(p.config_text.encode()).hexdigest()}`"
                                 for p in cfg.products)))
     digests = input_digests(ctx)
-    blocks.append(Heading("Inputs (SHA-256)"))
+    blocks.append(Heading("Public inputs (SHA-256)"))
+    blocks.append(Para("Confidential inputs are not listed: any digest of them would disclose information about "
+                       "the records. Their integrity is bound on the confidential side (stage manifests and "
+                       "noisy measurement files under runs/)."))
     blocks.append(Table(("object", "SHA-256"), tuple((f"`{k}`", f"`{v}`") for k, v in digests.items()))
                   if digests else Para("no input objects"))
     return blocks

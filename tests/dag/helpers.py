@@ -13,6 +13,7 @@ import pandas as pd
 
 from dasflow.config import ReleaseConfig, parse_release_config
 from dasflow.io.store import LocalStore, ObjectStore
+from dasflow.pipeline.inputs import mark_synthetic
 from tests.dag import counts_product
 
 STATES = ["01", "02", "06", "48"]
@@ -25,6 +26,7 @@ def seed_inputs(store: ObjectStore, persons: int = 500, seed: int = 3) -> None:
     frame = pd.DataFrame({"STATE": gen.choice(STATES, size=persons), "SEX": gen.integers(1, 3, size=persons)})
     store.put(counts_product.PERSONS, frame.to_csv(index=False).encode())
     store.put(counts_product.STATES, pd.DataFrame({"STATE": STATES}).to_csv(index=False).encode())
+    mark_synthetic(store, "confidential/counts/", generator_note="tests.dag.helpers.seed_inputs")
 
 
 def release_dict(store: str, release_id: str = "r1", rho: tuple[str, str] = ("1/2", "1/4"),

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from dasflow.io.store import LocalStore
+from dasflow.pipeline.inputs import mark_synthetic
 from tests.dag.helpers import release_dict, release_files, seed_inputs
 from tests.servers import free_port
 
@@ -125,7 +126,11 @@ def test_sigkill_then_resume_gives_identical_release_and_single_spend(
     crashed = dasflow(prefect_api, "run", str(config), fault=point)
     assert crashed.returncode == -signal.SIGKILL, (crashed.returncode, crashed.stderr[-2000:])
     assert not (tmp_path / "store/runs/r1/release/MANIFEST.json").exists()
-    resumed = dasflow(prefect_api, "resume", "r1", "--store", str(tmp_path / "store"))
+    if point.startswith("stage:validate:"):  # validation runs before freezing: nothing to resume, rerun it
+        assert not (tmp_path / "store/runs/r1/config.json").exists()
+        resumed = dasflow(prefect_api, "run", str(config))
+    else:
+        resumed = dasflow(prefect_api, "resume", "r1", "--store", str(tmp_path / "store"))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert ledger_state(tmp_path / "store") == {"entries": EXPECTED_ENTRIES,
                                                 "nmfs": ["state.parquet", "state_sex.parquet"]}
@@ -165,11 +170,18 @@ def test_bad_input_exits_2_naming_file_row_column(prefect_api: dict[str, str], t
     lines = persons.read_text().splitlines()
     lines[4] = "99,1"
     persons.write_text("\n".join(lines) + "\n")
+    mark_synthetic(LocalStore(tmp_path / "store"), "confidential/counts/", generator_note="a corrupted fixture")
     result = dasflow(prefect_api, "run", str(config))
     assert result.returncode == 2, result.stderr[-2000:]
     assert "file confidential/counts/persons.csv, row 5, column STATE" in result.stderr
     assert not (tmp_path / "store/runs/r1/measurements").exists()
-    assert not (tmp_path / "store/runs/r1/ledger/entries").exists()
+    assert not (tmp_path / "store/runs/r1/ledger").exists()
+    assert not (tmp_path / "store/runs/r1/config.json").exists()  # refused before freezing: the id is reusable
+    lines[4] = "06,1"  # the operator fixes the input and runs the same config again under the same id
+    persons.write_text("\n".join(lines) + "\n")
+    mark_synthetic(LocalStore(tmp_path / "store"), "confidential/counts/", generator_note="the fixed fixture")
+    fixed = dasflow(prefect_api, "run", str(config))
+    assert fixed.returncode == 0, fixed.stderr[-2000:]
 
 
 def test_demo_runs_end_to_end_and_a_second_run_resumes(prefect_api: dict[str, str], tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 from dasflow.errors import InputError, LedgerRefusal
 from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
+from dasflow.pipeline.inputs import mark_synthetic
 from dasflow.pipeline.run import freeze_config, open_run
 from dasflow.privacy.ledger import encode_nmf
 from tests.dag import counts_product
@@ -18,9 +19,9 @@ from tests.dag.helpers import local_release, release_config, release_files
 
 
 def run_all(ctx) -> dict:  # type: ignore[no-untyped-def]
-    stages.plan_stage(ctx)
     for p in ctx.config.products:
         stages.validate_stage(ctx, p.name)
+    stages.plan_stage(ctx)
     out = {}
     for p in ctx.config.products:
         stages.preprocess_stage(ctx, p.name)
@@ -76,6 +77,7 @@ def test_same_seed_same_bytes_different_seed_different_noise(tmp_path: Path) -> 
 def test_over_cap_plan_is_refused_before_any_noise(tmp_path: Path) -> None:
     store, cfg = local_release(tmp_path, cap="1/2")
     ctx = freeze_config(cfg, store)
+    stages.validate_stage(ctx, "counts")
     with pytest.raises(LedgerRefusal, match="exceeds the release cap"):
         stages.plan_stage(ctx)
     assert store.list("runs/r1/ledger/") == []
@@ -84,8 +86,10 @@ def test_over_cap_plan_is_refused_before_any_noise(tmp_path: Path) -> None:
 
 def test_infinite_budget_is_refused_under_a_finite_cap(tmp_path: Path) -> None:
     store, cfg = local_release(tmp_path, rho=("Infinity", "1/4"))
+    ctx = freeze_config(cfg, store)
+    stages.validate_stage(ctx, "counts")
     with pytest.raises(LedgerRefusal, match="Infinity"):
-        stages.plan_stage(freeze_config(cfg, store))
+        stages.plan_stage(ctx)
 
 
 def test_changed_config_under_same_release_id_is_refused(tmp_path: Path) -> None:
@@ -100,16 +104,22 @@ def test_changed_plan_is_refused_even_if_config_file_is_swapped(tmp_path: Path) 
     """Someone edits the frozen config in place: the frozen plan still wins and the run is refused."""
     store, cfg = local_release(tmp_path)
     ctx = freeze_config(cfg, store)
+    stages.validate_stage(ctx, "counts")
     stages.plan_stage(ctx)
     changed = release_config(str(tmp_path / "store"), rho=("1/3", "1/4"))
     store.put("runs/r1/config.json", changed.canonical_json().encode())
-    with pytest.raises(LedgerRefusal, match="differs from the frozen plan"):
-        stages.plan_stage(open_run("r1", str(tmp_path / "store")))
+    with pytest.raises(LedgerRefusal, match="does not match its frozen SHA-256"):
+        open_run("r1", str(tmp_path / "store"))
+    # the hash edited too: the frozen plan's binding still names the original config
+    store.put("runs/r1/config.sha256", (changed.sha256() + "\n").encode())
+    with pytest.raises(LedgerRefusal, match="bound to another config"):
+        open_run("r1", str(tmp_path / "store"))
 
 
 def test_unplanned_measurement_is_refused(tmp_path: Path) -> None:
     store, cfg = local_release(tmp_path)
     ctx = freeze_config(cfg, store)
+    stages.validate_stage(ctx, "counts")
     stages.plan_stage(ctx)
     spec = stages.product_specs(ctx, "counts")[0]
     rogue = type(spec)(**{**spec.__dict__, "key": "counts/rogue"})
@@ -132,10 +142,12 @@ def test_bad_input_fails_validation_and_nothing_is_measured(tmp_path: Path) -> N
     data = store.get(counts_product.PERSONS).decode().splitlines()
     data[7] = "06,3"
     store.put(counts_product.PERSONS, ("\n".join(data) + "\n").encode())
+    mark_synthetic(store, "confidential/counts/", generator_note="test: a corrupted synthetic file")
     ctx = freeze_config(cfg, store)
-    stages.plan_stage(ctx)
     with pytest.raises(InputError, match=r"row 8, column SEX"):
         stages.validate_stage(ctx, "counts")
+    with pytest.raises(InputError, match="not passed validation"):
+        stages.plan_stage(ctx)
     with pytest.raises(InputError, match="not passed validation"):
         stages.preprocess_stage(ctx, "counts")
     assert store.list("runs/r1/measurements/") == []
@@ -149,8 +161,8 @@ def test_reserved_without_nmf_redraws_the_same_noise_under_the_same_entry(tmp_pa
     run_all(freeze_config(ref_cfg, ref_store))
     store, cfg = local_release(tmp_path / "x")
     ctx = freeze_config(cfg, store)
-    stages.plan_stage(ctx)
     stages.validate_stage(ctx, "counts")
+    stages.plan_stage(ctx)
     stages.preprocess_stage(ctx, "counts")
     store.put_if_absent("runs/r1/ledger/entries/counts/state.reserved.json", b'{"attempt": "crashed"}\n')
     run_all(ctx)
@@ -161,14 +173,15 @@ def test_reserved_without_nmf_redraws_the_same_noise_under_the_same_entry(tmp_pa
 def test_reserved_with_nmf_is_committed_without_drawing(tmp_path: Path) -> None:
     store, cfg = local_release(tmp_path)
     ctx = freeze_config(cfg, store)
-    stages.plan_stage(ctx)
     stages.validate_stage(ctx, "counts")
+    stages.plan_stage(ctx)
     stages.preprocess_stage(ctx, "counts")
     spec = stages.product_specs(ctx, "counts")[0]
     prepared = stages.load_prepared(ctx, "counts")
     pre = stages.measure_one(ctx.adapter("counts").product(None), prepared, spec,
                              stages.base_rng(ctx).spawn(spec.key), {})
-    store.put_if_absent(ctx.ledger.nmf_key(spec.key), encode_nmf(pre))
+    ctx.bind_inputs()
+    store.put_if_absent(ctx.ledger.nmf_key(spec.key), encode_nmf(pre, spec, ctx.ledger.binding))
     measurement, drawn = ctx.ledger.measure_once(spec, lambda: pytest.fail("drew again"), attempt="t")
     assert not drawn
     assert measurement.table["NOISY"].tolist() == pre.table["NOISY"].tolist()
@@ -183,7 +196,7 @@ def test_tampered_nmf_is_detected(tmp_path: Path) -> None:
     key = ctx.ledger.nmf_key(spec.key)
     other = stages.product_specs(ctx, "counts")[1]
     store.put(key, store.get(ctx.ledger.nmf_key(other.key)))
-    with pytest.raises(LedgerRefusal, match="does not match its committed hash"):
+    with pytest.raises(LedgerRefusal, match="does not match its committed SHA-256"):
         ctx.ledger.measure_once(spec, lambda: pytest.fail("drew"), attempt="t")
 
 
@@ -231,6 +244,7 @@ def test_rerun_postprocess_refuses_an_unmeasured_release(tmp_path: Path) -> None
 
     store, cfg = local_release(tmp_path)
     ctx = freeze_config(cfg, store)
+    stages.validate_stage(ctx, "counts")
     stages.plan_stage(ctx)
     with pytest.raises(LedgerRefusal, match="not measured yet"):
         rerun_postprocess(ctx)

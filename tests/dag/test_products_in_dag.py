@@ -16,6 +16,7 @@ from dasflow.privacy import accounting
 from dasflow.products.safetab_p import parse_config
 from tests.dag.helpers import release_files, topdown_release
 from tests.dag.test_pipeline import run_all
+from tests.synthetic import mark_inputs
 
 TOY = Path(__file__).resolve().parents[1] / "data" / "safetab_p_toy"
 
@@ -31,6 +32,7 @@ def safetab_release(tmp: Path, mechanism: str, seed: int = 5) -> tuple[LocalStor
            "inputs": {"safetab-p": "confidential/safetab-p/", "safetab-p_public": "public/safetab-p/"},
            "products": [{"name": "safetab-p", "config_text": text}],
            "cap": {"rho": "100"}, "rng": {"mode": "test", "seed": seed}}
+    mark_inputs(store, raw, "the SafeTab-P toy inputs")
     return store, raw
 
 

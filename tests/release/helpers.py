@@ -14,9 +14,9 @@ def released_context(tmp: Path, **kw: Any) -> RunContext:
     """Freeze, plan, validate, preprocess, measure, post-process and release the counts product."""
     store, cfg = local_release(tmp, **kw)
     ctx = freeze_config(cfg, store)
-    stages.plan_stage(ctx)
     for p in ctx.config.products:
         stages.validate_stage(ctx, p.name)
+    stages.plan_stage(ctx)
     for p in ctx.config.products:
         stages.preprocess_stage(ctx, p.name)
         stages.measure_stage(ctx, p.name)

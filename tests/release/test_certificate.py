@@ -53,9 +53,10 @@ def test_test_release_certificate_contents(tmp_path: Path) -> None:
     best = accounting.zcdp_to_approx_dp("3/4", accounting.DELTA)
     assert f"ε at δ = 1e-10: {best.epsilon:.6f} — {best.method} (smallest)" in md
     assert "over 2 of 2 planned keys" in md
-    # inputs and product configs hashed
+    # product configs hashed; the confidential input never (its digest would be a disclosure)
     persons = ctx.store.get("confidential/counts/persons.csv")
-    assert f"`{hashlib.sha256(persons).hexdigest()}`" in md
+    assert hashlib.sha256(persons).hexdigest() not in md
+    assert "confidential/counts/persons.csv" not in md
     text = ctx.config.products[0].config_text.encode()
     assert hashlib.sha256(text).hexdigest() in md
     assert "counts: not declared by the product" in md

@@ -40,8 +40,8 @@ def phsafe_release(tmp: Path, seed: int | None = 4) -> RunContext:
         raw["account"] = "cef"
         account.open_account(store, "cef", "US", cap_rho=Fraction(10))
     ctx = freeze_config(parse_release_config(raw), store)
-    stages.plan_stage(ctx)
     stages.validate_stage(ctx, "phsafe")
+    stages.plan_stage(ctx)
     stages.preprocess_stage(ctx, "phsafe")
     stages.measure_stage(ctx, "phsafe")
     stages.postprocess_stage(ctx, "phsafe")

@@ -15,6 +15,7 @@ from dasflow.errors import DasflowError, InputError, LedgerRefusal
 from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import freeze_config
+from tests.synthetic import mark_inputs
 
 
 def _config_text(name: str) -> str:
@@ -54,10 +55,11 @@ def run_release(store: LocalStore, raw: dict[str, Any], *, full: bool = False,
     ``dasflow`` CLI's exit codes (0 ok, 2 bad input/config, 3 ledger refusal, 1 other)."""
     try:
         cfg = parse_release_config(raw, source="release.json")
+        mark_inputs(store, raw, "validation corpus")
         ctx = freeze_config(cfg, store)
-        stages.plan_stage(ctx)
         for p in cfg.products:
             stages.validate_stage(ctx, p.name)
+        stages.plan_stage(ctx)
         if full:
             for p in cfg.products:
                 stages.preprocess_stage(ctx, p.name)

@@ -12,10 +12,11 @@ from dasflow.config import parse_release_config
 from dasflow.errors import InputError
 from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
-from dasflow.pipeline.run import freeze_config
+from dasflow.pipeline.run import candidate_context, freeze_config
 from tests.dag.helpers import release_files
 from tests.dag.test_pipeline import run_all
 from tests.dag.test_products_in_dag import TOY, safetab_release
+from tests.synthetic import mark_inputs
 
 
 def split_store(tmp: Path, lines_b: list[str] | None = None) -> tuple[LocalStore, dict]:  # type: ignore[type-arg]
@@ -26,6 +27,7 @@ def split_store(tmp: Path, lines_b: list[str] | None = None) -> tuple[LocalStore
     b = lines_b if lines_b is not None else rows[half:]
     store.put("confidential/safetab-p/person-records/a.txt", "\n".join([header, *rows[:half]]).encode() + b"\n")
     store.put("confidential/safetab-p/person-records/b.txt", "\n".join([header, *b]).encode() + b"\n")
+    mark_inputs(store, raw, "the SafeTab-P toy inputs, split")
     return store, raw
 
 
@@ -51,11 +53,11 @@ def test_bad_row_in_a_split_file_is_named_before_any_noise(tmp_path: Path, colum
     fields[cols.index(column)] = value
     bad[0] = "|".join(fields)
     store, raw = split_store(tmp_path, bad)
-    ctx = freeze_config(parse_release_config(raw), store)
-    stages.plan_stage(ctx)
+    ctx = candidate_context(parse_release_config(raw), store)
     with pytest.raises(InputError) as caught:
         stages.validate_stage(ctx, "safetab-p")
     exc = caught.value
     assert (exc.file, exc.row) == ("person-records/b.txt", 2), str(exc)
     assert exc.column in (column, "TABBLK"), str(exc)
-    assert ctx.ledger.spent().entries == 0
+    assert store.list(f"runs/{ctx.release_id}/ledger/") == []  # validation precedes freezing: nothing planned
+    assert not store.exists(f"runs/{ctx.release_id}/config.json")  # ... and the release id stays reusable

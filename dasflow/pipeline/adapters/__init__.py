@@ -9,17 +9,28 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
 from dasflow.products.base import Product
 
 
+class InputDeclaration(NamedTuple):
+    """One input a product reads: its name in the release config's ``inputs``, its default prefix, and whether
+    it holds confidential data (``dasflow.pipeline.inputs``: undeclared config inputs count as confidential)."""
+
+    name: str
+    default: str
+    confidential: bool
+
+
 class Adapter(Protocol):
     """What the pipeline needs to run one product inside a release."""
 
     name: str
+    #: every input the product reads (which are confidential is decided here, never by a path prefix)
+    input_declarations: tuple[InputDeclaration, ...]
 
     def product(self, config: Any) -> Product:
         """The product object for a loaded config."""

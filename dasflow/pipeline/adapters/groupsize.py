@@ -20,6 +20,7 @@ import pandas as pd
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore, StoreError
+from dasflow.pipeline.adapters import InputDeclaration
 from dasflow.pipeline.adapters.files import input_prefix, read_parquet_records
 from dasflow.privacy import accounting
 from dasflow.products.groupsize.product import GroupSizeConfig, GroupSizeProduct
@@ -30,6 +31,10 @@ UNIT_COLUMNS = ("TABBLKST", "TABBLKCOU", "HHGQ", "SIZE")
 
 class GroupSizeAdapter:
     name = "groupsize"
+    input_declarations = (
+        InputDeclaration("groupsize", "confidential/groupsize/", confidential=True),
+        InputDeclaration("groupsize_public", "public/groupsize/", confidential=False),
+    )
 
     def product(self, config: Any) -> GroupSizeProduct:
         return GroupSizeProduct(config)

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dasflow.io.store import ObjectStore
+from dasflow.pipeline.adapters import InputDeclaration
 from dasflow.pipeline.adapters.files import config_json, input_prefix, read_parquet_records
 from dasflow.products.matrix.config import MatrixConfig, parse_config
 from dasflow.products.matrix.product import MatrixProduct
@@ -16,6 +17,7 @@ from dasflow.products.matrix.product import MatrixProduct
 
 class MatrixAdapter:
     name = "matrix"
+    input_declarations = (InputDeclaration("matrix", "confidential/matrix/", confidential=True),)
 
     def product(self, config: Any) -> MatrixProduct:
         return MatrixProduct(config)

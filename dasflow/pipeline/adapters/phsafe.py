@@ -8,6 +8,7 @@ from typing import Any
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
+from dasflow.pipeline.adapters import InputDeclaration
 from dasflow.pipeline.adapters.files import config_json, input_prefix, local_file
 from dasflow.products.phsafe import PHSAFE, PHSafe, PHSafeConfig, parse_config
 from dasflow.products.phsafe.inputs import Inputs, check_cross_file, read_table
@@ -15,6 +16,10 @@ from dasflow.products.phsafe.inputs import Inputs, check_cross_file, read_table
 
 class PHSafeAdapter:
     name = "phsafe"
+    input_declarations = (
+        InputDeclaration("phsafe", "confidential/phsafe/", confidential=True),
+        InputDeclaration("phsafe_geo", "public/phsafe/", confidential=False),
+    )
 
     def product(self, config: Any) -> PHSafe:
         return PHSAFE

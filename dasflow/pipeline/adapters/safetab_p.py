@@ -16,6 +16,7 @@ from typing import Any
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
+from dasflow.pipeline.adapters import InputDeclaration
 from dasflow.pipeline.adapters.files import config_json, input_prefix, local_dir, local_file
 from dasflow.products.base import MeasurementSpec, NoisyMeasurement, Prepared
 from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, load_public, parse_config, with_stage1
@@ -42,6 +43,10 @@ class PipelineSafeTabP(SafeTabP):
 
 class SafeTabPAdapter:
     name = "safetab-p"
+    input_declarations = (
+        InputDeclaration("safetab-p", "confidential/safetab-p/", confidential=True),
+        InputDeclaration("safetab-p_public", "public/safetab-p/", confidential=False),
+    )
 
     def product(self, config: Any) -> PipelineSafeTabP:
         return PipelineSafeTabP()

@@ -27,6 +27,7 @@ import pandas as pd
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore, StoreError
+from dasflow.pipeline.adapters import InputDeclaration
 from dasflow.pipeline.adapters.files import config_json, input_prefix, read_parquet_records
 from dasflow.privacy import accounting
 from dasflow.products.topdown.invariants import (
@@ -91,6 +92,10 @@ class TopDownAdapter:
     pipeline plans every product before measuring it)."""
 
     name = "topdown"
+    input_declarations = (
+        InputDeclaration("topdown", "confidential/topdown/", confidential=True),
+        InputDeclaration("topdown_public", "public/topdown/", confidential=False),
+    )
 
     def __init__(self) -> None:
         self._products: dict[int, tuple[Any, TopDown]] = {}
