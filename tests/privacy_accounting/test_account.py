@@ -134,3 +134,24 @@ def test_racing_processes_never_exceed_the_cap_on_s3(tmp_path: Path) -> None:
         make_bucket(endpoint, bucket)
         uri = f"s3://{bucket}/acct"
         _run_race(uri, endpoint, S3Store(uri, client=s3_client(endpoint)))
+
+
+def test_a_reservation_that_loses_the_race_for_a_slot_checks_the_cap_again(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deterministic version of the race: the reserving process read the chain before a concurrent reservation
+    claimed slot 0; its create-only claim of slot 0 fails, it re-reads and is refused by the cap."""
+    store = LocalStore(tmp_path)
+    account.open_account(store, "cef", "US", cap_rho=Fraction(3, 2))
+    reserve(store, "winner")
+    real = account.read_chain
+    calls: list[int] = []
+
+    def stale_then_real(s: ObjectStore, name: str) -> list[account.Slot]:
+        calls.append(1)
+        return [] if len(calls) == 1 else real(s, name)  # the stale view (empty chain) first
+
+    monkeypatch.setattr(account, "read_chain", stale_then_real)
+    with pytest.raises(LedgerRefusal, match="only 1/2 of the lifetime cap 3/2 remains"):
+        reserve(store, "loser")
+    assert len(calls) == 2  # the failed claim of slot 0 made it re-read the chain
+    assert [s.release_id for s in real(store, "cef")] == ["winner"]
