@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fractions import Fraction
 
+from dasflow.errors import IntegrityError
 from dasflow.pipeline.run import RunContext
 from dasflow.privacy import account as accounts
 from dasflow.privacy import accounting, relations
@@ -68,15 +69,19 @@ def account_blocks(ctx: RunContext) -> list[Block]:
         lines.append("account: none (a test release spends from no account)")
     else:
         chain = accounts.read_chain(ctx.store, acct.name)
-        spent = chain[-1].cumulative if chain else Fraction(0)
-        eps, method = accounts.lifetime_epsilon(acct, chain)
         mine = accounts.reservation(chain, ctx.release_id)[0]
+        if mine is None:
+            raise IntegrityError(f"release {ctx.release_id} holds no reservation on account {acct.name}")
+        # the account as it stood when this release was admitted (its slot): a fixed fact of the release, so a
+        # re-run of the release stage writes the same certificate whatever was reserved afterwards
+        upto = chain[:mine.seq + 1]
+        eps, method = accounts.lifetime_epsilon(acct, upto)
         lines += [
             f"account `{acct.name}` (universe {acct.universe}): lifetime cap {acct.unit} = {acct.cap}",
-            f"this release reserved {acct.unit} = {'—' if mine is None else mine.amount} (slot "
-            f"{'—' if mine is None else mine.seq})",
-            f"account lifetime spend including this release: {acct.unit} = {spent}, remaining "
-            f"{acct.cap - spent}; ε = {'—' if eps is None else f'{eps:.6f}'} at δ = 1e-10 ({method})",
+            f"this release reserved {acct.unit} = {mine.amount} (slot {mine.seq})",
+            f"account lifetime spend including this release (at its slot): {acct.unit} = {mine.cumulative}, "
+            f"remaining {acct.cap - mine.cumulative}; ε = {'—' if eps is None else f'{eps:.6f}'} at δ = 1e-10 "
+            f"({method})",
         ]
     blocks.append(Bullets(tuple(lines)))
     return blocks

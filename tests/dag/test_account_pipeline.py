@@ -95,6 +95,6 @@ def test_the_certificate_adds_up_per_product_and_over_the_account(tmp_path: Path
     assert "Neighbouring relation and privacy-loss account (add_remove_person)" in md
     assert "| counts | add_remove_person | ρ = 3/4 | same relation | ρ = 3/4 | none |" in md
     assert f"account `{ACCOUNT}` (universe US): lifetime cap rho = 100" in md
-    assert "account lifetime spend including this release: rho = 3/4, remaining 397/4" in md
+    assert "account lifetime spend including this release (at its slot): rho = 3/4, remaining 397/4" in md
     test_md, _ = certificate(released_context(tmp_path / "test", seed=5))
     assert "account: none (a test release spends from no account)" in test_md
