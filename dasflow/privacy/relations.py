@@ -14,7 +14,9 @@ for ρ, L1 ratio for ε), derived per product and checked by neighbour enumerati
 ``tests/privacy_accounting/test_relations.py``; docs/accounts.md has the short proofs.
 
 * PHSafe, SafeTab-P, matrix: add/remove one person. → change-one-person: a change is a removal then an
-  addition, so Δ' ≤ 2Δ in every norm (triangle inequality): ρ × 4, ε × 2 (sound for every query).
+  addition, so Δ' ≤ 2Δ in every norm (triangle inequality): ρ × 4, ε × 2 (sound for every query; PHSafe).
+  SafeTab-P and matrix keys are counts to which a person adds 0 or 1 per entry (≤ s groups; one cell of a
+  marginal): a change clears ≤ Δ₁ entries and raises ≤ Δ₁ others by 1, so L1 = L2² at most doubles: ρ × 2, ε × 2.
 * TopDown: change one record. Every key is a set of marginals (a partition of the records into cells) per
   geounit with Δ₁ = Δ₂² = 2; adding or removing one person moves one cell of each marginal by 1, Δ₁ = Δ₂² = 1:
   ρ × 1/2, ε × 1/2. The invariants it releases exactly (total and state populations, block facts) are not
@@ -81,14 +83,20 @@ def _l2_or_l1(spec: MeasurementSpec, l2sq: Fraction, l1: Fraction) -> Sensitivit
     return ("l2sq", l2sq) if spec.privacy_defn == "zcdp" else ("l1", l1)
 
 
-def _same_or_doubled(relation: str, note: str) -> Callable[[MeasurementSpec, str], Conversion]:
+#: add/remove → change-one for any query: a change is a removal then an addition, Δ' ≤ 2Δ in L1 and L2
+GENERIC_CHANGE = (Fraction(4), Fraction(2), "change = remove + add: Δ' ≤ 2Δ (triangle inequality)")
+#: ... for a key whose every person-contribution is a set of 0/+1 entries (marginals, SafeTab-P group counts): a
+#: change zeroes at most Δ₁ entries and raises at most Δ₁ others, all by 1, so Δ₁' ≤ 2Δ₁ and Δ₂'² ≤ 2Δ₂²
+COUNTS_CHANGE = (Fraction(2), Fraction(2), "0/+1 contributions: change moves ≤ 2× the entries by 1 (L1 = L2²)")
+
+
+def _add_remove(change: tuple[Fraction, Fraction, str]) -> Callable[[MeasurementSpec, str], Conversion]:
     def convert(spec: MeasurementSpec, account: str) -> Conversion:
-        if account == relation:
-            return Conversion(relation, account, Fraction(1), Fraction(1), "same relation")
-        if relation == ADD_REMOVE and account == CHANGE_ONE:
-            return Conversion(relation, account, Fraction(4), Fraction(2),
-                              "change = remove + add: Δ' ≤ 2Δ (triangle inequality)" + note)
-        raise LedgerRefusal(f"{spec.product}: no conversion from {relation} to {account}")
+        if account == ADD_REMOVE:
+            return Conversion(ADD_REMOVE, account, Fraction(1), Fraction(1), "same relation")
+        if account == CHANGE_ONE:
+            return Conversion(ADD_REMOVE, account, change[0], change[1], change[2])
+        raise LedgerRefusal(f"{spec.product}: no conversion from {ADD_REMOVE} to {account}")
     return convert
 
 
@@ -140,9 +148,9 @@ def _l2_sens(spec: MeasurementSpec) -> Sensitivity:
 
 
 _DECLARED: dict[str, ProductRelation] = {
-    "phsafe": ProductRelation(ADD_REMOVE, _phsafe_sens, _same_or_doubled(ADD_REMOVE, "")),
-    "safetab-p": ProductRelation(ADD_REMOVE, _safetab_sens, _same_or_doubled(ADD_REMOVE, "")),
-    "matrix": ProductRelation(ADD_REMOVE, _l2_sens, _same_or_doubled(ADD_REMOVE, "")),
+    "phsafe": ProductRelation(ADD_REMOVE, _phsafe_sens, _add_remove(GENERIC_CHANGE)),  # household-truncated
+    "safetab-p": ProductRelation(ADD_REMOVE, _safetab_sens, _add_remove(COUNTS_CHANGE)),
+    "matrix": ProductRelation(ADD_REMOVE, _l2_sens, _add_remove(COUNTS_CHANGE)),  # one marginal per key
     "topdown": ProductRelation(CHANGE_ONE, _as_is_sens, _topdown_convert,
                                ("total population", "state populations", "block facts (structural zeros)")),
     "groupsize": ProductRelation(FIXED_HOUSEHOLDS, _as_is_sens, _groupsize_convert,
@@ -153,7 +161,7 @@ _DECLARED: dict[str, ProductRelation] = {
 def add_remove_product(invariants: tuple[str, ...] = ()) -> ProductRelation:
     """The declaration of a product calibrated under add/remove-one-person with ``spec.sensitivity`` the L2
     (zCDP) / L1 (pure) sensitivity of each key's whole vector (the ``MeasurementSpec`` contract)."""
-    return ProductRelation(ADD_REMOVE, _l2_sens, _same_or_doubled(ADD_REMOVE, ""), invariants)
+    return ProductRelation(ADD_REMOVE, _l2_sens, _add_remove(GENERIC_CHANGE), invariants)
 
 
 def declare(product: str, declaration: ProductRelation) -> None:

@@ -53,10 +53,13 @@ def test_reopen_with_other_terms_is_refused(tmp_path: Path) -> None:
         account.open_account(store, "cef", "US", cap_rho=Fraction(90))
 
 
-def test_conversion_to_change_one_person_charges_four_times_rho(tmp_path: Path) -> None:
+def test_a_change_one_person_account_charges_converted_budgets(tmp_path: Path) -> None:
     store = LocalStore(tmp_path)
     account.open_account(store, "cef", "US", cap_rho=Fraction(9), relation="change_one_person")
-    assert reserve(store, "r0", Fraction(1, 2)).amount == 2
+    assert reserve(store, "r0", Fraction(1, 2)).amount == 1  # a matrix marginal: rho x 2
+    phsafe = account.reserve(store, "cef", release_id="r1", universe="US", config_sha256="c",
+                             specs=[spec(Fraction(1, 2), product="phsafe")])
+    assert phsafe.amount == 2  # the generic bound: rho x 4
 
 
 def test_pure_account_refuses_a_zcdp_plan(tmp_path: Path) -> None:

@@ -134,3 +134,62 @@ def test_audit_refuses_noise_that_does_not_match_sensitivity_and_budget() -> Non
 def test_undeclared_products_cannot_spend_from_an_account() -> None:
     with pytest.raises(Exception, match="declares no neighbouring relation"):
         relations.convert_specs([_spec("nobody", Fraction(1))], relations.ADD_REMOVE)
+
+
+# ------------------------------------------------------------------ SafeTab-P and matrix → change-one-person
+@pytest.mark.parametrize("seed", range(3))
+def test_safetab_p_change_one_person_by_neighbour_enumeration(seed: int) -> None:
+    """Replacing one person moves at most 2s (group, cell) counts of a key, each by exactly 1: L1 = L2² ≤ 2s,
+    twice the add/remove calibration s (ρ × 2, ε × 2)."""
+    from dasflow.products.safetab_p.product import SafeTabP
+    from tests.safetab_p.helpers import config, persons_table, public, real_iterations, toy_config_dict
+    from tests.safetab_p.test_neighbours import BLOCKS, _diff, _random_people
+
+    index = real_iterations()
+    raw = toy_config_dict("zcdp")
+    for k in list(raw):
+        if k.startswith("privacy_budget_p_level") and not k.split("_")[-1].startswith("pr"):
+            raw[k] = 1
+    cfg = config(raw)
+    pub = public(cfg, index, BLOCKS)
+    gen = np.random.default_rng(4000 + seed)
+    rows = _random_people(gen, index, 20)
+    product = SafeTabP()
+    base = product.prepare({"persons": persons_table(rows), "source": "p"}, pub)
+    specs = {s.key.rsplit("/", 1)[0]: s for s in product.plan(cfg, pub)}
+    conv = relations.require("safetab-p").convert
+    worst_ratio = Fraction(0)
+    for i in range(0, 20, 2):
+        other = _random_people(gen, index, 1)
+        nb = product.prepare({"persons": persons_table([*rows[:i], *other, *rows[i + 1:]]), "source": "p"}, pub)
+        for key, frame in base.items():
+            if not key.startswith("counts/"):
+                continue
+            _, universe, rt, lv = key.split("/")
+            spec = specs[f"safetab-p/{universe}/{rt}/{lv}"]
+            d = _diff(frame, nb[key])["D"].to_numpy()
+            norm, planned = relations.require("safetab-p").sensitivity(spec)
+            assert norm == "l2sq" and set(np.abs(d)) <= {1}
+            l1, l2sq = int(np.abs(d).sum()), int((d * d).sum())
+            assert l1 == l2sq <= planned * conv(spec, relations.CHANGE_ONE).rho_factor
+            worst_ratio = max(worst_ratio, Fraction(l2sq) / planned)
+    assert worst_ratio > 1  # some change exceeds the add/remove calibration: the conversion is needed
+
+
+@pytest.mark.parametrize("trial", range(3))
+def test_matrix_marginal_change_one_person_by_neighbour_enumeration(trial: int) -> None:
+    gen = np.random.default_rng(5000 + trial)
+    schema = Schema((("A", 2), ("B", 3), ("C", 2)))
+    records = [int(gen.integers(schema.n_cells)) for _ in range(5)]
+    spec = _spec("matrix", Fraction(1))  # one marginal per key, L2 = 1 under add/remove
+    factor = relations.require("matrix").convert(spec, relations.CHANGE_ONE).rho_factor
+    for keep in [("A",), ("A", "C"), ("A", "B", "C")]:
+        m = QueryGroup("q", keep, Fraction(1)).matrix(schema).astype(np.int64)
+
+        def answer(recs: list[int], m: IntArray = m) -> IntArray:
+            return m @ np.bincount(recs, minlength=schema.n_cells).astype(np.int64)
+
+        base = answer(records)
+        worst = [_norms(answer([*records[:i], x, *records[i + 1:]]), base)
+                 for i in range(len(records)) for x in range(schema.n_cells)]
+        assert max(w[0] for w in worst) == max(w[1] for w in worst) == factor  # attained: exact
