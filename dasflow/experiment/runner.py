@@ -79,10 +79,11 @@ class TruthIndex:
         return found, self.values[pos[found]]
 
 
-def _level_token(level: str) -> str:
-    """The geography of a plan level: ``"(STATE, 1)"`` → ``state``, ``"usa_*"`` → ``usa``, ``"nation"``."""
-    found = re.match(r"\W*([A-Za-z0-9]+(?:_[A-Za-z0-9]+)*)", level)
-    return found.group(1).lower() if found else level.lower()
+def _matches(level: str, geolevel: str) -> bool:
+    """Whether a plan level is at a geolevel: ``nation``; ``usa_*``, ``usa_A-G`` (PHSafe); ``(STATE, 1)``
+    (SafeTab-P). Case-insensitive."""
+    lv, g = level.strip().lower(), geolevel.strip().lower()
+    return lv == g or lv.startswith(g + "_") or re.match(rf"\(\s*{re.escape(g)}\s*,", lv) is not None
 
 
 def geolevel_of(file: str, product: str, frame: pd.DataFrame) -> pd.Series | str:
@@ -95,11 +96,9 @@ def geolevel_of(file: str, product: str, frame: pd.DataFrame) -> pd.Series | str
     return stem[len(prefix):] if stem.startswith(prefix) else "all"
 
 
-def stated_moes(specs: Sequence[MeasurementSpec]) -> dict[str, float]:
-    """Geolevel → the analytic 90 % MOE of one noisy cell that the plan states for that level (exact summation of
-    the discrete noise distribution), for products that publish no per-cell VARIANCE. Only where every key of
-    the level has the same MOE: where keys of one level differ (SafeTab-P's iteration levels and stages) a
-    published cell's MOE is not determined by its level, and none is claimed (``within_moe`` stays empty)."""
+def stated_moes(specs: Sequence[MeasurementSpec]) -> dict[str, set[int]]:
+    """Plan level → the analytic 90 % MOEs of one noisy cell of its keys (exact summation of the discrete noise
+    distribution): what the accuracy report states for products that publish no per-cell VARIANCE."""
     cache: dict[tuple[str, Fraction], int] = {}
     found: dict[str, set[int]] = {}
     for s in specs:
@@ -111,12 +110,20 @@ def stated_moes(specs: Sequence[MeasurementSpec]) -> dict[str, float]:
                 cache[(kind, s.noise)] = (accounting.geometric_moe_exact(s.noise, Fraction(9, 10)) if kind == "puredp"
                                           else accounting.dgauss_moe_exact(s.noise, Fraction(9, 10)))
             moe = cache[(kind, s.noise)]
-        found.setdefault(_level_token(s.level), set()).add(moe)
-    return {level: float(next(iter(moes))) for level, moes in found.items() if len(moes) == 1}
+        found.setdefault(s.level, set()).add(moe)
+    return found
+
+
+def stated_moe(geolevel: str, moes: Mapping[str, set[int]]) -> float:
+    """The MOE stated for a published cell of a geolevel: the one MOE of every plan key at that level; NaN where
+    the level's keys have different MOEs (SafeTab-P's iteration levels and stages: a cell's MOE is not
+    determined by its level, so none is claimed) or there is no key at that level."""
+    values = set().union(*(m for level, m in moes.items() if _matches(level, geolevel)))
+    return float(next(iter(values))) if len(values) == 1 else float("nan")
 
 
 def observe(file: str, product: str, released: pd.DataFrame, truth: TruthIndex,
-            stated: Mapping[str, float]) -> pd.DataFrame:
+            stated: Mapping[str, set[int]]) -> pd.DataFrame:
     """One run's published table against the truth: TRUE, ERROR (published − true), MOE90 (Z90·√VARIANCE where
     the file publishes a variance, else the stated analytic MOE of the cell's level, else NaN), geolevel."""
     value = "COUNT" if "COUNT" in released.columns else "ESTIMATE"
@@ -130,7 +137,7 @@ def observe(file: str, product: str, released: pd.DataFrame, truth: TruthIndex,
     if "VARIANCE" in part.columns:
         moe = Z90 * np.sqrt(pd.to_numeric(part["VARIANCE"]).to_numpy(np.float64))
     else:
-        lookup = {lv: stated.get(str(lv).lower(), np.nan) for lv in pd.unique(levels)}
+        lookup = {lv: stated_moe(str(lv), stated) for lv in pd.unique(levels)}
         moe = pd.Series(levels).map(lookup).to_numpy(np.float64)
     return pd.DataFrame({"geolevel": levels, "TRUE": true, "ERROR": published - true, "MOE90": moe})
 
