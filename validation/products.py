@@ -259,6 +259,11 @@ def _safetab_person_facts(persons: pa.Table, name: str, grfc_key: pa.Array, code
         in_run = pc.not_equal(st, "72")
     codes = [_fact_not_in(f"{col} in {CODES_FILE}", name, col, persons.column(col), code_set)
              for col in [*(f"QRACE{i}" for i in range(1, 9)), "QSPAN"]]
+    # one universe per release (US or PR, separate ledgers): a record of the other universe in the release's
+    # input is refused, not silently dropped (a mixed-up export would otherwise pass unnoticed)
+    pr = pc.equal(st, "72").to_numpy(zero_copy_only=False)
+    codes.append(_fact(f"person in the release universe {universe}", name, "TABBLKST",
+                       ~pr if universe == "PR" else pr))
     return _fact_not_in("person block in GRF-C", name, "TABBLK", block, grfc_key, where=in_run), codes
 
 
@@ -424,7 +429,7 @@ def run_product_suite(product: str, confidential: Mapping[str, Any], public: Map
         rows += out.rows
         if not out.success and error is None:
             bad = ff[ff.violations > 0].iloc[0]
-            error = InputError(f"{bad.rule}: {int(bad.violations)} violation(s)", file=str(bad.file),
+            error = InputError(f"{bad.rule} violated", file=str(bad.file),
                                row=int(bad.first_row) or None, column=str(bad.column))
         summary["cross_file"] = ff.to_dict(orient="records")
     summary["suite_version"] = gx.SUITE_VERSION

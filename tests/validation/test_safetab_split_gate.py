@@ -15,13 +15,13 @@ from dasflow.pipeline import stages
 from dasflow.pipeline.run import candidate_context, freeze_config
 from tests.dag.helpers import release_files
 from tests.dag.test_pipeline import run_all
-from tests.dag.test_products_in_dag import TOY, safetab_release
+from tests.dag.test_products_in_dag import safetab_release, us_persons
 from tests.synthetic import mark_inputs
 
 
 def split_store(tmp: Path, lines_b: list[str] | None = None) -> tuple[LocalStore, dict]:  # type: ignore[type-arg]
     store, raw = safetab_release(tmp, "zcdp")
-    header, *rows = (TOY / "person-records.txt").read_text().splitlines()
+    header, *rows = us_persons().decode().splitlines()
     store.delete("confidential/safetab-p/person-records.txt")
     half = len(rows) // 2
     b = lines_b if lines_b is not None else rows[half:]
@@ -46,7 +46,7 @@ def test_split_person_input_releases_the_same_tables(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("column", "value"), [("QRACE2", "9999"), ("QAGE", "130"), ("TABBLK", "9999")])
 def test_bad_row_in_a_split_file_is_named_before_any_noise(tmp_path: Path, column: str, value: str) -> None:
-    header, *rows = (TOY / "person-records.txt").read_text().splitlines()
+    header, *rows = us_persons().decode().splitlines()
     cols = header.split("|")
     bad = rows[len(rows) // 2:]
     fields = bad[0].split("|")  # a state-02 person (bad[1] is a PR person: outside the US run)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import hashlib
 import io
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,23 +36,58 @@ def config_json(text: str, product: str) -> Any:
         raise InputError(f"{product} config is not valid JSON: {exc}", file=f"{product} config") from None
 
 
+_CACHE_PREFIX = "dasflow-cache-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@functools.cache
+def cache_dir() -> Path:
+    """This process's private download cache for objects of remote stores (mode 0700; every file 0600), removed
+    when the process exits. Caches left by processes that died (SIGKILL) are removed here, at the next start.
+    Copies of confidential inputs live only here, never in a shared or world-readable place."""
+    base = Path(tempfile.gettempdir())
+    for stale in base.glob(f"{_CACHE_PREFIX}{os.getuid()}-*"):
+        pid = stale.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    path = base / f"{_CACHE_PREFIX}{os.getuid()}-{os.getpid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically, readable by this user only (0600 from creation on)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
 def local_file(store: ObjectStore, key: str) -> Path:
     """A local path holding the object ``key``: the file itself for a local store, else a cached download
-    (named by the content hash, so a changed object is fetched again; the cache is private to this user)."""
+    (named by the content hash, so a changed object is fetched again) in this process's private cache."""
     if isinstance(store, LocalStore):
         return store.local_path(key)
     if isinstance(store, RestrictedStore) and isinstance(store.inner, LocalStore):
         store.exists(key)  # a restricted view refuses forbidden keys here
         return store.inner.local_path(key)
     data = store.get(key)
-    cache = Path(tempfile.gettempdir()) / f"dasflow-cache-{os.getuid()}"
-    cache.mkdir(mode=0o700, exist_ok=True)
-    path = cache / hashlib.sha256(data).hexdigest() / Path(key).name
+    path = cache_dir() / hashlib.sha256(data).hexdigest() / Path(key).name
     if not path.exists():
-        path.parent.mkdir(exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        _write_private(path, data)
     return path
 
 
@@ -66,12 +104,12 @@ def local_dir(store: ObjectStore, prefix: str) -> Path:
     digest = hashlib.sha256()
     for k in sorted(blobs):
         digest.update(k.encode() + b"\0" + hashlib.sha256(blobs[k]).digest())
-    target = Path(tempfile.gettempdir()) / f"dasflow-cache-{os.getuid()}" / digest.hexdigest()
+    target = cache_dir() / digest.hexdigest()
     if not target.exists():
-        tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
-        tmp.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + f".{threading.get_ident()}.tmp")
+        tmp.mkdir(mode=0o700, parents=True, exist_ok=True)
         for k, data in blobs.items():
-            (tmp / Path(k).name).write_bytes(data)
+            _write_private(tmp / Path(k).name, data)
         try:
             os.rename(tmp, target)
         except OSError:  # another process finished the same download first

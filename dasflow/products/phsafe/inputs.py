@@ -324,8 +324,7 @@ def _read_exact(path: Path, name: str, delim: str) -> dict[str, np.ndarray]:
         ok = pc.fill_null(ok, False)
         if not pc.all(ok, min_count=0).as_py():
             bad = int(np.flatnonzero(~ok.to_numpy(zero_copy_only=False))[0])
-            value = arr[bad].as_py()
-            raise InputError(f"invalid value {value!r} (expected /{pattern}/)", file=str(path), row=bad + 2,
+            raise InputError(f"invalid value (expected /{pattern}/)", file=str(path), row=bad + 2,
                              column=col)
         if col in INT_COLUMNS[name]:
             dtype = _int_dtype(col)
@@ -390,24 +389,24 @@ def check_cross_file(inputs: Inputs, state_filter: tuple[str, ...]) -> None:
     p, u, g, f = inputs.persons, inputs.units, inputs.geo, inputs.files
     i = _first_dup(u["MAFID"])
     if i is not None:
-        raise InputError(f"duplicate MAFID {int(u['MAFID'][i])}", file=f["units"], row=i + 2, column="MAFID")
+        raise InputError("duplicate MAFID", file=f["units"], row=i + 2, column="MAFID")
     i = _first_dup(g["MAFID"])
     if i is not None:
-        raise InputError(f"duplicate MAFID {int(g['MAFID'][i])}", file=f["geo"], row=i + 2, column="MAFID")
+        raise InputError("duplicate MAFID", file=f["geo"], row=i + 2, column="MAFID")
     missing = ~np.isin(p["MAFID"], u["MAFID"])
     if missing.any():
         i = int(np.flatnonzero(missing)[0])
-        raise InputError(f"person MAFID {int(p['MAFID'][i])} is not in units", file=f["persons"], row=i + 2,
+        raise InputError("person MAFID is not in units", file=f["persons"], row=i + 2,
                          column="MAFID")
     missing = ~np.isin(u["MAFID"], g["MAFID"])
     if missing.any():
         i = int(np.flatnonzero(missing)[0])
-        raise InputError(f"unit MAFID {int(u['MAFID'][i])} is not in geo", file=f["units"], row=i + 2,
+        raise InputError("unit MAFID is not in geo", file=f["units"], row=i + 2,
                          column="MAFID")
     missing = ~np.isin(g["MAFID"], u["MAFID"])
     if missing.any():
         i = int(np.flatnonzero(missing)[0])
-        raise InputError(f"geo MAFID {int(g['MAFID'][i])} is not in units", file=f["geo"], row=i + 2,
+        raise InputError("geo MAFID is not in units", file=f["geo"], row=i + 2,
                          column="MAFID")
     allowed = np.array(sorted(int(s) for s in state_filter), dtype=np.int16)
     outside = ~np.isin(g["TABBLKST"], allowed)

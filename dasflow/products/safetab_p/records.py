@@ -85,7 +85,7 @@ def _first_bad(mask: pa.ChunkedArray | pa.Array | npt.NDArray[np.bool_], col: pa
     m = np.asarray(arr, dtype=bool)
     if m.any():
         i = int(np.flatnonzero(m)[0])
-        raise InputError(f"{what}: {col[i].as_py()!r}", file=source, row=offset + i + 2, column=column)
+        raise InputError(what, file=source, row=offset + i + 2, column=column)  # the value is confidential
 
 
 def _digits(table: pa.Table, column: str, width: int, source: str) -> None:
@@ -367,7 +367,7 @@ def encode_persons(table: pa.Table, geo: Geography, index: IterationIndex, max_r
         rows = np.flatnonzero(after_null.any(axis=1))
         j = int(np.flatnonzero(after_null[rows[0]])[0]) + 1
         col = table.column(RACE_COLUMNS[j])
-        raise InputError(f"race code after a Null: {col[int(rows[0])].as_py()!r}", file=source,
+        raise InputError("race code after a Null", file=source,
                          row=row_offset + int(rows[0]) + 2, column=RACE_COLUMNS[j])
     if max_race_codes < len(RACE_COLUMNS):
         too_many = ~null[:, max_race_codes]  # Nulls only trail, so a code in column max+1 means too many

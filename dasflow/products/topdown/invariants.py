@@ -215,8 +215,8 @@ def check_state_invariants(geoid: npt.NDArray[Any], labels: Sequence[str], total
     for k, n in zip(labels, totals.tolist(), strict=True):
         have = int(st.get(k, 0))
         if have != n:
-            raise InputError(f"public population invariant {n} of state {k} differs from its {have} person "
-                             "records", file=source, column=f"state.{k}")
+            raise InputError(f"public population invariant of state {k} differs from its number of person "
+                             "records (the count is confidential and not shown)", file=source, column=f"state.{k}")
 
 
 def structural_cell_codes(schema: Schema) -> IntArray:

@@ -46,7 +46,7 @@ def block_histogram(spine: Spine, persons: pd.DataFrame, schema: Schema, *, sour
     found = blocks[srt][pos] == geoid
     bad = np.flatnonzero(~found)
     if bad.size:
-        raise InputError(f"persons: block {geoid[bad[0]]!r} is not in the geography", file=source,
+        raise InputError("persons: a block that is not in the geography", file=source,
                          row=int(bad[0]) + 2, column=geoid_column)
     block = srt[pos].astype(np.int64)
     cell = schema.cell_index({a: persons[a].to_numpy() for a in schema.names if a in persons.columns},
@@ -57,9 +57,8 @@ def block_histogram(spine: Spine, persons: pd.DataFrame, schema: Schema, *, sour
         bad = np.flatnonzero(((bmask[block] >> code) & 1) == 0)
         if bad.size:
             i = int(bad[0])
-            what = "housing units" if code[i] == 0 else f"group quarters of type {code[i]}"
-            raise InputError(f"person in block {geoid[i]} has {attr} = {code[i]} but the public block facts "
-                             f"give the block no {what} (a structural zero)", file=source, row=i + 2,
+            raise InputError(f"person's {attr} is a structural zero of the person's block (the public block "
+                             "facts give the block no such housing unit or group quarters)", file=source, row=i + 2,
                              column=attr)
     n = schema.n_cells
     key = block * n + cell
