@@ -14,7 +14,8 @@ from prefect.utilities.callables import parameter_schema
 from dasflow.errors import InputError
 
 REPO = Path(__file__).resolve().parents[2]
-NAMES = ["release", "resume-release", "rerun-postprocess", "ledger-report", "publish", "accuracy-experiment"]
+NAMES = ["release", "release-from-file", "resume-release", "rerun-postprocess", "ledger-report", "publish",
+         "accuracy-experiment"]
 
 
 def test_prefect_yaml_entrypoints_are_flows_with_matching_parameters() -> None:
