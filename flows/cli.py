@@ -14,12 +14,9 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 from pathlib import Path
 
 from dasflow.config import ReleaseConfig, load_release_config
-from dasflow.errors import LedgerRefusal
-from dasflow.io.store import open_store
 from dasflow.pipeline import stages
-from dasflow.pipeline.run import RunContext, open_run
-from dasflow.privacy.composition import compose_plan
-from dasflow.privacy.ledger import Ledger
+from dasflow.pipeline.run import RunContext, candidate_context, open_run
+from dasflow.privacy.ledger import check_plan
 
 
 class _NoTracebacks(logging.Filter):
@@ -91,13 +88,11 @@ def resume_command(args: argparse.Namespace) -> int:
 def validate_command(args: argparse.Namespace) -> int:
     """Config + input validation only: plan against the cap (nothing frozen), then every product's inputs."""
     cfg = load_release_config(args.config)
-    store = open_store(cfg.store)
-    ctx = RunContext(store=store, config=cfg, config_sha256=cfg.sha256(), ledger=Ledger(store, cfg.release_id))
+    ctx = candidate_context(cfg)  # nothing is frozen: the release id stays usable whatever happens here
+    store = ctx.store
     specs = [s for p in cfg.products for s in stages.product_specs(ctx, p.name)]
-    total = compose_plan(specs)
+    total = check_plan(specs, ctx.cap)  # the same check freezing applies (rho and a pure-DP epsilon cap)
     cap = ctx.cap
-    if cap.rho is not None and (total.rho is None or total.rho > cap.rho):
-        raise LedgerRefusal(f"plan total rho = {total.rho} exceeds the cap rho = {cap.rho}")
     print(f"config {args.config}: {len(specs)} planned measurements, total rho = {total.rho} (cap {cap.rho})")
     if cfg.account is not None:  # would the plan fit the account now? (nothing is reserved here)
         from dasflow.privacy.account import check_fits
@@ -105,11 +100,10 @@ def validate_command(args: argparse.Namespace) -> int:
         charge = check_fits(store, cfg.account, cfg.universe, specs, cfg.release_id)
         print(f"  account {cfg.account}: the plan would reserve {charge} (converted to the account's relation)")
     for p in cfg.products:
-        adapter = ctx.adapter(p.name)
-        pcfg = ctx.product_config(p.name)
-        summary = adapter.validate(adapter.confidential_inputs(store, cfg.inputs, pcfg),
-                                   adapter.public_inputs(store, cfg.inputs, pcfg), pcfg)
-        print(f"  {p.name}: inputs valid {summary}")
+        # the release's own gate (confidential inputs present, not header-only, synthetic in test mode, the
+        # product's suites); its report stays under runs/ (confidential side), only a verdict is printed
+        record = stages.validate_stage(ctx, p.name)
+        print(f"  {p.name}: inputs valid ({len(record['inputs'])} confidential objects checked)")
     return 0
 
 

@@ -36,6 +36,7 @@ def status_command(args: argparse.Namespace) -> int:
 
 def ledger_command(args: argparse.Namespace) -> int:
     ctx = open_run(args.release_id, _store(args))
+    stages.verify_release(ctx)  # a read-only view reports nothing from a tampered chain
     rows: list[dict[str, Any]] = ctx.ledger.audit()
     if args.format == "json":
         print(json.dumps({"plan_total": ctx.ledger.plan_record()["total"],

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from dasflow.errors import DasflowError
 from dasflow.io.store import ObjectStore, StoreError, open_store, sha256_bytes
 from dasflow.pipeline.run import RunContext, code_version
+from dasflow.pipeline.stages import verify_release
 
 MANIFEST = "MANIFEST.json"
 PUBLICATION = "PUBLICATION.json"
@@ -162,6 +163,7 @@ def publish(ctx: RunContext, target_store_uri: str, *, test_publication: bool = 
     no manifest (incomplete release); a file whose bytes no longer match the manifest; a different object
     already published under the same key. Re-publishing the same release writes the same bytes.
     """
+    verify_release(ctx)  # config, plan, commits, NMFs and stage manifests against the frozen chain
     if ctx.config.is_test and not test_publication:
         raise PublicationRefused(f"release {ctx.release_id} is a TEST release (seeded randomness): it can never "
                                  "be published as production; pass test_publication=True for a marked test "
