@@ -64,9 +64,10 @@ from dasflow.products.safetab_p.measure import (  # noqa: E402
     with_stage1,
 )
 from dasflow.products.safetab_p.outputs import postprocess  # noqa: E402
-from dasflow.products.safetab_p.plan import plan  # noqa: E402
+from dasflow.products.safetab_p.plan import level_of, plan  # noqa: E402
 from dasflow.products.safetab_p.product import PERSON_DIR, load_inputs, load_public, person_counts  # noqa: E402
 from dasflow.products.safetab_p.records import GRFC_FILE, PERSON_COLUMNS, PERSON_FILE, encode_persons  # noqa: E402
+from dasflow.products.safetab_p.regions import iteration_set  # noqa: E402
 from dasflow.products.safetab_p.tabulate import PersonCounts, group_totals, tabulate_level  # noqa: E402
 
 SEED = 1
@@ -162,14 +163,15 @@ def run_one(kind: str, n: int, data: Path) -> dict[str, Any]:
     keys: list[dict[str, Any]] = []
     for rt in rts:
         for lv in (lv for r, lv in tab if r == rt):
-            level = index.levels[lv]
+            level = level_of(cfg, index, rt, lv)  # the region granularity rule (issue 23)
+            its = iteration_set(rt, cfg.ignore_region_granularity)
             c0, t0 = _cpu(), time.perf_counter()
             sparse = tabulate_level(counts[rt], level)
             t_flat, cpu_flat = time.perf_counter() - t0, _cpu() - c0
             prepared = {
                 sparse_key("US", rt, lv): sparse,
                 regions_key("US", rt): pd.DataFrame({"REGION_ID": geo.region_ids[rt]}),
-                iterations_key(lv): pd.DataFrame({"ITERATION_CODE": level.iteration_codes.astype(object),
+                iterations_key(lv, its): pd.DataFrame({"ITERATION_CODE": level.iteration_codes.astype(object),
                                                   "TOTAL_ONLY": level.total_only}),
             }
             s1 = specs[f"safetab-p/US/{rt}/{lv}/stage1"]
