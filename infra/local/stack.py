@@ -5,6 +5,14 @@
 - the Prefect server on that PostgreSQL (``postgresql+asyncpg://``),
 - a Prefect process worker for the work pool ``dasflow-process``.
 
+Locked down like production, on one host: the Prefect API needs Basic authentication and CSRF tokens, and the UI
+is told its own API address (any port works); SeaweedFS's filer, volume and master data paths refuse requests
+without a signed JWT (``security.toml``), so the object store is reachable only through its S3 API, where each
+role has its own identity (``s3.json``): ``admin`` (bucket setup), ``pipeline`` (the worker: the release bucket
+``das-runs``, no write to ``das-release``), ``publisher`` (reads only the ``runs/*/release/``, config and ledger
+objects of ``das-runs``; writes ``das-release``). As root, the worker runs as the unprivileged system user
+``dasflow``.
+
 Usage (from anywhere; see docs/operations.md)::
 
     infra/local/stack start | stop | status | env | deploy
@@ -38,6 +46,16 @@ DEFAULT_PORTS = {"s3": 8333, "weed_master": 9333, "weed_volume": 8089, "weed_fil
                  "s3_grpc": 18333, "weed_master_grpc": 19333, "weed_volume_grpc": 18089, "weed_filer_grpc": 18888,
                  "postgres": 55432, "prefect": 4200}
 COMPONENTS = ("seaweedfs", "postgres", "prefect-server", "worker")
+BUCKETS = ("das-runs", "das-release")
+WORKER_USER = "dasflow"
+#: the S3 actions of each role (SeaweedFS identities; object patterns are bucket/key with * wildcards)
+ROLE_ACTIONS = {
+    "admin": ["Admin", "Read", "List", "Tagging", "Write"],
+    "pipeline": ["Read:das-runs", "Write:das-runs", "List:das-runs", "Tagging:das-runs"],
+    "publisher": ["Read:das-runs/*/runs/*/release/*", "Read:das-runs/*/runs/*/config.json",
+                  "Read:das-runs/*/runs/*/config.sha256", "Read:das-runs/*/runs/*/ledger/*", "List:das-runs",
+                  "Read:das-release", "Write:das-release", "List:das-release"],
+}
 
 
 class StackError(RuntimeError):
@@ -53,6 +71,9 @@ class Stack:
     s3_key: str
     s3_secret: str
     pg_password: str
+    roles: dict[str, tuple[str, str]]
+    prefect_auth: str
+    jwt_keys: dict[str, str]
 
     @property
     def s3_endpoint(self) -> str:
@@ -66,11 +87,22 @@ class Stack:
     def database_url(self) -> str:
         return f"postgresql+asyncpg://postgres:{self.pg_password}@{HOST}:{self.ports['postgres']}/prefect"
 
-    def client_env(self) -> dict[str, str]:
-        """The variables a client (CLI, worker, test) needs to use this stack."""
-        return {"AWS_ENDPOINT_URL": self.s3_endpoint, "AWS_ACCESS_KEY_ID": self.s3_key,
-                "AWS_SECRET_ACCESS_KEY": self.s3_secret, "AWS_DEFAULT_REGION": "us-east-1",
-                "PREFECT_API_URL": self.api_url}
+    @property
+    def ui_url(self) -> str:
+        return f"http://{HOST}:{self.ports['prefect']}"
+
+    def client_env(self, role: str = "pipeline") -> dict[str, str]:
+        """The variables a client (CLI, worker, test) needs to use this stack under ``role``'s S3 identity."""
+        key, secret = (self.s3_key, self.s3_secret) if role == "admin" else self.roles[role]
+        return {"AWS_ENDPOINT_URL": self.s3_endpoint, "AWS_ACCESS_KEY_ID": key,
+                "AWS_SECRET_ACCESS_KEY": secret, "AWS_DEFAULT_REGION": "us-east-1",
+                "PREFECT_API_URL": self.api_url, "PREFECT_API_AUTH_STRING": self.prefect_auth}
+
+    def server_env(self) -> dict[str, str]:
+        """The Prefect server's lock-down: Basic auth, CSRF protection, the UI's own API address, CORS to it."""
+        return {"PREFECT_SERVER_API_AUTH_STRING": self.prefect_auth,
+                "PREFECT_SERVER_CSRF_PROTECTION_ENABLED": "true", "PREFECT_UI_API_URL": self.api_url,
+                "PREFECT_UI_URL": self.ui_url, "PREFECT_SERVER_CORS_ALLOWED_ORIGINS": self.ui_url}
 
 
 def _bin(name: str) -> str:
@@ -112,16 +144,24 @@ def load(state: Path | None = None) -> Stack:
     if ports != frozen:  # first use, or a state directory from a version with fewer ports
         ports_file.write_text(json.dumps(ports, indent=1) + "\n")
     secrets_file = state / "secrets.json"
-    if secrets_file.exists():
-        creds = json.loads(secrets_file.read_text())
-    else:
-        creds = {"s3_key": os.environ.get("AWS_ACCESS_KEY_ID") or "dasflow" + secrets.token_hex(4),
-                 "s3_secret": os.environ.get("AWS_SECRET_ACCESS_KEY") or secrets.token_urlsafe(24),
-                 "pg_password": secrets.token_urlsafe(24)}
-        fd = os.open(secrets_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    creds: dict[str, Any] = json.loads(secrets_file.read_text()) if secrets_file.exists() else {
+        "s3_key": os.environ.get("AWS_ACCESS_KEY_ID") or "dasflow" + secrets.token_hex(4),
+        "s3_secret": os.environ.get("AWS_SECRET_ACCESS_KEY") or secrets.token_urlsafe(24),
+        "pg_password": secrets.token_urlsafe(24)}
+    added = {"roles": {role: ["dasflow" + role + secrets.token_hex(4), secrets.token_urlsafe(24)]
+                       for role in ROLE_ACTIONS if role != "admin"},
+             "prefect_auth": "dasflow:" + secrets.token_urlsafe(24),
+             "jwt_keys": {name: secrets.token_urlsafe(32) for name in ("write", "read", "filer", "filer_read")}}
+    missing = {k: v for k, v in added.items() if k not in creds}
+    if missing or not secrets_file.exists():  # first use, or a state directory from a version without them
+        creds.update(missing)
+        tmp = state / "secrets.json.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
             json.dump(creds, out)
-    return Stack(state, ports, creds["s3_key"], creds["s3_secret"], creds["pg_password"])
+        tmp.replace(secrets_file)
+    return Stack(state, ports, creds["s3_key"], creds["s3_secret"], creds["pg_password"],
+                 {k: (v[0], v[1]) for k, v in creds["roles"].items()}, creds["prefect_auth"], creds["jwt_keys"])
 
 
 # ---- processes -------------------------------------------------------------------------------------------------
@@ -142,10 +182,10 @@ def _pid(stack: Stack, name: str) -> int | None:
     return pid if _alive(pid) else None
 
 
-def _spawn(stack: Stack, name: str, args: list[str], env: dict[str, str]) -> int:
+def _spawn(stack: Stack, name: str, args: list[str], env: dict[str, str], cwd: Path = REPO) -> int:
     log = open(stack.state / f"{name}.log", "ab")  # noqa: SIM115 - handed to the daemon
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                            cwd=REPO, start_new_session=True)
+                            cwd=cwd, start_new_session=True)
     log.close()
     tmp = stack.state / f"{name}.pid.tmp"
     tmp.write_text(f"{proc.pid}\n")
@@ -192,10 +232,7 @@ def _tail(path: Path, n: int = 3000) -> str:
 # ---- health checks ---------------------------------------------------------------------------------------------
 
 def check_seaweedfs(stack: Stack) -> tuple[bool, str]:
-    import boto3
-
-    client = boto3.client("s3", endpoint_url=stack.s3_endpoint, aws_access_key_id=stack.s3_key,
-                          aws_secret_access_key=stack.s3_secret, region_name="us-east-1")
+    client = _s3_client(stack)
     try:
         buckets = client.list_buckets()["Buckets"]
     except Exception as exc:  # any failure means unhealthy; the message is reported
@@ -212,12 +249,33 @@ def check_postgres(stack: Stack) -> tuple[bool, str]:
     return done.returncode == 0, done.stdout.strip() or done.stderr.strip()
 
 
-def _api(stack: Stack, method: str, path: str, body: Any = None, timeout: float = 5) -> Any:
+_CSRF: dict[str, tuple[str, str]] = {}
+
+
+def _request(stack: Stack, method: str, path: str, body: Any, timeout: float, *, auth: bool = True,
+             csrf: bool = True) -> Any:
+    import base64
+    import uuid
+
+    headers = {"Content-Type": "application/json"}
+    if auth:
+        headers["Authorization"] = "Basic " + base64.b64encode(stack.prefect_auth.encode()).decode()
+    if csrf and method not in ("GET", "HEAD"):
+        if stack.api_url not in _CSRF:
+            client = uuid.uuid4().hex
+            token = _request(stack, "GET", f"/csrf-token?client={client}", None, timeout, auth=auth)["token"]
+            _CSRF[stack.api_url] = (client, token)
+        client, token = _CSRF[stack.api_url]
+        headers.update({"Prefect-Csrf-Client": client, "Prefect-Csrf-Token": token})
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(stack.api_url + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(stack.api_url + path, data=data, method=method, headers=headers)
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return json.loads(resp.read() or b"null")
+
+
+def _api(stack: Stack, method: str, path: str, body: Any = None, timeout: float = 5) -> Any:
+    """A Prefect REST call as an authenticated client (Basic auth; a CSRF token for state-changing calls)."""
+    return _request(stack, method, path, body, timeout)
 
 
 def check_prefect(stack: Stack) -> tuple[bool, str]:
@@ -240,7 +298,9 @@ def check_worker(stack: Stack) -> tuple[bool, str]:
     online = [w["name"] for w in workers if w.get("status") == "ONLINE"]
     if not online:
         return False, f"pid {pid}, no ONLINE worker in pool {POOL} yet"
-    return True, f"pid {pid}, pool {POOL}, online: {', '.join(online)}"
+    warning = stack.state / "worker.root"
+    note = f"; WARNING: {warning.read_text().strip()}" if warning.exists() else ""
+    return True, f"pid {pid}, pool {POOL}, online: {', '.join(online)}{note}"
 
 
 CHECKS = {"seaweedfs": check_seaweedfs, "postgres": check_postgres, "prefect-server": check_prefect,
@@ -254,6 +314,7 @@ def start_seaweedfs(stack: Stack) -> None:
         return _wait(check_seaweedfs, "SeaweedFS", stack, "seaweedfs", 60)
     data = stack.state / "seaweedfs"
     data.mkdir(exist_ok=True)
+    write_seaweedfs_security(stack)
     p = stack.ports
     # every port explicit: weed's default gRPC port is port + 10000 (overflows above 55535) and its Iceberg and
     # Lance endpoints have fixed default ports; those two are not used by dasflow and are disabled
@@ -261,10 +322,49 @@ def start_seaweedfs(stack: Stack) -> None:
             "-webdav=false", f"-master.port={p['weed_master']}", f"-volume.port={p['weed_volume']}",
             f"-filer.port={p['weed_filer']}", f"-s3.port={p['s3']}", f"-master.port.grpc={p['weed_master_grpc']}",
             f"-volume.port.grpc={p['weed_volume_grpc']}", f"-filer.port.grpc={p['weed_filer_grpc']}",
-            f"-s3.port.grpc={p['s3_grpc']}", "-s3.port.iceberg=0", "-s3.port.lance=0"]
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": stack.s3_key, "AWS_SECRET_ACCESS_KEY": stack.s3_secret}
-    _spawn(stack, "seaweedfs", args, env)
+            f"-s3.port.grpc={p['s3_grpc']}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+            f"-s3.config={stack.state / 's3.json'}"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    _spawn(stack, "seaweedfs", args, env, cwd=stack.state)  # weed reads ./security.toml
     _wait(check_seaweedfs, "SeaweedFS", stack, "seaweedfs", 90)
+    ensure_buckets(stack)
+
+
+def _private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+def write_seaweedfs_security(stack: Stack) -> None:
+    """``security.toml``: JWTs signed with the stack's keys guard every volume and filer read and write, so only
+    SeaweedFS's own S3 gateway (which holds the keys) reaches the data; ``s3.json``: one identity per role."""
+    keys = stack.jwt_keys
+    sections = {"jwt.signing": keys["write"], "jwt.signing.read": keys["read"],
+                "jwt.filer_signing": keys["filer"], "jwt.filer_signing.read": keys["filer_read"]}
+    _private(stack.state / "security.toml", "".join(f'[{name}]\nkey = "{key}"\nexpires_after_seconds = 10\n\n'
+                                                    for name, key in sections.items()))
+    creds = {"admin": (stack.s3_key, stack.s3_secret), **stack.roles}
+    identities = [{"name": role, "credentials": [{"accessKey": creds[role][0], "secretKey": creds[role][1]}],
+                   "actions": actions} for role, actions in ROLE_ACTIONS.items()]
+    _private(stack.state / "s3.json", json.dumps({"identities": identities}, indent=1) + "\n")
+
+
+def _s3_client(stack: Stack, role: str = "admin") -> Any:
+    import boto3
+
+    env = stack.client_env(role)
+    return boto3.client("s3", endpoint_url=stack.s3_endpoint, aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
+
+
+def ensure_buckets(stack: Stack) -> None:
+    """The release bucket (confidential inputs and runs) and the publication bucket."""
+    client = _s3_client(stack)
+    existing = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
+    for bucket in BUCKETS:
+        if bucket not in existing:
+            client.create_bucket(Bucket=bucket)
 
 
 def start_postgres(stack: Stack) -> None:
@@ -314,7 +414,7 @@ def start_prefect(stack: Stack) -> None:
     if _pid(stack, "prefect-server") is None:
         env = {**os.environ, "PREFECT_HOME": str(stack.state / "prefect"),
                "PREFECT_API_DATABASE_CONNECTION_URL": stack.database_url,
-               "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+               "PREFECT_SERVER_ANALYTICS_ENABLED": "false", **stack.server_env()}
         env.pop("PREFECT_API_URL", None)
         _spawn(stack, "prefect-server", [_bin("prefect"), "server", "start", "--host", HOST, "--port",
                                          str(stack.ports["prefect"])], env)
@@ -322,7 +422,7 @@ def start_prefect(stack: Stack) -> None:
 
 
 def _prefect_cli(stack: Stack, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **stack.client_env(), "PREFECT_HOME": str(stack.state / "prefect-client"),
+    env = {**os.environ, **stack.client_env(), "PREFECT_HOME": str(stack.state / "prefect-cli"),
            "DASFLOW_HOME": str(REPO)}
     return subprocess.run([_bin("prefect"), *args], env=env, cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, check=False)
@@ -340,22 +440,96 @@ def ensure_pool(stack: Stack) -> None:
         raise StackError(f"work-pool create failed: {done.stdout[-1500:]} {done.stderr[-1500:]}")
 
 
+def _as_worker_user(stack: Stack, args: list[str]) -> list[str]:
+    """As root, run the worker as the unprivileged system user ``dasflow`` (created on first use); it owns only
+    its Prefect home. Otherwise run it as the current user."""
+    if os.geteuid() != 0:
+        return args
+    import pwd
+
+    try:
+        pwd.getpwnam(WORKER_USER)
+    except KeyError:
+        done = subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--shell",
+                               "/usr/sbin/nologin", WORKER_USER], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise StackError(f"cannot create the worker user {WORKER_USER!r}: {done.stderr.strip()}") from None
+    probe = subprocess.run(["runuser", "-u", WORKER_USER, "--", sys.executable, "-c", "import prefect"],
+                           capture_output=True, text=True, check=False, cwd="/")
+    if probe.returncode != 0:  # e.g. a Python installed under /root (mode 0700)
+        (stack.state / "worker.root").write_text(
+            f"the worker runs as root: user {WORKER_USER!r} cannot run {sys.executable} ("
+            f"{(probe.stderr.strip().splitlines() or ['no output'])[-1]}); install Python and the virtualenv "
+            "where that user can read them\n")
+        return args
+    (stack.state / "worker.root").unlink(missing_ok=True)
+    home = stack.state / "prefect-client"
+    home.mkdir(exist_ok=True)
+    for path in (home, *home.rglob("*")):
+        shutil.chown(path, WORKER_USER, WORKER_USER)
+    return ["runuser", "-u", WORKER_USER, "--", *args]
+
+
 def start_worker(stack: Stack) -> None:
     ensure_pool(stack)
     if _pid(stack, "worker") is None:
-        env = {**os.environ, **stack.client_env(), "PREFECT_HOME": str(stack.state / "prefect-client"),
-               "DASFLOW_HOME": str(REPO)}
-        _spawn(stack, "worker", [_bin("prefect"), "worker", "start", "--pool", POOL, "--type", "process",
-                                 "--name", f"dasflow-local-{stack.ports['prefect']}"], env)
+        home = str(stack.state / "prefect-client")
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")}, **stack.client_env("pipeline"),
+               "PREFECT_HOME": home, "DASFLOW_HOME": str(REPO), "HOME": home,
+               "PREFECT_RUNNER_HEARTBEAT_FREQUENCY": str(HEARTBEAT_SECONDS)}
+        _spawn(stack, "worker", _as_worker_user(stack, [
+            _bin("prefect"), "worker", "start", "--pool", POOL, "--type", "process",
+            "--name", f"dasflow-local-{stack.ports['prefect']}"]), env)
     _wait(check_worker, "Prefect worker", stack, "worker", 90)
 
 
+#: the self-healing automations: a flow run whose heartbeats stop (its process or host died) is marked Crashed;
+#: a crashed run of a resumable release deployment is scheduled again, and the release resumes idempotently
+#: (committed measurements are reused, never redrawn). Heartbeats: ``PREFECT_RUNNER_HEARTBEAT_FREQUENCY``.
+HEARTBEAT_SECONDS = 30
+RESUMABLE_TAG = "dasflow-resumable"
+AUTOMATIONS: list[dict[str, Any]] = [
+    {"name": "dasflow: mark flow runs without heartbeats as crashed",
+     "description": "A flow run that sent no heartbeat for 90 s (and did not finish or pause) has lost its process.",
+     "enabled": True,
+     "trigger": {"type": "event", "posture": "Proactive", "after": ["prefect.flow-run.heartbeat"],
+                 "expect": ["prefect.flow-run.heartbeat", "prefect.flow-run.Completed", "prefect.flow-run.Failed",
+                            "prefect.flow-run.Cancelled", "prefect.flow-run.Crashed", "prefect.flow-run.Paused"],
+                 "match": {"prefect.resource.id": "prefect.flow-run.*"}, "for_each": ["prefect.resource.id"],
+                 "threshold": 1, "within": 3 * HEARTBEAT_SECONDS},
+     "actions": [{"type": "change-flow-run-state", "state": "CRASHED",
+                  "message": "no heartbeat for 90 s: the flow-run process or its host died; dasflow resumes it "
+                             "automatically (nothing is measured twice)"}]},
+    {"name": "dasflow: resume crashed releases",
+     "description": "Schedule a crashed run of a resumable release deployment again: the release resumes from its "
+                    "store (idempotent; an unapproved plan waits for approval again).",
+     "enabled": True,
+     "trigger": {"type": "event", "posture": "Reactive", "expect": ["prefect.flow-run.Crashed"],
+                 "match": {"prefect.resource.id": "prefect.flow-run.*"},
+                 "match_related": {"prefect.resource.role": "tag",
+                                   "prefect.resource.id": f"prefect.tag.{RESUMABLE_TAG}"},
+                 "threshold": 1, "within": 0},
+     "actions": [{"type": "change-flow-run-state", "state": "SCHEDULED", "name": "AwaitingRetry",
+                  "message": "resumed automatically after a crash"}]},
+]
+
+
+def ensure_automations(stack: Stack) -> None:
+    """Create the self-healing automations (idempotent: by name)."""
+    existing = {a["name"] for a in _api(stack, "POST", "/automations/filter", {}, timeout=30)}
+    for automation in AUTOMATIONS:
+        if automation["name"] not in existing:
+            _api(stack, "POST", "/automations/", automation, timeout=30)
+
+
 def deploy(stack: Stack) -> None:
-    """Register the deployments of ``deployments/prefect.yaml`` (idempotent: ``prefect deploy`` upserts)."""
+    """Register the deployments of ``deployments/prefect.yaml`` (idempotent: ``prefect deploy`` upserts) and the
+    self-healing automations."""
     ensure_pool(stack)
     done = _prefect_cli(stack, "--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml")
     if done.returncode != 0:
         raise StackError(f"prefect deploy failed: {done.stdout[-2000:]} {done.stderr[-2000:]}")
+    ensure_automations(stack)
 
 
 def start(stack: Stack) -> None:
@@ -387,8 +561,9 @@ def status(stack: Stack) -> dict[str, tuple[bool, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or args[0] not in ("start", "stop", "status", "env", "deploy"):
-        print("usage: infra/local/stack start|stop|status|env|deploy", file=sys.stderr)
+    if not args or args[0] not in ("start", "stop", "status", "env", "deploy") or len(args) > 2 \
+            or (len(args) == 2 and (args[0] != "env" or args[1] not in ROLE_ACTIONS)):
+        print("usage: infra/local/stack start|stop|status|deploy|env [pipeline|publisher|admin]", file=sys.stderr)
         return 2
     stack = load()
     try:
@@ -403,7 +578,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"deployments/prefect.yaml registered on {stack.api_url}")
             return 0
         elif args[0] == "env":
-            for key, value in {**stack.client_env(), "DASFLOW_HOME": str(REPO)}.items():
+            role = args[1] if len(args) == 2 else "pipeline"
+            for key, value in {**stack.client_env(role), "DASFLOW_HOME": str(REPO)}.items():
                 print(f"export {key}={value}")
             return 0
     except StackError as exc:

@@ -3,8 +3,9 @@
 Implements the part of the AWS evaluation logic the dasflow templates use, and refuses (``ValueError``) anything
 else rather than guess: Effect Allow/Deny; Action/NotAction (case-insensitive, ``*`` and ``?`` wildcards);
 Resource/NotResource (case-sensitive wildcards; policy variables refused); Condition operators StringEquals,
-StringNotEquals, StringLike, StringNotLike, ArnEquals, ArnLike, ArnNotEquals, ArnNotLike and Bool (values within
-one key OR-ed, keys and operators AND-ed; a negated operator on a missing key matches, a positive one does not);
+StringNotEquals, StringLike, StringNotLike, ArnEquals, ArnLike, ArnNotEquals, ArnNotLike, Bool (values within
+one key OR-ed, keys and operators AND-ed; a negated operator on a missing key matches, a positive one does not)
+and Null ("true": the key is absent from the request; "false": present);
 resource-policy Principal only ``"*"`` or ``{"AWS": "*"}``. Decision: an explicit Deny in any policy wins, else an
 Allow in any policy (same account), else implicit deny.
 """
@@ -17,7 +18,7 @@ from typing import Any, Literal
 
 Decision = Literal["allow", "explicit-deny", "implicit-deny"]
 _OPERATORS = {"StringEquals", "StringNotEquals", "StringLike", "StringNotLike", "ArnEquals", "ArnLike",
-              "ArnNotEquals", "ArnNotLike", "Bool"}
+              "ArnNotEquals", "ArnNotLike", "Bool", "Null"}
 
 
 def _as_list(value: Any) -> list[str]:
@@ -39,6 +40,10 @@ def _condition_holds(condition: Mapping[str, Mapping[str, Any]], context: Mappin
         for key, expected in tests.items():
             values = _as_list(expected)
             actual = context.get(key)
+            if operator == "Null":
+                if (actual is None) != (values[0].lower() == "true"):
+                    return False
+                continue
             negated = "Not" in operator
             if actual is None:
                 if not negated:

@@ -197,10 +197,51 @@ def test_pre_noise_roles_read_confidential_data(deployed: dict[str, Any], stage:
 def test_only_measure_writes_ledger_entries_and_noisy_measurements(deployed: dict[str, Any]) -> None:
     keys = ["prod/runs/r1/ledger/entries/counts/state.committed.json",
             "prod/runs/r1/measurements/counts/state.parquet"]
+    create_only = {"s3:if-none-match": "*"}
     for stage in (*PRE, *POST):
         for key in keys:
-            decision = _decide(deployed, stage, "s3:PutObject", _obj(deployed, key))
+            decision = _decide(deployed, stage, "s3:PutObject", _obj(deployed, key), create_only)
             assert (decision == "allow") == (stage == "Measure"), (stage, key, decision)
+            # without If-None-Match a PUT could overwrite: refused to every role, Measure included
+            assert _decide(deployed, stage, "s3:PutObject", _obj(deployed, key)) == "explicit-deny", (stage, key)
+
+
+def test_frozen_records_are_create_only_for_every_role(deployed: dict[str, Any]) -> None:
+    """Issue 22: the frozen config, the plan and the approval record can be created (If-None-Match: *) by the
+    stage that writes them, and overwritten by no role; ordinary run state stays writable."""
+    frozen = ["prod/runs/r1/config.json", "prod/runs/r1/config.sha256", "prod/runs/r1/ledger/plan.json",
+              "prod/runs/r1/approval.json"]
+    for stage in (*PRE, *POST):
+        for key in frozen:
+            assert _decide(deployed, stage, "s3:PutObject", _obj(deployed, key)) == "explicit-deny", (stage, key)
+    for key in frozen:
+        assert _decide(deployed, "Validate", "s3:PutObject", _obj(deployed, key),
+                       {"s3:if-none-match": "*"}) == "allow", key
+    assert _decide(deployed, "Preprocess", "s3:PutObject",
+                   _obj(deployed, "prod/runs/r1/prepared/counts/state.parquet")) == "allow"
+
+
+def test_every_bucket_is_tls_only_access_logged_and_under_a_data_event_trail() -> None:
+    """Checked in the template (moto's CloudFormation has no CloudTrail and applies no bucket policy or logging)."""
+    resources = _template()["Resources"]
+    buckets = ["StoreBucket", "ReleaseBucket", "LedgerBucket", "AuditLogBucket"]
+    policies = {r["Properties"]["Bucket"]["Ref"]: r["Properties"]["PolicyDocument"]["Statement"]
+                for r in resources.values() if r["Type"] == "AWS::S3::BucketPolicy"}
+    for name in buckets:
+        tls = [st for st in policies[name] if st.get("Sid") == "DenyInsecureTransport"]
+        assert tls and tls[0]["Effect"] == "Deny" and tls[0]["Condition"] == {
+            "Bool": {"aws:SecureTransport": "false"}}, name
+        if name != "AuditLogBucket":
+            logging = resources[name]["Properties"]["LoggingConfiguration"]
+            assert logging["DestinationBucketName"] == {"Ref": "AuditLogBucket"}, name
+    ledger_create_only = [st for st in policies["LedgerBucket"] if st.get("Sid") == "CreateOnly"]
+    assert ledger_create_only[0]["Condition"] == {"Null": {"s3:if-none-match": "true"}}
+    trail = next(r for r in resources.values() if r["Type"] == "AWS::CloudTrail::Trail")["Properties"]
+    assert trail["IsLogging"] is True and trail["EnableLogFileValidation"] is True
+    selector = trail["EventSelectors"][0]
+    assert selector["ReadWriteType"] == "All"
+    covered = {v["Fn::Sub"].split(".Arn}")[0].lstrip("${") for v in selector["DataResources"][0]["Values"]}
+    assert covered == {"StoreBucket", "ReleaseBucket", "LedgerBucket"}
 
 
 def test_no_stage_role_deletes_or_overwrites_confidential_inputs(deployed: dict[str, Any]) -> None:
@@ -247,6 +288,10 @@ def test_evaluator_wildcards_deny_precedence_and_conditions() -> None:
     assert evaluate([allow_all, negated], "s3:GetObject", "x", {"aws:PrincipalArn": "arn:aws:iam::1:role/a"}) \
         == "allow"
     assert evaluate([allow_all, negated], "s3:GetObject", "x") == "explicit-deny"  # negated + missing key
+    absent = {"Statement": [{"Effect": "Deny", "Action": "s3:PutObject", "Resource": "*",
+                             "Condition": {"Null": {"s3:if-none-match": "true"}}}]}
+    assert evaluate([allow_all, absent], "s3:PutObject", "x") == "explicit-deny"
+    assert evaluate([allow_all, absent], "s3:PutObject", "x", {"s3:if-none-match": "*"}) == "allow"
 
 
 def test_evaluator_refuses_what_it_does_not_implement() -> None:

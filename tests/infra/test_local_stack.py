@@ -10,6 +10,10 @@ Prefect REST API exactly as the UI's "Run" button does (``POST /deployments/{id}
    deployment: exactly one committed ledger entry per planned key (no double spend) and release files
    byte-identical to run 1 (seeded test mode; the store is not part of the config hash).
 
+Every run pauses after planning until it is approved (the REST call the UI's Resume form makes), with nothing
+drawn before. The stack is locked down (issue 22): the refusals of the Prefect API (no auth, no CSRF token), of
+SeaweedFS's filer (no JWT) and of the S3 roles, the UI's API address, and the worker's user are checked.
+
 PostgreSQL missing is a failure with the install command, never a skip.
 """
 
@@ -58,9 +62,10 @@ def stack() -> Iterator[dict[str, Any]]:
     state = Path(tempfile.mkdtemp(prefix="dasflow-stack-"))
     gate = state / "gate"
     gate.mkdir()
+    gate.chmod(0o1777)  # the worker runs as an unprivileged user
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AWS_", "PREFECT_", "DASFLOW_"))}
-    env.update({"DASFLOW_STACK_DIR": str(state), "PREFECT_UI_ENABLED": "false",
+    env.update({"DASFLOW_STACK_DIR": str(state), "PREFECT_UI_ENABLED": "true",
                 "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "1",
                 "DASFLOW_TEST_MODE": "1", "DASFLOW_PRODUCTS": "counts=tests.infra.gated_counts",
                 "DASFLOW_TEST_GATE": str(gate),
@@ -88,6 +93,27 @@ def _api(stack: dict[str, Any], method: str, path: str, body: Any = None) -> Any
     return result
 
 
+def _paused_then_approved(stack: dict[str, Any], run_id: str, prefix: str, timeout: float = 240) -> None:
+    """Wait for the gate (the deployment run's ``release-r1`` subflow PAUSED, plan frozen, nothing drawn), then
+    approve as the UI's Resume form does."""
+    deadline = time.time() + timeout
+    while True:
+        children = _api(stack, "POST", "/flow_runs/filter",
+                        {"flow_runs": {"parent_flow_run_id": {"any_": [run_id]}}})
+        paused = [c for c in children if c["state"]["type"] == "PAUSED"]
+        if paused:
+            break
+        assert time.time() < deadline, "the release never paused for approval"
+        assert _api(stack, "GET", f"/flow_runs/{run_id}")["state"]["type"] not in ("FAILED", "CRASHED")
+        time.sleep(1)
+    objects = _objects(stack, f"{prefix}/runs/r1/")
+    assert "ledger/plan.json" in objects and not any(k.startswith(("measurements/", "ledger/entries/"))
+                                                     for k in objects)
+    resumed = _api(stack, "POST", f"/flow_runs/{paused[0]['id']}/resume",
+                   {"run_input": {"approve": True, "approver": "stack test operator"}})
+    assert resumed["status"] == "ACCEPT", resumed
+
+
 def _trigger(stack: dict[str, Any], flow: str, deployment: str, parameters: dict[str, Any]) -> str:
     """What the UI's "Run" button does: POST /deployments/{id}/create_flow_run with the form's parameters."""
     dep = _api(stack, "GET", f"/deployments/name/{flow}/{deployment}")
@@ -105,12 +131,8 @@ def _wait_final(stack: dict[str, Any], run_id: str, timeout: float = 300) -> str
     raise AssertionError(f"flow run {run_id} did not finish in {timeout} s")
 
 
-def _s3(stack: dict[str, Any]) -> Any:
-    import boto3
-
-    h = stack["handle"]
-    return boto3.client("s3", endpoint_url=h.s3_endpoint, aws_access_key_id=h.s3_key,
-                        aws_secret_access_key=h.s3_secret, region_name="us-east-1")
+def _s3(stack: dict[str, Any], role: str = "admin") -> Any:
+    return stack["module"]._s3_client(stack["handle"], role)
 
 
 def _prepare(stack: dict[str, Any], prefix: str) -> tuple[str, str]:
@@ -140,9 +162,11 @@ def test_ui_triggered_release_writes_outputs_certificate_and_ledger_to_seaweedfs
     """Item 4 (a): a deployment run on the PostgreSQL-backed server, picked up by the process worker."""
     (stack["gate"] / "open").write_text("")
     _, config = _prepare(stack, "a")
-    run_id = _trigger(stack, "dasflow-release-from-file", "scheduled-release", {"request": {"config_path": config}})
+    run_id = _trigger(stack, "dasflow-release-from-file", "release-from-file", {"request": {"config_path": config}})
+    _paused_then_approved(stack, run_id, "a")
     assert _wait_final(stack, run_id) == "COMPLETED"
     objects = _objects(stack, "a/runs/r1/")
+    assert json.loads(objects["approval.json"])["approver"] == "stack test operator"
     release = {k.removeprefix("release/") for k in objects if k.startswith("release/")}
     assert {"counts/state.csv", "counts/state_sex.csv", "CERTIFICATE.md", "ledger.csv", "MANIFEST.json"} <= release
     assert objects["release/CERTIFICATE.md"].startswith(b"**TEST RELEASE")
@@ -162,7 +186,8 @@ def test_worker_sigkilled_mid_run_then_restarted_and_resumed_spends_once(stack: 
     (gate / "open").unlink(missing_ok=True)
     (gate / "waiting").unlink(missing_ok=True)
     uri, config = _prepare(stack, "b")
-    run_id = _trigger(stack, "dasflow-release-from-file", "scheduled-release", {"request": {"config_path": config}})
+    run_id = _trigger(stack, "dasflow-release-from-file", "release-from-file", {"request": {"config_path": config}})
+    _paused_then_approved(stack, run_id, "b")
     deadline = time.time() + 240
     while not (gate / "waiting").exists():
         assert time.time() < deadline, "the run never reached the measurement gate"
@@ -186,7 +211,7 @@ def test_worker_sigkilled_mid_run_then_restarted_and_resumed_spends_once(stack: 
     (gate / "open").write_text("")
     restarted = _run_stack(stack["env"], "start")
     assert restarted.returncode == 0, restarted.stdout + restarted.stderr
-    resume_id = _trigger(stack, "dasflow-resume", "resume-release", {"release_id": "r1", "store": uri})
+    resume_id = _trigger(stack, "dasflow-resume-gated", "resume-release", {"release_id": "r1", "store": uri})
     assert _wait_final(stack, resume_id) == "COMPLETED"
 
     resumed = _objects(stack, "b/runs/r1/")
@@ -199,3 +224,45 @@ def test_worker_sigkilled_mid_run_then_restarted_and_resumed_spends_once(stack: 
     assert set(released) == set(baseline)
     differing = sorted(k for k in baseline if released[k] != baseline[k])
     assert not differing, f"release files differ from the uninterrupted run: {differing}"
+
+
+def test_every_door_is_locked(stack: dict[str, Any]) -> None:
+    """The refusals: the Prefect API without credentials (401) or without a CSRF token (403); SeaweedFS's filer
+    without a JWT (read, upload, delete: 401); the publisher role on confidential objects and the pipeline role on
+    the publication bucket (AccessDenied). The UI is told the API's real address; the worker is not root."""
+    import urllib.error
+    import urllib.request
+
+    from botocore.exceptions import ClientError
+
+    module, handle = stack["module"], stack["handle"]
+    with pytest.raises(urllib.error.HTTPError) as no_auth:
+        module._request(handle, "GET", "/flow_runs/count", None, 30, auth=False, csrf=False)
+    assert no_auth.value.code == 401
+    with pytest.raises(urllib.error.HTTPError) as no_csrf:
+        module._request(handle, "POST", "/flow_runs/count", {}, 30, csrf=False)
+    assert no_csrf.value.code == 403
+    assert isinstance(module._api(handle, "POST", "/flow_runs/count", {}), int)
+    with urllib.request.urlopen(f"{handle.ui_url}/ui-settings", timeout=30) as resp:
+        assert json.loads(resp.read())["api_url"] == handle.api_url
+    admin = _s3(stack)
+    admin.put_object(Bucket=BUCKET, Key="locks/confidential/persons.csv", Body=b"ID|AGE\n1|40\n")
+    filer = f"http://127.0.0.1:{handle.ports['weed_filer']}/buckets/{BUCKET}/locks/confidential/persons.csv"
+    for method, body in (("GET", None), ("PUT", b"x"), ("DELETE", None)):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(filer, data=body, method=method), timeout=30)
+        assert refused.value.code == 401, method
+    assert admin.get_object(Bucket=BUCKET, Key="locks/confidential/persons.csv")["Body"].read().startswith(b"ID")
+    with pytest.raises(ClientError, match="AccessDenied"):
+        _s3(stack, "publisher").get_object(Bucket=BUCKET, Key="locks/confidential/persons.csv")
+    with pytest.raises(ClientError, match="AccessDenied"):
+        _s3(stack, "pipeline").put_object(Bucket="das-release", Key="x", Body=b"x")
+    assert _s3(stack, "pipeline").get_object(Bucket=BUCKET, Key="locks/confidential/persons.csv")["Body"].read()
+    worker = psutil.Process(int((stack["state"] / "worker.pid").read_text()))
+    users = {p.uids().real for p in worker.children(recursive=True) if "prefect" in " ".join(p.cmdline())}
+    fallback = stack["state"] / "worker.root"
+    if os.geteuid() == 0 and not fallback.exists():
+        assert users and 0 not in users, "the worker runs as root"
+    elif fallback.exists():  # this host's Python is not readable by an unprivileged user: said, not hidden
+        status = _run_stack(stack["env"], "status", timeout=60)
+        assert "WARNING: the worker runs as root" in status.stdout

@@ -70,7 +70,34 @@ def test_env_prints_client_exports(tmp_path: Path) -> None:
     assert done.returncode == 0
     keys = [line.split("=", 1)[0] for line in done.stdout.splitlines()]
     assert keys == ["export AWS_ENDPOINT_URL", "export AWS_ACCESS_KEY_ID", "export AWS_SECRET_ACCESS_KEY",
-                    "export AWS_DEFAULT_REGION", "export PREFECT_API_URL", "export DASFLOW_HOME"]
+                    "export AWS_DEFAULT_REGION", "export PREFECT_API_URL", "export PREFECT_API_AUTH_STRING",
+                    "export DASFLOW_HOME"]
+    publisher = _run(["env", "publisher"], tmp_path / "st")
+    assert publisher.returncode == 0
+    key = [line for line in done.stdout.splitlines() if "AWS_ACCESS_KEY_ID" in line]
+    assert key and key[0] not in publisher.stdout  # one S3 identity per role
+    assert _run(["env", "root"], tmp_path / "st").returncode == 2
+
+
+def test_roles_and_lockdown_settings(tmp_path: Path) -> None:
+    """Each role its own S3 credentials; the server requires auth and CSRF and tells the UI its own API URL;
+    SeaweedFS gets JWT keys for every data path and an identity per role."""
+    loaded = stack_mod.load(tmp_path / "st")
+    keys = {role: loaded.client_env(role)["AWS_ACCESS_KEY_ID"] for role in ("admin", "pipeline", "publisher")}
+    assert len(set(keys.values())) == 3
+    server = loaded.server_env()
+    assert server["PREFECT_SERVER_CSRF_PROTECTION_ENABLED"] == "true"
+    assert server["PREFECT_SERVER_API_AUTH_STRING"] == loaded.client_env()["PREFECT_API_AUTH_STRING"]
+    assert server["PREFECT_UI_API_URL"] == loaded.api_url and "*" not in server["PREFECT_SERVER_CORS_ALLOWED_ORIGINS"]
+    stack_mod.write_seaweedfs_security(loaded)
+    toml = (tmp_path / "st/security.toml").read_text()
+    for section in ("jwt.signing", "jwt.signing.read", "jwt.filer_signing", "jwt.filer_signing.read"):
+        assert f"[{section}]" in toml
+    identities = {i["name"]: i for i in json.loads((tmp_path / "st/s3.json").read_text())["identities"]}
+    assert not any(a.startswith(("Write:das-release", "Read:das-release")) for a in identities["pipeline"]["actions"])
+    assert "Read:das-runs" not in identities["publisher"]["actions"]  # never the confidential inputs
+    for name in ("security.toml", "s3.json", "secrets.json"):
+        assert stat.S_IMODE((tmp_path / "st" / name).stat().st_mode) == 0o600
 
 
 def test_stale_pid_file_is_ignored(tmp_path: Path) -> None:
