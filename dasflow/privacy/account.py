@@ -27,6 +27,7 @@ pure-DP account adds ε), so the account's cumulative is a bound on the total lo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -327,6 +328,10 @@ def lifetime_epsilon(account: Account, chain: Sequence[Slot]) -> tuple[Decimal |
     return (None, "") if best is None else (best.epsilon, best.method)
 
 
+def _opt_budget(text: str) -> Fraction | None:
+    return None if text == "Infinity" else Fraction(text)
+
+
 def _live(chain: Sequence[Slot]) -> list[Slot]:
     returned = {s.release_id for s in chain if s.kind == "return"}
     return [s for s in chain if s.kind == "reserve" and s.release_id not in returned]
@@ -352,10 +357,14 @@ def summary(store: ObjectStore, name: str) -> dict[str, Any]:
             planned = len(rows)
             committed = {r["key"] for r in rows if r["state"] == "committed"}
             drawn = len(committed)
-            specs = [spec_from_record(e) for k, e in ledger.plan().items() if k in committed]
-            total = compose_plan(relations.convert_specs(specs, account.relation))
+            record = ledger.plan_record()
+            conversions = record.get("audit", {})
+            specs = [dataclasses.replace(spec_from_record(e), budget=_opt_budget(
+                conversions[e["key"]]["conversions"][account.relation]["budget"]))
+                for e in record["entries"] if e["key"] in committed]
+            total = compose_plan(specs)
             drawn_amount = str(total.epsilon if account.unit == "epsilon" else total.rho)
-        except (LedgerRefusal, StoreError):
+        except (LedgerRefusal, StoreError, KeyError):  # no ledger, or a plan frozen without conversions
             pass
         releases.append({"release_id": s.release_id, "slot": s.seq, "charged": "0" if s.release_id in returned
                          else str(s.amount), "reserved": str(s.amount),

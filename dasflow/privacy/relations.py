@@ -203,6 +203,7 @@ def audit_record(specs: list[MeasurementSpec]) -> dict[str, dict[str, Any]]:
     """Per key what an auditor needs: the product's relation, the whole-vector sensitivity (``l2sq`` for the
     discrete Gaussian, ``l1`` for the geometric) under it, the noise parameter and the budget. The noise is
     recomputed from (sensitivity, budget) through the accountant and a mismatch is refused (``LedgerRefusal``).
+    ``conversions`` gives the key's budget converted to each account relation, with the argument.
     Undeclared (plug-in) products are read by the ``MeasurementSpec`` contract: L2 (zCDP) / L1 (pure)."""
     out: dict[str, dict[str, Any]] = {}
     for s in specs:
@@ -213,8 +214,15 @@ def audit_record(specs: list[MeasurementSpec]) -> dict[str, dict[str, Any]]:
             raise LedgerRefusal(f"{s.key}: planned noise {s.noise} != {noise} recomputed from sensitivity "
                                 f"{sens[0]} = {sens[1]} and budget {s.budget}; refused before any noise")
         out[s.key] = {"relation": decl.relation if decl else "undeclared", f"sensitivity_{sens[0]}": str(sens[1]),
-                      "noise": str(s.noise), "budget": "Infinity" if s.budget is None else str(s.budget)}
+                      "noise": str(s.noise), "budget": _text(s.budget),
+                      "conversions": {} if decl is None else {
+                          rel: {"budget": _text(c.budget(s)), "argument": c.argument}
+                          for rel in RELATIONS for c in [decl.convert(s, rel)]}}
     return out
+
+
+def _text(budget: Fraction | None) -> str:
+    return "Infinity" if budget is None else str(budget)
 
 
 def invariants(products: Mapping[str, Any] | list[str]) -> dict[str, tuple[str, ...]]:

@@ -8,6 +8,7 @@ release without an account (test releases only) is shown converted to add/remove
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from fractions import Fraction
 
@@ -41,7 +42,9 @@ def _eps(total: accounting.Total) -> str:
 
 def account_blocks(ctx: RunContext) -> list[Block]:
     """The section (see the module docstring)."""
-    specs = [spec_from_record(e) for e in ctx.ledger.plan_record()["entries"]]
+    plan = ctx.ledger.plan_record()
+    specs = [spec_from_record(e) for e in plan["entries"]]
+    audit = plan.get("audit", {})
     name = ctx.config.account
     acct = accounts.load_account(ctx.store, name) if name is not None else None
     relation = acct.relation if acct is not None else relations.ADD_REMOVE
@@ -50,12 +53,17 @@ def account_blocks(ctx: RunContext) -> list[Block]:
     for product in dict.fromkeys(s.product for s in specs):
         own = [s for s in specs if s.product == product]
         decl = relations.declared(product)
-        if decl is None:
-            rows.append((product, "undeclared", _budget(_total(own)), "not convertible", "—", "not declared"))
+        recorded = [audit.get(s.key, {}).get("conversions", {}).get(relation) for s in own]
+        if decl is None or any(r is None for r in recorded):
+            rows.append((product, "undeclared" if decl is None else decl.relation, _budget(_total(own)),
+                         "not recorded in the frozen plan", "—", "not declared" if decl is None else
+                         ", ".join(decl.invariants) or "none"))
             continue
-        conv = relations.convert_specs(own, relation)
+        # the conversion frozen with the plan (it needs each key's detail, which the plan entry does not keep)
+        conv = [dataclasses.replace(s, budget=None if r["budget"] == "Infinity" else Fraction(r["budget"]))
+                for s, r in zip(own, recorded, strict=True) if r is not None]
         converted += conv
-        arguments = sorted({decl.convert(s, relation).argument for s in own})
+        arguments = sorted({r["argument"] for r in recorded if r is not None})
         rows.append((product, decl.relation, _budget(_total(own)), "; ".join(arguments), _budget(_total(conv)),
                      ", ".join(decl.invariants) or "none"))
     blocks: list[Block] = [

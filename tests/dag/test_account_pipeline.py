@@ -12,7 +12,7 @@ from dasflow.errors import LedgerRefusal
 from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import RunContext, freeze_config
-from dasflow.privacy import account
+from dasflow.privacy import account, relations
 from tests.dag.helpers import ACCOUNT, open_test_account, release_config, release_dict, seed_inputs
 
 
@@ -81,8 +81,10 @@ def test_the_frozen_plan_records_the_whole_vector_sensitivity(tmp_path: Path) ->
     open_test_account(store, ACCOUNT)
     ctx = _plan(store, tmp_path, "r1")
     audit = ctx.ledger.plan_record()["audit"]
-    assert audit["counts/state"] == {"relation": "add_remove_person", "sensitivity_l2sq": "1", "noise": "1",
-                                     "budget": "1/2"}
+    assert audit["counts/state"] == {
+        "relation": "add_remove_person", "sensitivity_l2sq": "1", "noise": "1", "budget": "1/2",
+        "conversions": {"add_remove_person": {"budget": "1/2", "argument": "same relation"},
+                        "change_one_person": {"budget": "2", "argument": relations.GENERIC_CHANGE[2]}}}
     assert account.summary(store, ACCOUNT)["spent"] == "3/4"
 
 
