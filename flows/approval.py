@@ -78,3 +78,40 @@ def release_slot(release_id: str, *, wait_seconds: float = 900) -> Iterator[None
     with concurrency(slot_name(release_id), occupy=1, timeout_seconds=wait_seconds, lease_duration=60,
                      strict=True):
         yield
+
+
+def end_stale_release_runs(release_id: str) -> list[str]:
+    """Mark Crashed the ``release-<id>`` flow runs left Running or Paused by a dead attempt: those whose parent
+    deployment run is this very run (an earlier attempt, rescheduled after a crash) or has ended. Product
+    subflows send no heartbeats of their own, so without this they would stay "Running" for ever. A run started
+    outside a deployment (no parent) is left alone. Returns the ids marked."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterName,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    run = FlowRunContext.get()
+    me = run.flow_run.id if run and run.flow_run else None
+    marked: list[str] = []
+    live = [StateType.RUNNING, StateType.PAUSED, StateType.PENDING]
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            name=FlowRunFilterName(any_=[f"release-{release_id}"]),
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=live))))
+        for stale in runs:
+            if stale.parent_task_run_id is None or stale.id == me:
+                continue
+            parent = client.read_task_run(stale.parent_task_run_id).flow_run_id
+            parent_state = client.read_flow_run(parent).state if parent else None
+            if parent == me or (parent_state is not None and parent_state.is_final()):
+                client.set_flow_run_state(stale.id, Crashed(message="its deployment run died or was restarted; "
+                                                            "the release resumes in a new run"), force=True)
+                marked.append(str(stale.id))
+    if marked:
+        print(f"release {release_id}: marked {len(marked)} orphaned run(s) of a dead attempt as Crashed")
+    return marked

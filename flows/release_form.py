@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dasflow.config import RELEASE_ID, ReleaseConfig, parse_release_config
 from dasflow.errors import InputError
 from dasflow.pipeline.run import open_run
-from flows.approval import release_slot
+from flows.approval import end_stale_release_runs, release_slot
 from flows.release import run_release
 
 #: the synthetic census layout that ``dasflow demo`` and ``infra/local/stack seed`` write into a store
@@ -90,6 +90,7 @@ def release_from_form(parameters: ReleaseParameters = DEFAULTS) -> dict[str, Any
     that exists resumes with its frozen config). One run per release at a time."""
     cfg = parameters.release_config()
     with release_slot(cfg.release_id):
+        end_stale_release_runs(cfg.release_id)
         return run_release(cfg, require_approval=True)
 
 
@@ -98,4 +99,5 @@ def resume_gated(release_id: str, store: str = "s3://das-runs/prod") -> dict[str
     """Resume a stopped release from its frozen config (committed measurements are reused, never redrawn). An
     approved release goes on at once; one never approved pauses for approval first."""
     with release_slot(release_id):
+        end_stale_release_runs(release_id)
         return run_release(open_run(release_id, store).config, require_approval=True)

@@ -20,6 +20,7 @@ from dasflow.config import parse_release_config
 from dasflow.errors import InputError, LedgerRefusal
 from dasflow.io.store import StoreError, StoreUnavailable
 from dasflow.pipeline import stages
+from dasflow.pipeline.ledger_archive import archive_ledger
 from dasflow.pipeline.run import RunContext, candidate_context, open_run
 from tasks.reports import artifact_key, product_validation_artifact, release_reports
 
@@ -119,10 +120,16 @@ def postprocess_part_task(release_id: str, store_uri: str, product: str, step: s
 
 @task(name="release", **TASK_OPTS)
 def release_task(release_id: str, store_uri: str) -> dict[str, Any]:
-    """Release files, certificate and manifest; the reports (certificate, accuracy and validation summaries,
-    ledger with totals, per-stage timings) as artifacts readable in the Prefect UI."""
+    """Release files, certificate and manifest; the ledger archived create-only to ``DASFLOW_LEDGER_ARCHIVE`` when
+    set; the reports (certificate, accuracy and validation summaries, ledger with totals, per-stage timings) as
+    artifacts readable in the Prefect UI."""
     ctx = open_run(release_id, store_uri)
     manifest = stages.release_stage(ctx)
+    archive = os.environ.get("DASFLOW_LEDGER_ARCHIVE")  # e.g. s3://<LedgerBucket> (infra/aws/dasflow.yaml)
+    if archive:
+        archived = archive_ledger(ctx, archive)
+        print(f"release {release_id}: ledger archived create-only to {archived['archive']} "
+              f"({archived['objects']} objects, {archived['written_now']} new)")
     run = TaskRunContext.get()
     release_reports(ctx, run.task_run.flow_run_id if run and run.task_run else None)
     return {"files": len(manifest["files"]), "manifest": f"{ctx.root}/release/MANIFEST.json"}
