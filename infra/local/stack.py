@@ -532,6 +532,40 @@ def deploy(stack: Stack) -> None:
     ensure_automations(stack)
 
 
+#: what ``stack seed`` prepares: the release form's defaults (flows/release_form.py) then run as they are
+SEED_STORE = "s3://das-runs/prod"
+SEED_ACCOUNT = ("synth-us", "US", "70")  # name, universe, lifetime cap rho (ten demo-sized releases)
+
+
+def seed_store(store: Any, persons: int, seed: int = 2020) -> int:
+    """Generate the demo's synthetic census (``confidential/synth/``, ``public/``) locally and copy it into
+    ``store``; open the synthetic data's privacy-loss account there. Returns the objects copied."""
+    import tempfile
+    from fractions import Fraction
+
+    from dasflow.demo import ensure_synthetic_census
+    from dasflow.io.store import LocalStore
+    from dasflow.privacy.account import open_account
+
+    with tempfile.TemporaryDirectory(prefix="dasflow-seed-") as tmp:
+        local = LocalStore(tmp)
+        ensure_synthetic_census(local, persons, seed)
+        keys = local.list("confidential/synth/") + local.list("public/")
+        for key in keys:
+            store.put(key, local.get(key))
+    name, universe, cap = SEED_ACCOUNT
+    open_account(store, name, universe, cap_rho=Fraction(cap))
+    return len(keys)
+
+
+def seed(stack: Stack, persons: int = 20_000) -> str:
+    """Seed the stack's store (as the pipeline role) so the release form's defaults run as they are."""
+    from dasflow.io.store import S3Store
+
+    n = seed_store(S3Store(SEED_STORE, client=_s3_client(stack, "pipeline")), persons)
+    return f"{n} synthetic-census objects in {SEED_STORE}; account {SEED_ACCOUNT[0]} (cap rho {SEED_ACCOUNT[2]})"
+
+
 def start(stack: Stack) -> None:
     start_seaweedfs(stack)
     start_postgres(stack)
@@ -561,9 +595,10 @@ def status(stack: Stack) -> dict[str, tuple[bool, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] not in ("start", "stop", "status", "env", "deploy") or len(args) > 2 \
+    if not args or args[0] not in ("start", "stop", "status", "env", "deploy", "seed") or len(args) > 2 \
             or (len(args) == 2 and (args[0] != "env" or args[1] not in ROLE_ACTIONS)):
-        print("usage: infra/local/stack start|stop|status|deploy|env [pipeline|publisher|admin]", file=sys.stderr)
+        print("usage: infra/local/stack start|stop|status|deploy|seed|env [pipeline|publisher|admin]",
+              file=sys.stderr)
         return 2
     stack = load()
     try:
@@ -572,6 +607,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args[0] == "stop":
             stop(stack)
             print("stack stopped")
+            return 0
+        elif args[0] == "seed":
+            print(seed(stack))
             return 0
         elif args[0] == "deploy":
             deploy(stack)

@@ -95,3 +95,19 @@ def test_task_runner_follows_the_execution_settings(tmp_path) -> None:  # type: 
     assert isinstance(dask, DaskTaskRunner) and dask.address == "tcp://10.1.2.3:8786"
     with pytest.raises(InputError, match="dask_address"):
         task_runner(parse_release_config(raw | {"task_runner": "dask"}))
+
+
+def test_release_form_defaults_validate_on_the_seeded_stack_store(tmp_path: Path) -> None:
+    """`infra/local/stack seed` writes what the form's defaults name (the synthetic census, the account); with it
+    the default release validates: inputs pass, the plan fits the cap."""
+    from dasflow.cli import main
+    from dasflow.io.store import LocalStore
+    from flows.release_form import ReleaseParameters
+    from tests.infra.stack_module import stack_module
+
+    stack_module().seed_store(LocalStore(tmp_path / "store"), persons=2000)
+    cfg = ReleaseParameters(store=str(tmp_path / "store")).release_config(REPO)
+    path = tmp_path / "release.json"
+    path.write_text(cfg.model_dump_json())
+    assert main(["validate", str(path)]) == 0
+    assert (tmp_path / "store/accounts/synth-us/account.json").is_file()
