@@ -193,3 +193,15 @@ def test_matrix_marginal_change_one_person_by_neighbour_enumeration(trial: int) 
         worst = [_norms(answer([*records[:i], x, *records[i + 1:]]), base)
                  for i in range(len(records)) for x in range(schema.n_cells)]
         assert max(w[0] for w in worst) == max(w[1] for w in worst) == factor  # attained: exact
+
+
+def test_the_frozen_audit_record_carries_each_keys_conversions() -> None:
+    """The plan entry keeps no product detail, so the conversion (which needs the group-size query and k) is
+    frozen with the plan: certificate and ``account show`` read it from there."""
+    spec = MeasurementSpec(product="groupsize", key="groupsize/chain/state", level="state", privacy_defn="zcdp",
+                           mechanism="discrete_gaussian", budget=Fraction(1, 6), sensitivity=Fraction(5),
+                           noise=Fraction(15), cells=35, variance=Fraction(15), detail={"query": "chain", "k": 7})
+    record = relations.audit_record([spec])["groupsize/chain/state"]
+    assert record["sensitivity_l2sq"] == "5" and record["relation"] == relations.FIXED_HOUSEHOLDS
+    assert record["conversions"]["add_remove_person"]["budget"] == "7/6"
+    assert record["conversions"]["change_one_person"]["budget"] == "14/3"
