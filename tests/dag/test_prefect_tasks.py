@@ -9,7 +9,7 @@ from prefect import flow, task
 from prefect.testing.utilities import prefect_test_harness
 
 from dasflow.errors import InputError, LedgerRefusal
-from dasflow.io.store import StoreError
+from dasflow.io.store import StoreError, StoreFault, StoreUnavailable
 from tasks.stages import TASK_OPTS, is_transient
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("prefect-harness")]
@@ -18,6 +18,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("prefect-harness")]
 def test_transient_classification() -> None:
     assert is_transient(StoreError("503 from S3"))
     assert is_transient(ConnectionError("reset"))
+    assert is_transient(StoreUnavailable("endpoint unreachable after 5 attempts"))
+    assert not is_transient(StoreFault("no S3 credentials"))
     assert not is_transient(InputError("bad row", file="f", row=2, column="X"))
     assert not is_transient(LedgerRefusal("over cap"))
     assert not is_transient(ValueError("bug"))
