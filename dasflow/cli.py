@@ -37,7 +37,6 @@ HANDLERS: dict[str, tuple[str, str]] = {
     "publish": ("dasflow.commands.release", "the production DAG"),
     "budget": ("dasflow.commands.budget", "the budget planner"),
     "account": ("dasflow.commands.account", "privacy-loss accounts"),
-    "account": ("dasflow.commands.account", "privacy-loss accounts"),
     "experiment": ("dasflow.experiment.cli", "accuracy experiments"),
     "synth": ("dasflow.synth.cli", "the synthetic census"),
     "phsafe": ("dasflow.products.phsafe.cli", "PHSafe"),
@@ -98,10 +97,6 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--budget-scale", default="1", help="comma-separated budget factors, e.g. 0.5,1,2")
     ex.add_argument("--seed", type=int, default=0, help="seed of the test noise (default 0)")
     ex.add_argument("--products", default=None, help="comma-separated subset of the config's products")
-
-    from dasflow.commands.account import add_parser as account_parser
-
-    account_parser(sub)
 
     from dasflow.commands.account import add_parser as account_parser
 
