@@ -112,7 +112,7 @@ def spend_standalone(args: argparse.Namespace, command: str,
         run_id = f"{command.replace(' ', '-')}-{universe}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-" \
                  f"{new_token()[:8]}"
         slot = account.reserve(store, name, release_id=run_id, universe=universe, config_sha256=digest.hexdigest(),
-                               specs=specs)
+                               specs=specs, standalone=True)
         print(f"{command}: reserved {slot.record['unit']} = {slot.amount} from account {name} as {run_id} "
               f"(remaining {account.load_account(store, name).cap - slot.cumulative})", file=sys.stderr)
         run_ids.append(run_id)

@@ -236,7 +236,7 @@ def plan_charge(account: Account, specs: Sequence[MeasurementSpec]) -> tuple[Fra
 
 
 def reserve(store: ObjectStore, name: str, *, release_id: str, universe: str, config_sha256: str,
-            specs: Sequence[MeasurementSpec]) -> Slot:
+            specs: Sequence[MeasurementSpec], standalone: bool = False) -> Slot:
     """Reserve a release's whole converted plan from the account before any noise (idempotent for the same
     release and config). Refuses (``LedgerRefusal``, exit 3) a plan that does not fit the remaining budget, another
     universe, a changed config for a reserved release, and an abandoned release."""
@@ -255,7 +255,8 @@ def reserve(store: ObjectStore, name: str, *, release_id: str, universe: str, co
                                     "another config or plan; its reservation never changes")
             return res
         return {"kind": "reserve", "release_id": release_id, "config_sha256": config_sha256, "amount": amount,
-                "unit": account.unit, "relation": account.relation, "products": products}
+                "unit": account.unit, "relation": account.relation, "products": products,
+                **({"standalone": True} if standalone else {})}
 
     return _append(store, account, build)
 
@@ -297,6 +298,9 @@ def abandon(store: ObjectStore, name: str, release_id: str) -> Slot:
         raise InputError(f"release {release_id!r} holds no reservation on account {name!r}")
     if ret is not None:
         return ret
+    if res.record.get("standalone"):  # no ledger: nothing proves it drew nothing
+        raise LedgerRefusal(f"{release_id!r} is a standalone Census-format run (it draws right after reserving): "
+                            f"it stays charged {res.amount} in full")
     store.put_if_absent(tombstone_key(release_id), _dumps({"release_id": release_id, "account": name,
                                                             "time": time.time()}))
     drew = [k for k in (*store.list(f"runs/{release_id}/ledger/entries/"),

@@ -25,3 +25,5 @@ def test_safetab_p_execute_spends_from_its_account(tmp_path: Path, capsys: pytes
     shown = json.loads(capsys.readouterr().out)
     assert shown["spent"] == "627/100" and len(shown["releases"]) == 1
     assert shown["releases"][0]["release_id"].startswith("safetab-p-execute-US-")
+    run_id = shown["releases"][0]["release_id"]
+    assert main(["account", "abandon", "cef-us", run_id, "--store", str(tmp_path / "account-store")]) == 3
