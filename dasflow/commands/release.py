@@ -39,8 +39,10 @@ def ledger_command(args: argparse.Namespace) -> int:
     stages.verify_release(ctx)  # a read-only view reports nothing from a tampered chain
     rows: list[dict[str, Any]] = ctx.ledger.audit()
     if args.format == "json":
-        print(json.dumps({"plan_total": ctx.ledger.plan_record()["total"],
-                          "spent": ctx.ledger.spent().as_record(), "entries": rows}, indent=1, sort_keys=True))
+        plan = ctx.ledger.plan_record()  # audit: per key relation, whole-vector sensitivity, noise, conversions
+        print(json.dumps({"plan_total": plan["total"], "spent": ctx.ledger.spent().as_record(), "entries": rows,
+                          "audit": plan.get("audit", {}), "account": ctx.config.account}, indent=1,
+                         sort_keys=True))
     elif args.format == "csv":
         print(stages.ledger_csv(ctx), end="")
     else:

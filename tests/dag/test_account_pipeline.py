@@ -75,7 +75,8 @@ def test_validate_says_whether_the_plan_fits_the_account(tmp_path: Path) -> None
     assert main(["validate", str(path)]) == 0  # r0 holds its reservation
 
 
-def test_the_frozen_plan_records_the_whole_vector_sensitivity(tmp_path: Path) -> None:
+def test_the_frozen_plan_records_the_whole_vector_sensitivity(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
     store = LocalStore(tmp_path / "store")
     seed_inputs(store)
     open_test_account(store, ACCOUNT)
@@ -86,6 +87,10 @@ def test_the_frozen_plan_records_the_whole_vector_sensitivity(tmp_path: Path) ->
         "conversions": {"add_remove_person": {"budget": "1/2", "argument": "same relation"},
                         "change_one_person": {"budget": "2", "argument": relations.GENERIC_CHANGE[2]}}}
     assert account.summary(store, ACCOUNT)["spent"] == "3/4"
+    capsys.readouterr()
+    assert main(["ledger", "r1", "--store", str(tmp_path / "store"), "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["audit"] == audit and shown["account"] == ACCOUNT
 
 
 def test_the_certificate_adds_up_per_product_and_over_the_account(tmp_path: Path) -> None:
