@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dasflow.errors import IntegrityError
 from dasflow.release.publish import (
     MANIFEST,
     PUBLICATION,
@@ -118,7 +119,7 @@ def test_publish_refuses_incomplete_tampered_or_conflicting_releases(tmp_path: P
     key = f"{ctx.root}/release/counts/state.csv"
     good = ctx.store.get(key)
     ctx.store.put(key, good + b"99|1\n")
-    with pytest.raises(PublicationRefused, match="do not match the manifest"):
+    with pytest.raises(IntegrityError, match=r"does not match MANIFEST\.json"):  # the chain, checked first
         publish(ctx, str(tmp_path / "pub"))
     ctx.store.put(key, good)
     (tmp_path / "pub2/releases/r1/counts").mkdir(parents=True)
