@@ -81,14 +81,15 @@ def release_slot(release_id: str, *, wait_seconds: float = 900) -> Iterator[None
 
 
 def end_stale_release_runs(release_id: str) -> list[str]:
-    """Mark Crashed the ``release-<id>`` flow runs left Running or Paused by a dead attempt: those whose parent
-    deployment run is this very run (an earlier attempt, rescheduled after a crash) or has ended. Product
-    subflows send no heartbeats of their own, so without this they would stay "Running" for ever. A run started
-    outside a deployment (no parent) is left alone. Returns the ids marked."""
+    """Mark Crashed the ``release-<id>`` flow runs left Running or Paused by a dead attempt — those whose parent
+    deployment run is this very run (an earlier attempt, rescheduled after a crash) or has ended — and their live
+    product subflows. Subflows send no heartbeats of their own, so without this they would stay "Running" for
+    ever. A run started outside a deployment (no parent) is left alone. Returns the ids marked."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         FlowRunFilter,
         FlowRunFilterName,
+        FlowRunFilterParentFlowRunId,
         FlowRunFilterState,
         FlowRunFilterStateType,
     )
@@ -98,20 +99,23 @@ def end_stale_release_runs(release_id: str) -> list[str]:
     run = FlowRunContext.get()
     me = run.flow_run.id if run and run.flow_run else None
     marked: list[str] = []
-    live = [StateType.RUNNING, StateType.PAUSED, StateType.PENDING]
+    live = FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING, StateType.PAUSED,
+                                                                StateType.PENDING]))
+    message = "its deployment run died or was restarted; the release resumes in a new run"
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-            name=FlowRunFilterName(any_=[f"release-{release_id}"]),
-            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=live))))
+            name=FlowRunFilterName(any_=[f"release-{release_id}"]), state=live))
         for stale in runs:
             if stale.parent_task_run_id is None or stale.id == me:
                 continue
             parent = client.read_task_run(stale.parent_task_run_id).flow_run_id
             parent_state = client.read_flow_run(parent).state if parent else None
             if parent == me or (parent_state is not None and parent_state.is_final()):
-                client.set_flow_run_state(stale.id, Crashed(message="its deployment run died or was restarted; "
-                                                            "the release resumes in a new run"), force=True)
-                marked.append(str(stale.id))
+                products = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                    parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[stale.id]), state=live))
+                for run_ in (stale, *products):
+                    client.set_flow_run_state(run_.id, Crashed(message=message), force=True)
+                    marked.append(str(run_.id))
     if marked:
         print(f"release {release_id}: marked {len(marked)} orphaned run(s) of a dead attempt as Crashed")
     return marked

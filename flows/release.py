@@ -16,7 +16,7 @@ from dasflow.config import ReleaseConfig, load_release_config, parse_release_con
 from dasflow.errors import InputError
 from dasflow.io.store import LocalStore, open_store
 from dasflow.pipeline.run import candidate_context, freeze_config
-from flows.approval import approval_gate, end_stale_release_runs
+from flows.approval import approval_gate, end_stale_release_runs, release_slot
 from tasks.stages import (
     measure_task,
     plan_task,
@@ -139,5 +139,6 @@ class ReleaseRequest(BaseModel):
 def release_from_file(request: ReleaseRequest) -> dict[str, Any]:
     """Run (or resume) the release described by a config file, gated by an operator's approval."""
     cfg = load_release_config(request.config_path)
-    end_stale_release_runs(cfg.release_id)
-    return run_release(cfg, require_approval=True)
+    with release_slot(cfg.release_id):
+        end_stale_release_runs(cfg.release_id)
+        return run_release(cfg, require_approval=True)
