@@ -266,3 +266,48 @@ def test_every_door_is_locked(stack: dict[str, Any]) -> None:
     elif fallback.exists():  # this host's Python is not readable by an unprivileged user: said, not hidden
         status = _run_stack(stack["env"], "status", timeout=60)
         assert "WARNING: the worker runs as root" in status.stdout
+
+
+def test_a_killed_flow_run_is_marked_crashed_and_resumes_by_itself(stack: dict[str, Any]) -> None:
+    """Self-healing: the flow-run process dies in the middle of measurement (SIGKILL, worker alive); the run is
+    marked Crashed, the automation schedules it again, the release resumes without an operator (approved once,
+    not asked again), the dead attempt's release subflow is marked Crashed (not left Running), and the ledger
+    holds exactly one committed entry per key with release files byte-identical to run 1."""
+    gate: Path = stack["gate"]
+    (gate / "open").unlink(missing_ok=True)
+    (gate / "waiting").unlink(missing_ok=True)
+    _, config = _prepare(stack, "c")
+    run_id = _trigger(stack, "dasflow-release-from-file", "release-from-file", {"request": {"config_path": config}})
+    _paused_then_approved(stack, run_id, "c")
+    deadline = time.time() + 240
+    while not (gate / "waiting").exists():
+        assert time.time() < deadline, "the run never reached the measurement gate"
+        time.sleep(0.5)
+    os.kill(int((gate / "waiting").read_text()), signal.SIGKILL)
+    (gate / "open").write_text("")
+    seen: set[str] = set()
+    deadline = time.time() + 400
+    while True:
+        state = _api(stack, "GET", f"/flow_runs/{run_id}")["state"]["type"]
+        seen.add(state)
+        if state == "COMPLETED":
+            break
+        assert time.time() < deadline, f"the crashed run did not heal by itself (states seen: {sorted(seen)})"
+        time.sleep(1)
+    history = {s["type"] for s in _api(stack, "GET", f"/flow_run_states/?flow_run_id={run_id}")}
+    assert "CRASHED" in history, history
+    children = _api(stack, "POST", "/flow_runs/filter", {"flow_runs": {"parent_flow_run_id": {"any_": [run_id]}}})
+    states = sorted((c["state"]["type"], c["name"], c["created"]) for c in children)
+    history_list = [(s["type"], s["name"], s["timestamp"]) for s in
+                    _api(stack, "GET", f"/flow_run_states/?flow_run_id={run_id}")]
+    assert [t for t, _, _ in states].count("COMPLETED") == 1 and "RUNNING" not in {t for t, _, _ in states} \
+        and "PAUSED" not in {t for t, _, _ in states}, (states, history_list)
+    grandchildren = _api(stack, "POST", "/flow_runs/filter", {"flow_runs": {
+        "parent_flow_run_id": {"any_": [c["id"] for c in children]}}})
+    stale = [(r["name"], r["state"]["type"]) for r in grandchildren if r["state"]["type"] in ("RUNNING", "PAUSED")]
+    assert stale == [], stale  # the dead attempt's product subflow is marked, not left Running
+    objects = _objects(stack, "c/runs/r1/")
+    assert _committed(objects) == PLANNED
+    baseline = _objects(stack, "a/runs/r1/release/")
+    tables = sorted(k for k in baseline if k.endswith(".csv"))  # the certificate names the code version
+    assert tables and {k: objects[f"release/{k}"] for k in tables} == {k: baseline[k] for k in tables}
