@@ -265,7 +265,8 @@ def test_person_in_structural_zero_rejected_before_noise(world) -> None:  # type
     with pytest.raises(InputError) as e:
         td.prepare({"persons": bad, "persons_source": "cef.parquet"}, pub)
     assert (e.value.file, e.value.row, e.value.column) == ("cef.parquet", 13, "HHGQ")
-    assert "housing units" in str(e.value)
+    assert "structural zero" in str(e.value)
+    assert no_hu not in str(e.value)  # the person's block is not echoed (confidential: where a record is)
     no_gq2 = facts.loc[(facts["GQ2"] == 0) & (facts["HU"] > 0), "GEOID"].iloc[0]
     bad = persons.copy()
     bad.loc[0, ["GEOID", "HHGQ"]] = [no_gq2, 2]
