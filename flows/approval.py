@@ -119,3 +119,23 @@ def end_stale_release_runs(release_id: str) -> list[str]:
     if marked:
         print(f"release {release_id}: marked {len(marked)} orphaned run(s) of a dead attempt as Crashed")
     return marked
+
+
+def exit_with_worker(poll_seconds: float = 2.0) -> None:
+    """In a deployment's flow-run process: exit at once (code 70) when the worker that started it dies, instead of
+    running on as an orphan whose log pipe is gone (it would crash later, at random, with ``BrokenPipeError``).
+    Exiting at any point is safe (the measure-once protocol); the run is then marked Crashed and resumed by the
+    self-healing automations. A daemon thread compares the parent process id with the one at start."""
+    import os
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_seconds)
+            if os.getppid() != parent:
+                os._exit(70)
+
+    threading.Thread(target=watch, name="dasflow-exit-with-worker", daemon=True).start()

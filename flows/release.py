@@ -16,7 +16,7 @@ from dasflow.config import ReleaseConfig, load_release_config, parse_release_con
 from dasflow.errors import InputError
 from dasflow.io.store import LocalStore, open_store
 from dasflow.pipeline.run import candidate_context, freeze_config
-from flows.approval import approval_gate, end_stale_release_runs, release_slot
+from flows.approval import approval_gate, end_stale_release_runs, exit_with_worker, release_slot
 from tasks.stages import (
     measure_task,
     plan_task,
@@ -138,6 +138,7 @@ class ReleaseRequest(BaseModel):
 @flow(name="dasflow-release-from-file", log_prints=True)
 def release_from_file(request: ReleaseRequest) -> dict[str, Any]:
     """Run (or resume) the release described by a config file, gated by an operator's approval."""
+    exit_with_worker()
     cfg = load_release_config(request.config_path)
     with release_slot(cfg.release_id):
         end_stale_release_runs(cfg.release_id)

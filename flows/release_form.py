@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dasflow.config import RELEASE_ID, ReleaseConfig, parse_release_config
 from dasflow.errors import InputError
 from dasflow.pipeline.run import open_run
-from flows.approval import end_stale_release_runs, release_slot
+from flows.approval import end_stale_release_runs, exit_with_worker, release_slot
 from flows.release import run_release
 
 #: the synthetic census layout that ``dasflow demo`` and ``infra/local/stack seed`` write into a store
@@ -88,6 +88,7 @@ DEFAULTS = ReleaseParameters()
 def release_from_form(parameters: ReleaseParameters = DEFAULTS) -> dict[str, Any]:
     """Prepare a release from the form, pause for an operator's approval of its plan, then run it (a release id
     that exists resumes with its frozen config). One run per release at a time."""
+    exit_with_worker()
     cfg = parameters.release_config()
     with release_slot(cfg.release_id):
         end_stale_release_runs(cfg.release_id)
@@ -98,6 +99,7 @@ def release_from_form(parameters: ReleaseParameters = DEFAULTS) -> dict[str, Any
 def resume_gated(release_id: str, store: str = "s3://das-runs/prod") -> dict[str, Any]:
     """Resume a stopped release from its frozen config (committed measurements are reused, never redrawn). An
     approved release goes on at once; one never approved pauses for approval first."""
+    exit_with_worker()
     with release_slot(release_id):
         end_stale_release_runs(release_id)
         return run_release(open_run(release_id, store).config, require_approval=True)

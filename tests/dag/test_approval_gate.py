@@ -25,6 +25,7 @@ from flows.release import run_release
 from tests.dag import counts_product  # noqa: F401  (registers the product)
 from tests.dag.helpers import local_release
 
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("prefect-harness")]
 
 
@@ -162,3 +163,28 @@ def _check_reports(store: LocalStore) -> None:
     tasks = {r["task"].rsplit("-", 1)[0] for r in timings}
     assert {"validate", "plan-and-freeze", "preprocess", "measure", "postprocess"} <= tasks
     assert all(r["seconds"] >= 0 for r in timings)
+
+
+def test_a_flow_run_process_exits_when_its_worker_dies(tmp_path: Path) -> None:
+    """No orphans: a process running ``exit_with_worker`` ends within seconds of its parent's SIGKILL."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    child = ("from flows.approval import exit_with_worker; import time; exit_with_worker(0.2); time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                               f"c = subprocess.Popen([sys.executable, '-c', {child!r}]); print(c.pid, flush=True); "
+                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True, cwd=str(REPO))
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())
+    time.sleep(1.5)  # the child is up and watching
+    assert psutil.pid_exists(pid)
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.time() + 15
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.time() < deadline, "the orphaned child kept running"
+        time.sleep(0.2)
