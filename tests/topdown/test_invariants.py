@@ -272,7 +272,7 @@ def test_person_in_structural_zero_rejected_before_noise(world) -> None:  # type
     bad.loc[0, ["GEOID", "HHGQ"]] = [no_gq2, 2]
     with pytest.raises(InputError) as e:
         td.prepare({"persons": bad, "persons_source": "cef.parquet"}, pub)
-    assert (e.value.row, e.value.column) == (2, "HHGQ") and "type 2" in str(e.value)
+    assert (e.value.row, e.value.column) == (2, "HHGQ") and "structural zero" in str(e.value)
 
 
 def test_partitioned_api_matches_whole_pass(world) -> None:  # type: ignore[no-untyped-def]
