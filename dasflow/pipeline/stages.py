@@ -99,6 +99,7 @@ def plan_stage(ctx: RunContext) -> PlanTotal:
     total = ctx.ledger.freeze_plan(specs, ctx.cap)
     account.reserve_for_release(ctx.store, ctx.config.account, release_id=ctx.release_id,  # before any noise
                                 universe=ctx.config.universe, config_sha256=ctx.config_sha256, specs=specs)
+    verify_release(ctx, deep=False)  # a resume goes on only from an intact chain (NMFs are checked as loaded)
     return total
 
 
