@@ -98,6 +98,10 @@ class ObjectStore(ABC):
         """Hex SHA-256 of the stored object's content."""
         return sha256_bytes(self.get(key))
 
+    def head(self, key: str, size: int) -> bytes:
+        """The object's first ``size`` bytes (a content check that need not read a whole input file)."""
+        return self.get(key)[:size]
+
     def get_text(self, key: str) -> str:
         return self.get(key).decode("utf-8")
 
@@ -170,6 +174,21 @@ class LocalStore(ObjectStore):
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
+
+    def sha256(self, key: str) -> str:
+        """Streamed: memory stays flat whatever the file's size (national inputs are tens of GB)."""
+        try:
+            with self._path(key).open("rb") as fh:
+                return hashlib.file_digest(fh, "sha256").hexdigest()
+        except FileNotFoundError:
+            raise StoreError(f"no object {key!r} in {self.uri}") from None
+
+    def head(self, key: str, size: int) -> bytes:
+        try:
+            with self._path(key).open("rb") as fh:
+                return fh.read(size)
+        except FileNotFoundError:
+            raise StoreError(f"no object {key!r} in {self.uri}") from None
 
     def list(self, prefix: str = "") -> list[str]:
         base = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
@@ -297,6 +316,21 @@ class S3Store(ObjectStore):
                 raise StoreError(f"no object {key!r} in {self.uri}") from None
             raise StoreError(f"get of {key!r} failed: {exc}") from exc
 
+    def head(self, key: str, size: int) -> bytes:
+        """A ranged GET of the first ``size`` bytes (an empty object has none: S3 answers InvalidRange)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            return self._call(f"get of {key!r}", lambda: bytes(self.client.get_object(
+                Bucket=self.bucket, Key=self._key(key), Range=f"bytes=0-{max(size, 1) - 1}")["Body"].read()))
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if code == "InvalidRange":
+                return b""
+            if code in ("NoSuchKey", "404"):
+                raise StoreError(f"no object {key!r} in {self.uri}") from None
+            raise StoreError(f"get of {key!r} failed: {exc}") from exc
+
     def exists(self, key: str) -> bool:
         from botocore.exceptions import ClientError
 
@@ -358,6 +392,12 @@ class RestrictedStore(ObjectStore):
 
     def get(self, key: str) -> bytes:
         return self.inner.get(self._ok(key))
+
+    def sha256(self, key: str) -> str:
+        return self.inner.sha256(self._ok(key))
+
+    def head(self, key: str, size: int) -> bytes:
+        return self.inner.head(self._ok(key), size)
 
     def exists(self, key: str) -> bool:
         return self.inner.exists(self._ok(key))

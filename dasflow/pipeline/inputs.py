@@ -112,10 +112,10 @@ def check_not_empty(store: ObjectStore, hashes: Mapping[str, str]) -> None:
     census). Delimited text needs a data row; Parquet needs a row. Other objects (manifests) are not tables."""
     for key in sorted(hashes):
         if key.endswith((".csv", ".txt")):
-            data = store.get(key)
+            data = store.head(key, 1 << 16)
             if not data.strip():
                 raise InputError("empty confidential input file (no header, no rows)", file=key, row=1)
-            if not _data_rows_present(key, data[:1 << 16]):
+            if not _data_rows_present(key, data):
                 raise InputError("header-only confidential input file: no data rows", file=key, row=2)
         elif key.endswith(".parquet"):
             try:

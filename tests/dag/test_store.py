@@ -56,6 +56,23 @@ def test_put_get_exists_hash(store: ObjectStore) -> None:
     assert store.get("runs/r1/config.json") == b"replaced"
 
 
+def test_head_and_streamed_hash(store: ObjectStore) -> None:
+    """A content check reads only a file's head (a ranged GET on S3); hashes never need the whole object in
+    memory on a local store; an empty object has an empty head; a restricted view applies its rule to both."""
+    data = b"H1|H2\n" + b"1|2\n" * 50_000
+    store.put("confidential/x/persons.txt", data)
+    store.put("confidential/x/empty.txt", b"")
+    assert store.head("confidential/x/persons.txt", 9) == data[:9]
+    assert store.head("confidential/x/persons.txt", 10 * len(data)) == data
+    assert store.head("confidential/x/empty.txt", 64) == b""
+    assert store.sha256("confidential/x/persons.txt") == sha256_bytes(data)
+    view = store.restricted(["confidential/"])
+    with pytest.raises(StoreError):
+        view.head("confidential/x/persons.txt", 4)
+    with pytest.raises(StoreError):
+        view.sha256("confidential/x/persons.txt")
+
+
 def test_get_missing_is_a_store_error(store: ObjectStore) -> None:
     with pytest.raises(StoreError, match="no object"):
         store.get("runs/none/x.json")
