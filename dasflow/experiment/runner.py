@@ -37,7 +37,7 @@ from dasflow.pipeline.stages import measure_one
 from dasflow.privacy import accounting, rng
 from dasflow.privacy.ledger import Ledger
 from dasflow.products.base import MeasurementSpec, Product
-from dasflow.release.accuracy import NON_KEY, TRUTH, Z90
+from dasflow.release.accuracy import NON_KEY, TRUTH, Z90, ZERO_FILLED
 
 Progress = Callable[[str], None]
 
@@ -55,9 +55,11 @@ def method_sha256(config: ReleaseConfig) -> str:
 class TruthIndex:
     """A truth frame indexed by a 64-bit hash of its key columns, for repeated lookups of the published cells of
     each run without re-joining the whole truth frame. A key column is hashed in its own dtype where the truth
-    and the published table agree on it, else both sides as text (as ``accuracy.compare`` joins them)."""
+    and the published table agree on it, else both sides as text (as ``accuracy.compare`` joins them). A
+    one-cell table without key columns (a total) has the one-row truth."""
 
     def __init__(self, frame: pd.DataFrame, keys: Sequence[str], published: pd.DataFrame) -> None:
+        self.frame = frame
         self.keys = list(keys)
         self.as_text = {k: frame[k].dtype != published[k].dtype for k in self.keys}
         self._dtypes = {k: published[k].dtype for k in self.keys}
@@ -67,16 +69,21 @@ class TruthIndex:
         self.values = pd.to_numeric(frame["COUNT"]).to_numpy(np.float64)
 
     def _hash(self, frame: pd.DataFrame) -> np.ndarray:
+        if not self.keys:
+            return np.zeros(len(frame), dtype=np.uint64)
         cols = {k: frame[k].astype(str) if self.as_text[k] else frame[k] for k in self.keys}
         return pd.util.hash_pandas_object(pd.DataFrame(cols), index=False).to_numpy()
 
-    def lookup(self, released: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-        """(row positions in ``released`` that have a truth cell, their true counts): an inner join."""
+    def lookup(self, released: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row positions in ``released`` that have a truth cell, their true counts, the truth rows no published
+        row matched): an inner join plus what an outer join would add on the truth side."""
         if any(released[k].dtype != self._dtypes[k] for k in self.keys if not self.as_text[k]):
             raise ValueError("a published table changed its key dtypes between runs")
         pos = self.index.get_indexer(self._hash(released))
         found = np.flatnonzero(pos >= 0)
-        return found, self.values[pos[found]]
+        unmatched = np.ones(len(self.values), dtype=bool)
+        unmatched[pos[found]] = False
+        return found, self.values[pos[found]], np.flatnonzero(unmatched)
 
 
 def _matches(level: str, geolevel: str) -> bool:
@@ -86,14 +93,19 @@ def _matches(level: str, geolevel: str) -> bool:
     return lv == g or lv.startswith(g + "_") or re.match(rf"\(\s*{re.escape(g)}\s*,", lv) is not None
 
 
-def geolevel_of(file: str, product: str, frame: pd.DataFrame) -> pd.Series | str:
+def geolevel_of(file: str, product: str, frame: pd.DataFrame, levels: Sequence[str] = ()) -> pd.Series | str:
     """Geography level of each published cell: ``REGION_TYPE`` where the file has it, else the level in the
-    file name after the product's prefix (``groupsize_nation.csv`` → ``nation``), else ``all``."""
+    file name after the product's prefix (``groupsize_nation.csv`` → ``nation``, ``topdown_block.csv`` →
+    ``block``), else, for a product whose plan has a single level, that level where the file name starts with
+    it (the matrix product's ``nation_total.csv`` → ``nation``), else ``all``."""
     if "REGION_TYPE" in frame.columns:
         return frame["REGION_TYPE"].astype(str)
     stem = file.rsplit("/", 1)[-1].rsplit(".", 1)[0]
     prefix = product.replace("-", "_") + "_"
-    return stem[len(prefix):] if stem.startswith(prefix) else "all"
+    if stem.startswith(prefix):
+        return stem[len(prefix):]
+    one = set(levels)
+    return one.pop() if len(one) == 1 and stem.startswith(f"{next(iter(one))}_") else "all"
 
 
 def stated_moes(specs: Sequence[MeasurementSpec]) -> dict[str, set[int]]:
@@ -122,24 +134,47 @@ def stated_moe(geolevel: str, moes: Mapping[str, set[int]]) -> float:
     return float(next(iter(values))) if len(values) == 1 else float("nan")
 
 
+def _levels_of(file: str, product: str, frame: pd.DataFrame, plan_levels: Sequence[str]) -> np.ndarray:
+    level = geolevel_of(file, product, frame, plan_levels)
+    return level.to_numpy() if isinstance(level, pd.Series) else np.full(len(frame), level, dtype=object)
+
+
 def observe(file: str, product: str, released: pd.DataFrame, truth: TruthIndex,
-            stated: Mapping[str, set[int]]) -> pd.DataFrame:
+            stated: Mapping[str, set[int]], zero_fill: bool = False) -> pd.DataFrame:
     """One run's published table against the truth: TRUE, ERROR (published − true), MOE90 (Z90·√VARIANCE where
-    the file publishes a variance, else the stated analytic MOE of the cell's level, else NaN), geolevel."""
+    the file publishes a variance, else the stated analytic MOE of the cell's level, else NaN), geolevel.
+
+    ``zero_fill`` (a product whose files list nonzero cells only, ``accuracy.ZERO_FILLED``): a true cell the run
+    did not publish was published as 0, so it is observed with error −true; a published cell absent from the
+    truth is true 0. The observed cells are those nonzero in the published or the true table (a cell zero in
+    both has error 0 exactly and is not counted)."""
     value = "COUNT" if "COUNT" in released.columns else "ESTIMATE"
     if value not in released.columns:
         raise ValueError(f"{product}/{file}: published table has neither COUNT nor ESTIMATE")
-    rows, true = truth.lookup(released)
+    rows, true, unmatched = truth.lookup(released)
+    if zero_fill:
+        full = np.zeros(len(released), dtype=np.float64)
+        full[rows] = true
+        rows, true = np.arange(len(released)), full
     part = released.iloc[rows]
     published = pd.to_numeric(part[value]).to_numpy(np.float64)
-    level = geolevel_of(file, product, part)
-    levels = (level.to_numpy() if isinstance(level, pd.Series) else np.full(len(part), level, dtype=object))
+    plan_levels = list(stated)
+    levels = _levels_of(file, product, part, plan_levels)
     if "VARIANCE" in part.columns:
         moe = Z90 * np.sqrt(pd.to_numeric(part["VARIANCE"]).to_numpy(np.float64))
     else:
         lookup = {lv: stated_moe(str(lv), stated) for lv in pd.unique(levels)}
         moe = pd.Series(levels).map(lookup).to_numpy(np.float64)
-    return pd.DataFrame({"geolevel": levels, "TRUE": true, "ERROR": published - true, "MOE90": moe})
+    out = pd.DataFrame({"geolevel": levels, "TRUE": true, "ERROR": published - true, "MOE90": moe})
+    if not zero_fill or not unmatched.size:
+        return out
+    missed = truth.frame.iloc[unmatched]
+    miss_true = truth.values[unmatched]
+    miss_levels = _levels_of(file, product, missed, plan_levels)
+    lookup = {lv: stated_moe(str(lv), stated) for lv in pd.unique(miss_levels)}
+    return pd.concat([out, pd.DataFrame({
+        "geolevel": miss_levels, "TRUE": miss_true, "ERROR": -miss_true,
+        "MOE90": pd.Series(miss_levels).map(lookup).to_numpy(np.float64)})], ignore_index=True)
 
 
 # ------------------------------------------------------------------------------------------------- products
@@ -159,7 +194,7 @@ class PreparedProduct:
     def truth_index(self, file: str, released: pd.DataFrame) -> TruthIndex:
         frame = self.truth[file]
         keys = tuple(c for c in released.columns if c in frame.columns and c not in NON_KEY)
-        if not keys:
+        if not keys and not (len(frame) == len(released) == 1):
             raise ValueError(f"{self.name}/{file}: published table and truth share no key column")
         if (file, keys) not in self._index:
             self._index[(file, keys)] = TruthIndex(frame, keys, released)
@@ -241,7 +276,8 @@ def run_experiment(config: ReleaseConfig, *, runs: int, scales: Sequence[Fractio
                 for file, frame in sorted(state.publish(specs, g, config.universe).items()):
                     if file not in state.truth:
                         continue
-                    obs = observe(file, name, frame, state.truth_index(file, frame), stated)
+                    obs = observe(file, name, frame, state.truth_index(file, frame), stated,
+                                  zero_fill=name in ZERO_FILLED)
                     parts.append(obs.assign(run=r, table=file))
                 say(f"{name}: budget scale {label}: run {r + 1}/{runs}")
             timing[f"{name}: {runs} runs at scale {label}"] = time.perf_counter() - t1

@@ -48,6 +48,8 @@ NON_KEY = ("COUNT", "NOISE_DISTRIBUTION", "VARIANCE", "ESTIMATE", "NOISY")
 SIZE_BINS = (0, 1, 10, 100, 1_000, 10_000)
 SIZE_LABELS = ("0", "1–9", "10–99", "100–999", "1,000–9,999", "10,000+")
 Z90 = 1.6448536269514722  # two-sided 90 % normal quantile (for published-variance MOEs)
+#: products whose release files list only nonzero cells (an absent cell is published as 0): TopDown
+ZERO_FILLED = frozenset({"topdown"})
 
 
 class TruthRefused(DasflowError):
@@ -100,13 +102,15 @@ def _key_columns(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
     return [c for c in a.columns if c in b.columns and c not in NON_KEY]
 
 
-def compare(released: pd.DataFrame, truth: pd.DataFrame) -> pd.DataFrame:
-    """Released vs true count per cell (inner join on the shared key columns): TRUE, RELEASED, ERROR, MOE90
-    (from VARIANCE when published, else NaN), LEVEL (the geography level: REGION_TYPE, or "all"). Key columns
-    are compared as text. The released value is the file's COUNT column, or ESTIMATE for products that publish
-    estimates under that name."""
+def compare(released: pd.DataFrame, truth: pd.DataFrame, zero_fill: bool = False) -> pd.DataFrame:
+    """Released vs true count per cell (inner join on the shared key columns; with ``zero_fill``, for files
+    that omit zero cells (``ZERO_FILLED``), an outer join with an absent cell counted as 0): TRUE, RELEASED,
+    ERROR, MOE90 (from VARIANCE when published, else NaN), LEVEL (the geography level: REGION_TYPE, or "all").
+    Key columns are compared as text. The released value is the file's COUNT column, or ESTIMATE for products
+    that publish estimates under that name. A one-cell file without key columns (a total) is compared with a
+    one-row truth."""
     keys = _key_columns(released, truth)
-    if not keys:
+    if not keys and not (len(released) == len(truth) == 1):
         raise ValueError("release and truth frames share no key column")
     left = released.copy()
     right = truth.copy()
@@ -117,7 +121,13 @@ def compare(released: pd.DataFrame, truth: pd.DataFrame) -> pd.DataFrame:
     if value not in left.columns:
         raise ValueError("release frame has neither COUNT nor ESTIMATE")
     left = left.rename(columns={value: "_RELEASED"})
-    merged = left.merge(right[[*keys, "COUNT"]].rename(columns={"COUNT": "_TRUE"}), on=keys, how="inner")
+    right = right[[*keys, "COUNT"]].rename(columns={"COUNT": "_TRUE"})
+    if not keys:
+        merged = left.merge(right, how="cross")
+    else:
+        merged = left.merge(right, on=keys, how="outer" if zero_fill else "inner")
+        if zero_fill:
+            merged = merged.fillna({"_TRUE": 0, "_RELEASED": 0})
     out = pd.DataFrame({
         "TRUE": pd.to_numeric(merged["_TRUE"]).to_numpy(np.float64),
         "RELEASED": pd.to_numeric(merged["_RELEASED"]).to_numpy(np.float64),
@@ -154,7 +164,7 @@ def observed_errors(release: Mapping[str, Mapping[str, pd.DataFrame]],
     for product, files in truth.items():
         for rel, frame in files.items():
             if rel in release.get(product, {}):
-                out[(product, rel)] = compare(release[product][rel], frame)
+                out[(product, rel)] = compare(release[product][rel], frame, zero_fill=product in ZERO_FILLED)
     return out
 
 
@@ -552,7 +562,50 @@ def _groupsize_truth(ctx: RunContext) -> dict[str, pd.DataFrame]:
     return out
 
 
-TRUTH: dict[str, TruthFn] = {"phsafe": _phsafe_truth, "safetab-p": _safetab_truth, "groupsize": _groupsize_truth}
+def _topdown_truth(ctx: RunContext) -> dict[str, pd.DataFrame]:
+    """TopDown's published tables computed from the true block histogram: the product's own ``prepare()``
+    (persons tabulated onto the spine's blocks, vectorised) fed to its own ``tables()`` in place of the
+    estimated blocks — so the truth has exactly the published files, geolevels and key columns, nonzero cells
+    only (as published: an absent cell is 0, ``ZERO_FILLED``)."""
+    from dasflow.products.topdown.product import TopDown
+
+    adapter = ctx.adapter("topdown")
+    cfg = ctx.product_config("topdown")
+    product = adapter.product(cfg)
+    assert isinstance(product, TopDown)
+    public = adapter.public_inputs(ctx.store, ctx.config.inputs, cfg)
+    conf = adapter.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
+    spine = product.spine(public)
+    hist = product.prepare(conf, public)[f"hist/{spine.levels[-1]}"]
+    block = pd.DataFrame({"GEOID": spine.block_geoid[hist["UNIT"].to_numpy(np.int64)].astype(str),
+                          "CELL": hist["CELL"].to_numpy(np.int64), "COUNT": hist["COUNT"].to_numpy(np.int64)})
+    return {adapter.file_name(t, ctx.config.universe): f for t, f in product.tables({"block": block}).items()}
+
+
+def _matrix_truth(ctx: RunContext) -> dict[str, pd.DataFrame]:
+    """The matrix product's workload tables of the true histogram (the product's own tabulation): attribute
+    codes + COUNT per cell, in the release layout (``{level}_{table}``)."""
+    from dasflow.products.matrix.estimate import marginal_of
+    from dasflow.products.matrix.product import MatrixProduct
+
+    adapter = ctx.adapter("matrix")
+    cfg = ctx.product_config("matrix")
+    product = adapter.product(cfg)
+    assert isinstance(product, MatrixProduct)
+    conf = adapter.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
+    hist = product.histogram(conf["records"], str(conf["records_source"]))
+    names = list(cfg.schema)
+    out: dict[str, pd.DataFrame] = {}
+    for table, attrs in cfg.workload.items():
+        counts = marginal_of(hist, [names.index(a) for a in attrs]).astype(np.int64).reshape(-1)
+        grid = np.indices([cfg.schema[a] for a in attrs]).reshape(len(attrs), -1) if attrs else ()
+        frame = pd.DataFrame({a: grid[i] for i, a in enumerate(attrs)} | {"COUNT": counts})
+        out[adapter.file_name(f"{cfg.level}_{table}", ctx.config.universe)] = frame
+    return out
+
+
+TRUTH: dict[str, TruthFn] = {"phsafe": _phsafe_truth, "safetab-p": _safetab_truth, "groupsize": _groupsize_truth,
+                             "topdown": _topdown_truth, "matrix": _matrix_truth}
 
 
 def register_truth(product: str, fn: TruthFn) -> None:
