@@ -120,8 +120,9 @@ def experiment_blocks(table: pd.DataFrame, meta: Mapping[str, Any]) -> list[Bloc
         "error = published value − true value, for the *published* (post-processed) tables, including every "
         "error source: noise, post-processing, thresholds, truncation",
         "within 90 % MOE: the share of published cells within the MOE the release states for them (Z90·√VARIANCE "
-        "where a variance is published, else the plan's analytic MOE where all keys of the level share one; "
-        "— where no MOE is stated)",
+        "where a variance is published; SafeTab-P: the analytic MOE of the cell's noise — one draw of its "
+        "(region type, level) key, or the sum of its Sex × Age cells; else the plan's analytic MOE where all keys "
+        "of the level share one; — where no MOE is stated, e.g. TopDown)",
     ))]
     for name, reason in dict(meta.get("skipped", {})).items():
         blocks.append(Para(f"{name}: not measured — {reason}"))

@@ -27,6 +27,7 @@ import pandas as pd
 
 from dasflow.config import ReleaseConfig
 from dasflow.errors import InputError
+from dasflow.experiment import safetab_moe
 from dasflow.experiment.metrics import metrics
 from dasflow.experiment.scaling import scale_label, scale_plan
 from dasflow.io.store import open_store
@@ -140,9 +141,11 @@ def _levels_of(file: str, product: str, frame: pd.DataFrame, plan_levels: Sequen
 
 
 def observe(file: str, product: str, released: pd.DataFrame, truth: TruthIndex,
-            stated: Mapping[str, set[int]], zero_fill: bool = False) -> pd.DataFrame:
-    """One run's published table against the truth: TRUE, ERROR (published − true), MOE90 (Z90·√VARIANCE where
-    the file publishes a variance, else the stated analytic MOE of the cell's level, else NaN), geolevel.
+            stated: Mapping[str, set[int]], zero_fill: bool = False,
+            moes: np.ndarray | None = None) -> pd.DataFrame:
+    """One run's published table against the truth: TRUE, ERROR (published − true), MOE90 (``moes``, the
+    product's per-row stated MOE, where given; else Z90·√VARIANCE where the file publishes a variance, else the
+    stated analytic MOE of the cell's level, else NaN), geolevel.
 
     ``zero_fill`` (a product whose files list nonzero cells only, ``accuracy.ZERO_FILLED``): a true cell the run
     did not publish was published as 0, so it is observed with error −true; a published cell absent from the
@@ -160,7 +163,9 @@ def observe(file: str, product: str, released: pd.DataFrame, truth: TruthIndex,
     published = pd.to_numeric(part[value]).to_numpy(np.float64)
     plan_levels = list(stated)
     levels = _levels_of(file, product, part, plan_levels)
-    if "VARIANCE" in part.columns:
+    if moes is not None:
+        moe = np.asarray(moes, dtype=np.float64)[rows]
+    elif "VARIANCE" in part.columns:
         moe = Z90 * np.sqrt(pd.to_numeric(part["VARIANCE"]).to_numpy(np.float64))
     else:
         lookup = {lv: stated_moe(str(lv), stated) for lv in pd.unique(levels)}
@@ -178,6 +183,24 @@ def observe(file: str, product: str, released: pd.DataFrame, truth: TruthIndex,
 
 
 # ------------------------------------------------------------------------------------------------- products
+def _safetab_moes(state: PreparedProduct, specs: Sequence[MeasurementSpec], published: Mapping[str, pd.DataFrame],
+                  universe: str) -> dict[str, np.ndarray]:
+    """SafeTab-P: the stated MOE of every published t1/t2 row (:mod:`dasflow.experiment.safetab_moe`)."""
+    names = {t: state.adapter.file_name(t, universe) for t in ("t1", "t2")}
+    if not all(n in published for n in names.values()):
+        return {}
+    cache_key = ("safetab_keys", tuple((s.key, s.noise, s.detail.get("total_only_noise")) for s in specs))
+    if cache_key not in state.cache:
+        state.cache[cache_key] = safetab_moe.key_table(specs, state.public)
+    t1, t2 = safetab_moe.cell_moes(published[names["t1"]], published[names["t2"]], state.cache[cache_key])
+    return {names["t1"]: t1, names["t2"]: t2}
+
+
+#: products whose release files carry no VARIANCE but whose plan determines each published cell's MOE
+CELL_MOES: dict[str, Callable[[PreparedProduct, Sequence[MeasurementSpec], Mapping[str, pd.DataFrame], str],
+                              dict[str, np.ndarray]]] = {}
+
+
 @dataclass
 class PreparedProduct:
     """A product with its confidential part done once: prepared tabulations and truth (kept in memory only)."""
@@ -190,6 +213,7 @@ class PreparedProduct:
     plan: list[MeasurementSpec]
     truth: dict[str, pd.DataFrame]
     _index: dict[tuple[str, tuple[str, ...]], TruthIndex] = field(default_factory=dict)
+    cache: dict[Any, Any] = field(default_factory=dict)
 
     def truth_index(self, file: str, released: pd.DataFrame) -> TruthIndex:
         frame = self.truth[file]
@@ -207,6 +231,9 @@ class PreparedProduct:
             done[s.key] = measure_one(self.product, self.prepared, s, g.spawn(s.key), done)
         estimates = self.product.postprocess(done, self.public)
         return {self.adapter.file_name(n, universe): f for n, f in self.product.tables(estimates).items()}
+
+
+CELL_MOES["safetab-p"] = _safetab_moes
 
 
 def experiment_context(config: ReleaseConfig) -> RunContext:
@@ -273,11 +300,13 @@ def run_experiment(config: ReleaseConfig, *, runs: int, scales: Sequence[Fractio
             parts: list[pd.DataFrame] = []
             for r in range(runs):
                 g = base.spawn(f"{name}/scale={label}/run={r}")
-                for file, frame in sorted(state.publish(specs, g, config.universe).items()):
+                published = state.publish(specs, g, config.universe)
+                moes = CELL_MOES[name](state, specs, published, config.universe) if name in CELL_MOES else {}
+                for file, frame in sorted(published.items()):
                     if file not in state.truth:
                         continue
                     obs = observe(file, name, frame, state.truth_index(file, frame), stated,
-                                  zero_fill=name in ZERO_FILLED)
+                                  zero_fill=name in ZERO_FILLED, moes=moes.get(file))
                     parts.append(obs.assign(run=r, table=file))
                 say(f"{name}: budget scale {label}: run {r + 1}/{runs}")
             timing[f"{name}: {runs} runs at scale {label}"] = time.perf_counter() - t1
