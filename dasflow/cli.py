@@ -97,6 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--budget-scale", default="1", help="comma-separated budget factors, e.g. 0.5,1,2")
     ex.add_argument("--seed", type=int, default=0, help="seed of the test noise (default 0)")
     ex.add_argument("--products", default=None, help="comma-separated subset of the config's products")
+    ex.add_argument("--budget-split", action="append", default=[], metavar="PRODUCT:LEVEL=WEIGHT,...",
+                    help="a candidate budget split (repeatable): re-weight a product's plan levels, total kept")
 
     from dasflow.commands.account import add_parser as account_parser
 

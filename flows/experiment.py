@@ -20,31 +20,33 @@ from dasflow.experiment import run_experiment
 from dasflow.experiment.metrics import ALL_BIN
 from dasflow.experiment.record import write_outputs
 from dasflow.experiment.report import experiment_markdown
-from dasflow.experiment.scaling import parse_scales
+from dasflow.experiment.scaling import parse_scales, parse_split
 from dasflow.io.store import open_store
 from tasks.stages import _artifact_key
 
 
 @task(name="experiment-runs", cache_policy=NO_CACHE, persist_result=False)
 def experiment_task(config_path: str, runs: int, budget_scales: str, seed: int,
-                    products: list[str] | None, out: str) -> dict[str, Any]:
+                    products: list[str] | None, out: str, budget_splits: list[str] | None = None) -> dict[str, Any]:
     """All runs of the experiment (one task: the prepared tabulations stay in this process's memory) and its
     files; returns where they are and the metrics of the ``all`` bin (small)."""
     config = load_release_config(config_path)
     exp = run_experiment(config, runs=runs, scales=parse_scales(budget_scales), seed=seed, products=products,
-                         progress=print)
+                         splits=[parse_split(t) for t in budget_splits or []], progress=print)
     paths = write_outputs(exp, Path(out), open_store(config.store))
     overall = exp.metrics[exp.metrics["pop_bin"] == ALL_BIN]
-    return {"paths": paths, "meta": exp.meta, "markdown": experiment_markdown(exp.metrics, exp.meta),
+    return {"paths": paths, "meta": exp.meta, "markdown": experiment_markdown(exp.metrics, exp.meta, exp.splits),
             "overall": overall.astype(object).where(overall.notna(), None).to_dict("records")}
 
 
 @flow(name="dasflow-accuracy-experiment", log_prints=True)
 def experiment_flow(config_path: str, runs: int = 20, out: str = "experiment", budget_scales: str = "1",
-                    seed: int = 0, products: list[str] | None = None) -> dict[str, Any]:
-    """Run a release config's products ``runs`` times per budget scale (e.g. "0.5,1,2") with seeded test noise on
-    its synthetic inputs; metrics of the published tables against the truth."""
-    result = experiment_task(config_path, runs, budget_scales, seed, products, out)
+                    seed: int = 0, products: list[str] | None = None,
+                    budget_splits: list[str] | None = None) -> dict[str, Any]:
+    """Run a release config's products ``runs`` times per budget scale (e.g. "0.5,1,2") and per candidate budget
+    split (e.g. ["safetab-p:(USA, 1)=2,(STATE, 1)=1"]) with seeded test noise on its synthetic inputs; metrics of
+    the published tables against the truth."""
+    result = experiment_task(config_path, runs, budget_scales, seed, products, out, budget_splits)
     key = result["meta"]["release_id"]
     create_markdown_artifact(key=_artifact_key("experiment", key), markdown=result["markdown"],
                              description="accuracy experiment: error of the published tables")

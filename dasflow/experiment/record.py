@@ -19,10 +19,12 @@ import pandas as pd
 
 from dasflow.experiment.metrics import COLUMNS
 from dasflow.experiment.report import experiment_report
-from dasflow.experiment.runner import Experiment
+from dasflow.experiment.runner import SPLIT_COLUMNS, Experiment
 from dasflow.io.store import ObjectStore, StoreError
 
 FILES = ("metrics.csv", "report.html", "experiment.json")
+#: written with ``--budget-split`` only: ``SPLIT_COLUMNS`` per product, candidate split, table, geolevel, bin
+SPLIT_FILE = "split_metrics.csv"
 
 
 def prefix(method_sha256: str) -> str:
@@ -30,11 +32,14 @@ def prefix(method_sha256: str) -> str:
 
 
 def _payloads(exp: Experiment) -> dict[str, bytes]:
-    return {
+    out = {
         "metrics.csv": exp.metrics[list(COLUMNS)].to_csv(index=False, lineterminator="\n").encode(),
-        "report.html": experiment_report(exp.metrics, exp.meta).encode(),
+        "report.html": experiment_report(exp.metrics, exp.meta, exp.splits).encode(),
         "experiment.json": (json.dumps(exp.meta, sort_keys=True, indent=1) + "\n").encode(),
     }
+    if not exp.splits.empty:
+        out[SPLIT_FILE] = exp.splits[list(SPLIT_COLUMNS)].to_csv(index=False, lineterminator="\n").encode()
+    return out
 
 
 def write_outputs(exp: Experiment, out_dir: Path, store: ObjectStore | None = None) -> dict[str, str]:
@@ -47,7 +52,7 @@ def write_outputs(exp: Experiment, out_dir: Path, store: ObjectStore | None = No
         (out_dir / name).write_bytes(data)
         paths[name] = str(out_dir / name)
     if store is not None:
-        for name in FILES:
+        for name in (*(n for n in payloads if n not in FILES), *FILES):   # experiment.json last
             store.put(prefix(exp.meta["method_sha256"]) + name, payloads[name])
     return paths
 

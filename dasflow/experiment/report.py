@@ -104,8 +104,54 @@ def _share(x: Any) -> str:
     return "—" if v != v else f"{v:.1%}"
 
 
-def experiment_blocks(table: pd.DataFrame, meta: Mapping[str, Any]) -> list[Block]:
-    """The report's blocks (headings, plots, the ``all``-bin table)."""
+def _plot_splits(table: pd.DataFrame, splits: pd.DataFrame, product: str) -> str:
+    """Pooled RMSE per geolevel at each candidate split (x: the plan's own split, where scale 1 ran, then the
+    candidates in the given order)."""
+    import matplotlib.pyplot as plt
+
+    part = splits[(splits["product"] == product) & (splits["pop_bin"] == ALL_BIN)]
+    curves = pooled(part, ["geolevel", "budget_split"])
+    base = table[(table["product"] == product) & (table["pop_bin"] == ALL_BIN) & (table["budget_scale"] == 1.0)]
+    if not base.empty:
+        curves = pd.concat([pooled(base, ["geolevel"]).assign(budget_split="plan"), curves], ignore_index=True)
+    order = list(dict.fromkeys(curves["budget_split"]))
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    for i, (level, sub) in enumerate(curves.groupby("geolevel", sort=False)):
+        sub = sub.assign(x=[order.index(b) for b in sub["budget_split"]]).sort_values("x")
+        ax.plot(sub["x"], np.maximum(sub["rmse"], 0.1), marker="o", color=f"C{i % 10}", label=str(level))
+    ax.set_xticks(range(len(order)), [o.split(":", 1)[-1][:40] for o in order], fontsize=6, rotation=15)
+    ax.set_yscale("log")
+    _plain_log_ticks(ax.yaxis)
+    ax.set_xlabel("budget split (product total kept)")
+    ax.set_ylabel("RMSE of the published value")
+    ax.set_title(f"{product}: error vs budget split")
+    ax.legend(fontsize=7, ncol=3, title="geolevel", title_fontsize=7)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def split_blocks(table: pd.DataFrame, splits: pd.DataFrame) -> list[Block]:
+    """The split sweep: per product, RMSE vs candidate split per geolevel and the ``all``-bin rows."""
+    if splits.empty:
+        return []
+    blocks: list[Block] = [Heading("Budget splits (each product's total budget kept)"), Para(
+        "Each candidate re-weights the named levels of one product: their combined budget is shared in proportion "
+        "to the weights, other levels keep theirs, and every key's noise is recomputed through the accountant. "
+        "Full breakdown by population size: split_metrics.csv.")]
+    for product in dict.fromkeys(splits["product"]):
+        blocks.append(Image(_plot_splits(table, splits, product), f"{product}: RMSE vs budget split, per geolevel"))
+        rows = splits[(splits["product"] == product) & (splits["pop_bin"] == ALL_BIN)]
+        blocks.append(Table(
+            ("split", "table", "geolevel", "cells", "MAE", "RMSE", "bias", "within 90 % MOE", "90th pct |error|"),
+            tuple((str(r["budget_split"]), str(r["table"]), str(r["geolevel"]), str(r["cells"]), _fmt(r["mae"]),
+                   _fmt(r["rmse"]), _fmt(r["bias"]), _share(r["within_moe"]), _fmt(r["q90_abs_error"]))
+                  for r in rows.to_dict("records"))))
+    return blocks
+
+
+def experiment_blocks(table: pd.DataFrame, meta: Mapping[str, Any],
+                      splits: pd.DataFrame | None = None) -> list[Block]:
+    """The report's blocks (headings, plots, the ``all``-bin table, the split sweep where one ran)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -140,6 +186,8 @@ def experiment_blocks(table: pd.DataFrame, meta: Mapping[str, Any]) -> list[Bloc
                    str(r["cells"]), _fmt(r["mae"]), _fmt(r["rmse"]), _fmt(r["mean_relative_error"]),
                    _fmt(r["bias"]), _share(r["within_moe"]), _fmt(r["q90_abs_error"]))
                   for r in rows.to_dict("records"))))
+    if splits is not None:
+        blocks += split_blocks(table, splits)
     if "seconds" in meta:
         blocks.append(Heading("Run time"))
         blocks.append(Table(("step", "seconds"), tuple((str(k), f"{float(v):.1f}")
@@ -147,13 +195,14 @@ def experiment_blocks(table: pd.DataFrame, meta: Mapping[str, Any]) -> list[Bloc
     return blocks
 
 
-def experiment_report(table: pd.DataFrame, meta: Mapping[str, Any]) -> str:
+def experiment_report(table: pd.DataFrame, meta: Mapping[str, Any], splits: pd.DataFrame | None = None) -> str:
     """The report as one self-contained HTML page."""
-    return to_html(experiment_blocks(table, meta), f"Accuracy experiment: {meta['release_id']}", banner=BANNER)
+    return to_html(experiment_blocks(table, meta, splits), f"Accuracy experiment: {meta['release_id']}",
+                   banner=BANNER)
 
 
-def experiment_markdown(table: pd.DataFrame, meta: Mapping[str, Any]) -> str:
+def experiment_markdown(table: pd.DataFrame, meta: Mapping[str, Any], splits: pd.DataFrame | None = None) -> str:
     """The report as Markdown (plots as inline data URIs): the Prefect UI's markdown artifact."""
     from dasflow.release.document import to_markdown
 
-    return f"**{BANNER}**\n\n" + to_markdown(experiment_blocks(table, meta))
+    return f"**{BANNER}**\n\n" + to_markdown(experiment_blocks(table, meta, splits))

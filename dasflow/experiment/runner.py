@@ -13,6 +13,7 @@ output — errors against the truth — would disclose real confidential data.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -28,8 +29,8 @@ import pandas as pd
 from dasflow.config import ReleaseConfig
 from dasflow.errors import InputError
 from dasflow.experiment import safetab_moe
-from dasflow.experiment.metrics import metrics
-from dasflow.experiment.scaling import scale_label, scale_plan
+from dasflow.experiment.metrics import COLUMNS, metrics
+from dasflow.experiment.scaling import Split, scale_label, scale_plan, split_plan
 from dasflow.io.store import open_store
 from dasflow.pipeline.adapters import Adapter
 from dasflow.pipeline.inputs import check_not_empty, check_synthetic
@@ -224,13 +225,16 @@ class PreparedProduct:
             self._index[(file, keys)] = TruthIndex(frame, keys, released)
         return self._index[(file, keys)]
 
-    def publish(self, specs: Sequence[MeasurementSpec], g: rng.Generator, universe: str) -> dict[str, pd.DataFrame]:
-        """One run: measure every key (``g.spawn(key)``), post-process, and the published tables by file name."""
+    def publish(self, specs: Sequence[MeasurementSpec], g: rng.Generator, universe: str,
+                product: Product | None = None) -> dict[str, pd.DataFrame]:
+        """One run: measure every key (``g.spawn(key)``), post-process, and the published tables by file name
+        (``product``: a budget-scaled twin of the product, :data:`CONFIG_SCALED`)."""
+        prod = product if product is not None else self.product
         done: dict[str, Any] = {}
         for s in specs:
-            done[s.key] = measure_one(self.product, self.prepared, s, g.spawn(s.key), done)
-        estimates = self.product.postprocess(done, self.public)
-        return {self.adapter.file_name(n, universe): f for n, f in self.product.tables(estimates).items()}
+            done[s.key] = measure_one(prod, self.prepared, s, g.spawn(s.key), done)
+        estimates = prod.postprocess(done, self.public)
+        return {self.adapter.file_name(n, universe): f for n, f in prod.tables(estimates).items()}
 
 
 CELL_MOES["safetab-p"] = _safetab_moes
@@ -257,28 +261,94 @@ def prepare_product(ctx: RunContext, name: str) -> PreparedProduct:
 
 
 # ----------------------------------------------------------------------------------------------- experiment
+#: split_metrics.csv: the metrics columns with the candidate split after the product (budget scale 1)
+SPLIT_COLUMNS = ("product", "budget_split", *(c for c in COLUMNS if c not in ("product", "budget_scale")))
+
+
 @dataclass
 class Experiment:
-    """An experiment's result: the metrics table and what it was run on."""
+    """An experiment's result: the metrics table (budget scales), the split sweep's (``SPLIT_COLUMNS``; empty
+    without ``--budget-split``) and what it was run on."""
 
     metrics: pd.DataFrame
     meta: dict[str, Any]
+    splits: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(SPLIT_COLUMNS)))
+
+
+def _topdown_scaled(state: PreparedProduct, factor: Fraction) -> tuple[Product, list[MeasurementSpec]]:
+    """TopDown draws its noise from its strategy (budget ρ·β·α per key and the spine's γ), not from the spec: a
+    budget scale is a TopDown with the strategy's budget × factor — its own plan, through the accountant. The
+    spine does not depend on the budget, so the prepared tabulation is reused."""
+    from dasflow.products.topdown.product import TopDown
+
+    product = state.product
+    assert isinstance(product, TopDown)
+    cfg = product.config
+    scaled = dataclasses.replace(cfg, strategy=dataclasses.replace(cfg.strategy, budget=cfg.strategy.budget * factor))
+    twin = TopDown(scaled)
+    return twin, list(twin.plan(scaled, state.public))
+
+
+#: products whose measurement noise comes from their own config rather than the planned key: a scaled run uses
+#: the product this returns (budget × factor) and its plan; budget splits of them are refused
+CONFIG_SCALED: dict[str, Callable[[PreparedProduct, Fraction], tuple[Product, list[MeasurementSpec]]]] = {
+    "topdown": _topdown_scaled}
+
+
+def variant(state: PreparedProduct, factor: Fraction = Fraction(1),
+            split: Split | None = None) -> tuple[Product, list[MeasurementSpec]]:
+    """The product and plan of one sweep point: the plan scaled by ``factor`` or re-weighted by ``split``."""
+    if split is not None:
+        if state.name in CONFIG_SCALED:
+            raise InputError(f"{state.name}: budget splits are not simulated (its level shares shape its "
+                             "geography spine; run one experiment per candidate config)", column="--budget-split")
+        return state.product, split_plan(state.plan, split)
+    if factor == 1:
+        return state.product, list(state.plan)
+    if state.name in CONFIG_SCALED:
+        return CONFIG_SCALED[state.name](state, factor)
+    return state.product, scale_plan(state.plan, factor)
+
+
+def _observe_runs(state: PreparedProduct, product: Product, specs: Sequence[MeasurementSpec], runs: int,
+                  base: rng.Generator, label: str, universe: str, say: Progress) -> pd.DataFrame | None:
+    """``runs`` seeded runs of one sweep point (generator ``base.spawn(f"{product}/{label}/run={r}")``): every
+    published cell that has a truth cell, with its run and table."""
+    stated = stated_moes(specs)
+    parts: list[pd.DataFrame] = []
+    for r in range(runs):
+        g = base.spawn(f"{state.name}/{label}/run={r}")
+        published = state.publish(specs, g, universe, product)
+        moes = CELL_MOES[state.name](state, specs, published, universe) if state.name in CELL_MOES else {}
+        for file, frame in sorted(published.items()):
+            if file not in state.truth:
+                continue
+            obs = observe(file, state.name, frame, state.truth_index(file, frame), stated,
+                          zero_fill=state.name in ZERO_FILLED, moes=moes.get(file))
+            parts.append(obs.assign(run=r, table=file))
+        say(f"{state.name}: {label}: run {r + 1}/{runs}")
+    return pd.concat(parts, ignore_index=True) if parts else None
 
 
 def run_experiment(config: ReleaseConfig, *, runs: int, scales: Sequence[Fraction] = (Fraction(1),),
-                   seed: int = 0, products: Sequence[str] | None = None,
+                   seed: int = 0, products: Sequence[str] | None = None, splits: Sequence[Split] = (),
                    progress: Progress | None = None) -> Experiment:
-    """``runs`` seeded runs per budget scale of every product (or ``products``) with a ground-truth twin."""
+    """``runs`` seeded runs per budget scale of every product (or ``products``) with a ground-truth twin, and per
+    candidate budget split (of the split's product, at scale 1)."""
     say = progress or (lambda _msg: None)
     if runs < 1:
         raise InputError(f"--runs must be at least 1, got {runs}", column="--runs")
-    if not scales:
+    if not scales and not splits:
         raise InputError("at least one budget scale is needed", column="--budget-scale")
     names = [p.name for p in config.products]
     wanted = list(products) if products else names
     unknown = sorted(set(wanted) - set(names))
     if unknown:
         raise InputError(f"products not in the config: {unknown}", column="--products")
+    for sp in splits:
+        if sp.product not in wanted:
+            raise InputError(f"budget split {sp.label!r}: product {sp.product!r} is not run by this experiment",
+                             column="--budget-split")
     ctx = experiment_context(config)
     hashes = ctx.confidential_hashes()
     check_not_empty(ctx.store, hashes)
@@ -287,38 +357,38 @@ def run_experiment(config: ReleaseConfig, *, runs: int, scales: Sequence[Fractio
                for n in wanted if n not in TRUTH}
     timing: dict[str, float] = {}
     frames: list[pd.DataFrame] = []
+    split_frames: list[pd.DataFrame] = []
     base = rng.seeded(seed).spawn("dasflow-experiment")
     for name in (n for n in wanted if n in TRUTH):
         t0 = time.perf_counter()
         state = prepare_product(ctx, name)
         timing[f"{name}: prepare + truth (once)"] = time.perf_counter() - t0
+        own = [sp for sp in splits if sp.product == name]
+        points = [(variant(state, split=sp), sp) for sp in own]   # refusals before any run
         for factor in scales:
-            specs = scale_plan(state.plan, factor)
-            stated = stated_moes(specs)
+            product, specs = variant(state, factor)
             label = scale_label(factor)
             t1 = time.perf_counter()
-            parts: list[pd.DataFrame] = []
-            for r in range(runs):
-                g = base.spawn(f"{name}/scale={label}/run={r}")
-                published = state.publish(specs, g, config.universe)
-                moes = CELL_MOES[name](state, specs, published, config.universe) if name in CELL_MOES else {}
-                for file, frame in sorted(published.items()):
-                    if file not in state.truth:
-                        continue
-                    obs = observe(file, name, frame, state.truth_index(file, frame), stated,
-                                  zero_fill=name in ZERO_FILLED, moes=moes.get(file))
-                    parts.append(obs.assign(run=r, table=file))
-                say(f"{name}: budget scale {label}: run {r + 1}/{runs}")
+            obs = _observe_runs(state, product, specs, runs, base, f"scale={label}", config.universe, say)
             timing[f"{name}: {runs} runs at scale {label}"] = time.perf_counter() - t1
-            if parts:
-                obs = pd.concat(parts, ignore_index=True)
+            if obs is not None:
                 frames.append(metrics(obs.assign(product=name, budget_scale=float(factor))))
+        for (product, specs), sp in points:
+            t1 = time.perf_counter()
+            obs = _observe_runs(state, product, specs, runs, base, f"split={sp.label}", config.universe, say)
+            timing[f"{name}: {runs} runs at split {sp.label}"] = time.perf_counter() - t1
+            if obs is not None:
+                m = metrics(obs.assign(product=name, budget_scale=1.0))
+                split_frames.append(m.assign(budget_split=sp.label)[list(SPLIT_COLUMNS)])
     table = pd.concat(frames, ignore_index=True) if frames else metrics(pd.DataFrame(
         columns=["product", "table", "geolevel", "budget_scale", "run", "TRUE", "ERROR", "MOE90"]))
+    split_table = (pd.concat(split_frames, ignore_index=True) if split_frames
+                   else pd.DataFrame(columns=list(SPLIT_COLUMNS)))
     meta = {"release_id": config.release_id, "universe": config.universe, "config_sha256": config.sha256(),
             "method_sha256": method_sha256(config), "runs": runs, "seed": seed,
-            "budget_scales": [scale_label(f) for f in scales], "products": [n for n in wanted if n in TRUTH],
+            "budget_scales": [scale_label(f) for f in scales], "budget_splits": [sp.label for sp in splits],
+            "products": [n for n in wanted if n in TRUTH],
             "skipped": skipped, "inputs": "synthetic census (checked against its manifest)",
-            "noise": "rng.seeded test noise, independent per run, scale and key; no ledger, no account",
+            "noise": "rng.seeded test noise, independent per run, sweep point and key; no ledger, no account",
             "seconds": {k: round(v, 2) for k, v in timing.items()}}
-    return Experiment(table, meta)
+    return Experiment(table, meta, split_table)
