@@ -75,10 +75,10 @@ def _moes(frame: pd.DataFrame) -> np.ndarray:
     """MOE per row of a frame with _MECH, _NOISE, _N (one computation per distinct noise)."""
     if frame["_MECH"].isna().any():
         raise ValueError("safetab-p: a published cell's (region type, iteration code) has no planned key")
-    distinct = frame[["_MECH", "_NOISE", "_N"]].drop_duplicates()
-    values = {(m, q, int(n)): sum_moe90(m, q, int(n)) for m, q, n in distinct.itertuples(index=False)}
-    return np.array([values[(m, q, int(n))] for m, q, n in frame[["_MECH", "_NOISE", "_N"]].itertuples(index=False)],
-                    dtype=np.float64)
+    cols = ["_MECH", "_NOISE", "_N"]
+    distinct = frame[cols].drop_duplicates(ignore_index=True)   # a handful of noise settings, not cells
+    distinct["_MOE"] = [float(sum_moe90(m, q, int(n))) for m, q, n in distinct.itertuples(index=False)]
+    return frame[cols].merge(distinct, on=cols, how="left")["_MOE"].to_numpy(np.float64)
 
 
 def cell_moes(t1: pd.DataFrame, t2: pd.DataFrame, keys: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
