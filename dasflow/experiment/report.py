@@ -158,8 +158,9 @@ def experiment_blocks(table: pd.DataFrame, meta: Mapping[str, Any],
     scales = sorted(set(table["budget_scale"]))
     reference = 1.0 if 1.0 in scales else (scales[0] if scales else 1.0)
     blocks: list[Block] = [Heading(f"Accuracy experiment: `{meta['release_id']}`", 1), Bullets((
-        f"{meta['runs']} runs per budget scale (seed {meta['seed']}); budget scales: "
-        f"{', '.join(meta['budget_scales'])}; products: {', '.join(meta['products']) or 'none'}",
+        f"{meta['runs']} runs per budget scale and split (seed {meta['seed']}); budget scales: "
+        f"{', '.join(meta['budget_scales'])}; budget splits: {'; '.join(meta.get('budget_splits', [])) or 'none'}; "
+        f"products: {', '.join(meta['products']) or 'none'}",
         f"inputs: {meta['inputs']}; noise: {meta['noise']}",
         f"config sha256 {meta['config_sha256']}; method sha256 {meta['method_sha256']} (universe + product "
         "configs: a release with the same method shows these figures in its accuracy report)",
