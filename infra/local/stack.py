@@ -440,6 +440,28 @@ def ensure_pool(stack: Stack) -> None:
         raise StackError(f"work-pool create failed: {done.stdout[-1500:]} {done.stderr[-1500:]}")
 
 
+def _probe_worker_python() -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["runuser", "-u", WORKER_USER, "--", sys.executable, "-c", "import prefect"],
+                          capture_output=True, text=True, check=False, cwd="/")
+
+
+def _grant_traverse(python: Path) -> bool:
+    """Let the worker user *traverse* (ACL ``--x``, no listing, no reading) each directory on the way to the
+    interpreter that others cannot traverse (e.g. ``/root``, mode 0700, when Python lives under it); the files
+    themselves must already be world-readable. Needs ``setfacl`` (Debian ``acl``); False when nothing granted."""
+    if shutil.which("setfacl") is None:
+        return False
+    granted = False
+    for target in {python.absolute(), python.resolve()}:
+        for directory in reversed(target.parents):
+            if directory.stat().st_mode & 0o001:
+                continue
+            done = subprocess.run(["setfacl", "-m", f"u:{WORKER_USER}:--x", str(directory)], capture_output=True,
+                                  check=False)
+            granted = granted or done.returncode == 0
+    return granted
+
+
 def _as_worker_user(stack: Stack, args: list[str]) -> list[str]:
     """As root, run the worker as the unprivileged system user ``dasflow`` (created on first use); it owns only
     its Prefect home. Otherwise run it as the current user."""
@@ -454,9 +476,10 @@ def _as_worker_user(stack: Stack, args: list[str]) -> list[str]:
                                "/usr/sbin/nologin", WORKER_USER], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise StackError(f"cannot create the worker user {WORKER_USER!r}: {done.stderr.strip()}") from None
-    probe = subprocess.run(["runuser", "-u", WORKER_USER, "--", sys.executable, "-c", "import prefect"],
-                           capture_output=True, text=True, check=False, cwd="/")
-    if probe.returncode != 0:  # e.g. a Python installed under /root (mode 0700)
+    probe = _probe_worker_python()
+    if probe.returncode != 0 and _grant_traverse(Path(sys.executable)):  # e.g. a Python under /root (0700)
+        probe = _probe_worker_python()
+    if probe.returncode != 0:
         (stack.state / "worker.root").write_text(
             f"the worker runs as root: user {WORKER_USER!r} cannot run {sys.executable} ("
             f"{(probe.stderr.strip().splitlines() or ['no output'])[-1]}); install Python and the virtualenv "
@@ -465,7 +488,9 @@ def _as_worker_user(stack: Stack, args: list[str]) -> list[str]:
     (stack.state / "worker.root").unlink(missing_ok=True)
     home = stack.state / "prefect-client"
     home.mkdir(exist_ok=True)
-    for path in (home, *home.rglob("*")):
+    tmp = stack.state / "worker-tmp"
+    tmp.mkdir(mode=0o700, exist_ok=True)
+    for path in (home, *home.rglob("*"), tmp, *tmp.rglob("*")):
         shutil.chown(path, WORKER_USER, WORKER_USER)
     return ["runuser", "-u", WORKER_USER, "--", *args]
 
@@ -474,8 +499,10 @@ def start_worker(stack: Stack) -> None:
     ensure_pool(stack)
     if _pid(stack, "worker") is None:
         home = str(stack.state / "prefect-client")
+        tmp = stack.state / "worker-tmp"  # the worker's own temp dir (Prefect's runner storage, dasflow's caches)
+        tmp.mkdir(mode=0o700, exist_ok=True)
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")}, **stack.client_env("pipeline"),
-               "PREFECT_HOME": home, "DASFLOW_HOME": str(REPO), "HOME": home,
+               "PREFECT_HOME": home, "DASFLOW_HOME": str(REPO), "HOME": home, "TMPDIR": str(tmp),
                "PREFECT_RUNNER_HEARTBEAT_FREQUENCY": str(HEARTBEAT_SECONDS)}
         _spawn(stack, "worker", _as_worker_user(stack, [
             _bin("prefect"), "worker", "start", "--pool", POOL, "--type", "process",

@@ -261,6 +261,8 @@ def test_every_door_is_locked(stack: dict[str, Any]) -> None:
     worker = psutil.Process(int((stack["state"] / "worker.pid").read_text()))
     users = {p.uids().real for p in worker.children(recursive=True) if "prefect" in " ".join(p.cmdline())}
     fallback = stack["state"] / "worker.root"
+    if os.geteuid() == 0 and shutil.which("setfacl"):  # CI installs acl: the fallback is never needed there
+        assert not fallback.exists(), fallback.read_text()
     if os.geteuid() == 0 and not fallback.exists():
         assert users and 0 not in users, "the worker runs as root"
     elif fallback.exists():  # this host's Python is not readable by an unprivileged user: said, not hidden
