@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from dasflow.errors import InputError, IntegrityError, LedgerRefusal
-from dasflow.io.store import StoreError, new_token
+from dasflow.io.store import new_token
 from dasflow.pipeline.inputs import check_not_empty, check_synthetic
 from dasflow.pipeline.partitions import PartitionedPostprocess, StoredParts, parts_digest
 from dasflow.pipeline.run import (
@@ -29,7 +29,7 @@ from dasflow.pipeline.run import (
 )
 from dasflow.privacy import account, faults, rng
 from dasflow.privacy.composition import PlanTotal
-from dasflow.privacy.ledger import frac_str
+from dasflow.privacy.ledger import frac_str, stored_record
 from dasflow.products.base import MeasurementSpec, NoisyMeasurement
 
 Progress = Callable[[int, int, str], None]
@@ -374,12 +374,9 @@ def verify_release(ctx: RunContext, *, deep: bool = True) -> None:
         hashes = _measurement_hashes(ctx, p.name)
         for stage in ("measure", "postprocess"):
             key = manifest_key(ctx, stage, p.name)
-            try:
-                record = json.loads(ctx.store.get(key))
-            except StoreError:
+            record = stored_record(ctx.store, key, "stage manifest")
+            if record is None:
                 continue
-            except ValueError:
-                raise IntegrityError(f"{ctx.store.uri}/{key}: unreadable stage manifest") from None
             if record.get("config_sha256") != ctx.config_sha256:
                 raise IntegrityError(f"{ctx.store.uri}/{key}: built under another config")
             recorded = record.get("inputs", {})

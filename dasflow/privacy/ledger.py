@@ -308,12 +308,9 @@ class Ledger:
         committed = []
         for key, entry in plan.items():
             ckey = self._entry(key, "committed")
-            try:
-                rec = json.loads(self.store.get(ckey))
-            except StoreError:
+            rec = stored_record(self.store, ckey, "commit")
+            if rec is None:
                 continue
-            except ValueError:
-                raise IntegrityError(f"{self.store.uri}/{ckey}: unreadable commit") from None
             if rec.get("key") != key or rec.get("budget") != entry["budget"] or \
                     rec.get("mechanism") != entry["mechanism"] or rec.get("nmf") != self.nmf_key(key):
                 raise IntegrityError(f"{self.store.uri}/{ckey}: the commit does not match its frozen plan entry")
@@ -350,6 +347,17 @@ class Ledger:
         """Exact composition of the committed entries (what has actually been spent)."""
         committed = {r["key"] for r in self.audit() if r["state"] == "committed"}
         return compose_plan([spec_from_record(e) for k, e in self.plan().items() if k in committed])
+
+
+def stored_record(store: ObjectStore, key: str, what: str) -> dict[str, Any] | None:
+    """A JSON record of the frozen chain: ``None`` if absent, ``IntegrityError`` if it does not parse."""
+    try:
+        record: dict[str, Any] = json.loads(store.get(key))
+    except StoreError:
+        return None
+    except ValueError:
+        raise IntegrityError(f"{store.uri}/{key}: unreadable {what}") from None
+    return record
 
 
 def spec_from_record(rec: Mapping[str, Any]) -> MeasurementSpec:
