@@ -158,14 +158,22 @@ def _committed(objects: dict[str, bytes]) -> list[str]:
                   for k in objects if k.startswith("ledger/entries/") and k.endswith(".committed.json"))
 
 
-def test_ui_triggered_release_writes_outputs_certificate_and_ledger_to_seaweedfs(stack: dict[str, Any]) -> None:
-    """Item 4 (a): a deployment run on the PostgreSQL-backed server, picked up by the process worker."""
+@pytest.fixture(scope="module")
+def uninterrupted(stack: dict[str, Any]) -> dict[str, bytes]:
+    """Release ``a``: a deployment run approved in the UI and never interrupted — the baseline the crash tests
+    compare with, whichever test asks for it first (xdist may order the module's tests differently)."""
     (stack["gate"] / "open").write_text("")
     _, config = _prepare(stack, "a")
     run_id = _trigger(stack, "dasflow-release-from-file", "release-from-file", {"request": {"config_path": config}})
     _paused_then_approved(stack, run_id, "a")
     assert _wait_final(stack, run_id) == "COMPLETED"
-    objects = _objects(stack, "a/runs/r1/")
+    return _objects(stack, "a/runs/r1/")
+
+
+def test_ui_triggered_release_writes_outputs_certificate_and_ledger_to_seaweedfs(
+        uninterrupted: dict[str, bytes]) -> None:
+    """Item 4 (a): a deployment run on the PostgreSQL-backed server, picked up by the process worker."""
+    objects = uninterrupted
     assert json.loads(objects["approval.json"])["approver"] == "stack test operator"
     release = {k.removeprefix("release/") for k in objects if k.startswith("release/")}
     assert {"counts/state.csv", "counts/state_sex.csv", "CERTIFICATE.md", "ledger.csv", "MANIFEST.json"} <= release
@@ -179,7 +187,8 @@ def test_ui_triggered_release_writes_outputs_certificate_and_ledger_to_seaweedfs
     assert len(rows) == 1 + len(PLANNED)
 
 
-def test_worker_sigkilled_mid_run_then_restarted_and_resumed_spends_once(stack: dict[str, Any]) -> None:
+def test_worker_sigkilled_mid_run_then_restarted_and_resumed_spends_once(stack: dict[str, Any],
+                                                                        uninterrupted: dict[str, bytes]) -> None:
     """Item 4 (b): SIGKILL of the worker and its flow-run process while measuring ``state_sex`` (``state``
     already committed); restart; resume through the ``resume-release`` deployment; no double spend."""
     gate: Path = stack["gate"]
@@ -219,7 +228,7 @@ def test_worker_sigkilled_mid_run_then_restarted_and_resumed_spends_once(stack: 
     entries = sorted(k for k in resumed if k.startswith("ledger/entries/"))
     assert entries == [f"ledger/entries/{key}.{state}.json" for key in PLANNED
                        for state in ("committed", "reserved")]
-    baseline = {f"release/{k}": v for k, v in _objects(stack, "a/runs/r1/release/").items()}
+    baseline = {k: v for k, v in uninterrupted.items() if k.startswith("release/")}
     released = {k: v for k, v in resumed.items() if k.startswith("release/")}
     assert set(released) == set(baseline)
     differing = sorted(k for k in baseline if released[k] != baseline[k])
@@ -270,7 +279,8 @@ def test_every_door_is_locked(stack: dict[str, Any]) -> None:
         assert "WARNING: the worker runs as root" in status.stdout
 
 
-def test_a_killed_flow_run_is_marked_crashed_and_resumes_by_itself(stack: dict[str, Any]) -> None:
+def test_a_killed_flow_run_is_marked_crashed_and_resumes_by_itself(stack: dict[str, Any],
+                                                                   uninterrupted: dict[str, bytes]) -> None:
     """Self-healing: the flow-run process dies in the middle of measurement (SIGKILL, worker alive); the run is
     marked Crashed, the automation schedules it again, the release resumes without an operator (approved once,
     not asked again), the dead attempt's release subflow is marked Crashed (not left Running), and the ledger
@@ -310,6 +320,6 @@ def test_a_killed_flow_run_is_marked_crashed_and_resumes_by_itself(stack: dict[s
     assert stale == [], stale  # the dead attempt's product subflow is marked, not left Running
     objects = _objects(stack, "c/runs/r1/")
     assert _committed(objects) == PLANNED
-    baseline = _objects(stack, "a/runs/r1/release/")
+    baseline = {k.removeprefix("release/"): v for k, v in uninterrupted.items() if k.startswith("release/")}
     tables = sorted(k for k in baseline if k.endswith(".csv"))  # the certificate names the code version
     assert tables and {k: objects[f"release/{k}"] for k in tables} == {k: baseline[k] for k in tables}
