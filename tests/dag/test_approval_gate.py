@@ -174,14 +174,18 @@ def test_a_flow_run_process_exits_when_its_worker_dies(tmp_path: Path) -> None:
 
     import psutil
 
-    child = ("from flows.approval import exit_with_worker; import time; exit_with_worker(0.2); time.sleep(60)")
+    ready = tmp_path / "watching"
+    child = ("from flows.approval import exit_with_worker; import time; exit_with_worker(0.2); "
+             f"open({str(ready)!r}, 'w').close(); time.sleep(60)")
     parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
                                f"c = subprocess.Popen([sys.executable, '-c', {child!r}]); print(c.pid, flush=True); "
                                "time.sleep(60)"], stdout=subprocess.PIPE, text=True, cwd=str(REPO))
     assert parent.stdout is not None
     pid = int(parent.stdout.readline())
-    time.sleep(1.5)  # the child is up and watching
-    assert psutil.pid_exists(pid)
+    up = time.time() + 120  # importing prefect takes seconds on a loaded machine
+    while not ready.exists():  # the child is up and watching its parent
+        assert time.time() < up and psutil.pid_exists(pid), "the child never started watching"
+        time.sleep(0.1)
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()
     deadline = time.time() + 15
