@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from dasflow.errors import InputError, IntegrityError
-from dasflow.io.store import ObjectStore, StoreError
+from dasflow.io.store import LocalStore, ObjectStore, StoreError
 from dasflow.pipeline.adapters import InputDeclaration, get_adapter
 
 __all__ = ["CONFIDENTIAL", "InputDeclaration", "InputLayout", "IntegrityError", "check_not_empty",
@@ -118,8 +118,10 @@ def check_not_empty(store: ObjectStore, hashes: Mapping[str, str]) -> None:
             if not _data_rows_present(key, data):
                 raise InputError("header-only confidential input file: no data rows", file=key, row=2)
         elif key.endswith(".parquet"):
+            # a local file's footer is read in place (no copy of the whole file in memory)
+            source = store.local_path(key) if isinstance(store, LocalStore) else io.BytesIO(store.get(key))
             try:
-                rows = pq.ParquetFile(io.BytesIO(store.get(key))).metadata.num_rows
+                rows = pq.ParquetFile(source).metadata.num_rows
             except Exception:
                 continue
             if rows == 0:

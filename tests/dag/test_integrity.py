@@ -8,11 +8,14 @@ nothing measured is ever drawn again, and bad or unmarked input is refused befor
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import stat
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from dasflow.config import parse_release_config
@@ -122,16 +125,9 @@ def test_a_replaced_nmf_and_commit_are_refused_by_the_stage_manifests(tmp_path: 
     a, b = stages.product_specs(ctx, "counts")
     ckey = f"{ctx.ledger.root}/entries/{a.key}.committed.json"
     commit = json.loads(ctx.store.get(ckey))
-    forged = ctx.store.get(ctx.ledger.nmf_key(a.key)) + b""  # same bytes re-encoded below with a changed row
-    import io
-
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(io.BytesIO(forged))
+    table = pq.read_table(io.BytesIO(ctx.store.get(ctx.ledger.nmf_key(a.key))))  # re-encoded with a changed row
     frame = table.to_pandas()
     frame.loc[0, "NOISY"] = int(frame.loc[0, "NOISY"]) + 100
-    import pyarrow as pa
-
     out = io.BytesIO()
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False).replace_schema_metadata(table.schema.metadata),
                    out)
