@@ -20,7 +20,7 @@ from fractions import Fraction
 from dasflow.errors import InputError, LedgerRefusal
 from dasflow.io.store import new_token, open_store
 from dasflow.privacy import account, relations
-from dasflow.products.base import MeasurementSpec
+from dasflow.privacy.measurement import MeasurementSpec
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

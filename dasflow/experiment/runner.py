@@ -38,7 +38,8 @@ from dasflow.pipeline.run import RunContext
 from dasflow.pipeline.stages import measure_one
 from dasflow.privacy import accounting, rng
 from dasflow.privacy.ledger import Ledger
-from dasflow.products.base import MeasurementSpec, Product
+from dasflow.privacy.measurement import MeasurementSpec
+from dasflow.products.base import Product
 from dasflow.release.accuracy import NON_KEY, TRUTH, Z90, ZERO_FILLED
 
 Progress = Callable[[str], None]

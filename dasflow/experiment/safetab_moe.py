@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from dasflow.privacy import accounting
-from dasflow.products.base import MeasurementSpec, Mechanism
+from dasflow.privacy.measurement import MeasurementSpec, Mechanism
 from dasflow.products.safetab_p.outputs import noise_pmf
 from dasflow.products.safetab_p.plan import level_of
 

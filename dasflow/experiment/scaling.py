@@ -34,7 +34,7 @@ from typing import Any
 
 from dasflow.errors import InputError
 from dasflow.privacy import accounting
-from dasflow.products.base import MeasurementSpec
+from dasflow.privacy.measurement import MeasurementSpec
 
 
 def parse_scales(text: str) -> tuple[Fraction, ...]:

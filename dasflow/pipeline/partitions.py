@@ -30,7 +30,8 @@ import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore, StoreError
-from dasflow.products.base import Estimates, NoisyMeasurement
+from dasflow.privacy.measurement import NoisyMeasurement
+from dasflow.products.base import Estimates
 
 Tables = dict[str, pa.Table]
 RowRange = tuple[str, int, int]

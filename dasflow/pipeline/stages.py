@@ -30,7 +30,7 @@ from dasflow.pipeline.run import (
 from dasflow.privacy import account, faults, rng
 from dasflow.privacy.composition import PlanTotal
 from dasflow.privacy.ledger import frac_str, stored_record
-from dasflow.products.base import MeasurementSpec, NoisyMeasurement
+from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
 
 Progress = Callable[[int, int, str], None]
 

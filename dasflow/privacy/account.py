@@ -41,7 +41,7 @@ from dasflow.errors import InputError, IntegrityError, LedgerRefusal
 from dasflow.io.store import ObjectStore, StoreError, sha256_bytes
 from dasflow.privacy import accounting, relations
 from dasflow.privacy.composition import DELTA, compose_plan
-from dasflow.products.base import MeasurementSpec
+from dasflow.privacy.measurement import MeasurementSpec
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 #: retries of a reservation that lost a race (each retry re-reads the chain; a loser only retries because some

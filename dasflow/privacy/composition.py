@@ -17,7 +17,7 @@ from fractions import Fraction
 from typing import Any
 
 from dasflow.privacy import accounting
-from dasflow.products.base import MeasurementSpec
+from dasflow.privacy.measurement import MeasurementSpec
 
 DELTA = Fraction(1, 10**10)
 

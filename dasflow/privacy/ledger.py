@@ -44,7 +44,7 @@ from dasflow.errors import IntegrityError, LedgerRefusal
 from dasflow.io.store import ObjectStore, StoreError, sha256_bytes
 from dasflow.privacy import faults, relations
 from dasflow.privacy.composition import PlanTotal, compose_plan
-from dasflow.products.base import MeasurementSpec, NoisyMeasurement
+from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
 
 
 def frac_str(x: Fraction | None) -> str:

@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from dasflow.errors import LedgerRefusal
 from dasflow.privacy import accounting
-from dasflow.products.base import MeasurementSpec
+from dasflow.privacy.measurement import MeasurementSpec
 
 Relation = Literal["add_remove_person", "change_one_person"]
 RELATIONS: tuple[str, ...] = ("add_remove_person", "change_one_person")

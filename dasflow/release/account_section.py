@@ -17,7 +17,7 @@ from dasflow.pipeline.run import RunContext
 from dasflow.privacy import account as accounts
 from dasflow.privacy import accounting, relations
 from dasflow.privacy.ledger import frac_str, spec_from_record
-from dasflow.products.base import MeasurementSpec
+from dasflow.privacy.measurement import MeasurementSpec
 from dasflow.release.document import Block, Bullets, Heading, Table
 
 DELTA = Fraction(1, 10**10)

@@ -21,7 +21,8 @@ from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
 from dasflow.pipeline.adapters import register
 from dasflow.privacy import accounting, relations, samplers
-from dasflow.products.base import MeasurementSpec, NoisyMeasurement, Prepared
+from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
+from dasflow.products.base import Prepared
 
 PERSONS = "confidential/counts/persons.csv"
 STATES = "public/counts/states.csv"

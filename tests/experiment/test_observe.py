@@ -10,7 +10,7 @@ import pytest
 
 from dasflow.experiment.runner import TruthIndex, geolevel_of, observe, stated_moe, stated_moes
 from dasflow.privacy import accounting
-from dasflow.products.base import MeasurementSpec
+from dasflow.privacy.measurement import MeasurementSpec
 from dasflow.release.accuracy import Z90
 
 

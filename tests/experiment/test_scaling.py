@@ -9,7 +9,7 @@ import pytest
 from dasflow.errors import InputError
 from dasflow.experiment.scaling import parse_scales, scale_label, scale_plan, scale_spec
 from dasflow.privacy import accounting
-from dasflow.products.base import MeasurementSpec
+from dasflow.privacy.measurement import MeasurementSpec
 
 
 def _spec(defn: str = "zcdp", mech: str = "discrete_gaussian", budget: Fraction | None = Fraction(1, 6),

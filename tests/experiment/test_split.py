@@ -27,7 +27,7 @@ from dasflow.experiment.runner import SPLIT_COLUMNS, experiment_context, prepare
 from dasflow.experiment.scaling import Split, parse_split, scale_plan, split_factors, split_plan
 from dasflow.io.store import LocalStore
 from dasflow.privacy import accounting
-from dasflow.products.base import MeasurementSpec
+from dasflow.privacy.measurement import MeasurementSpec
 from dasflow.release import accuracy
 from tests.dag import counts_product
 from tests.dag.helpers import release_config, seed_inputs, topdown_release

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dasflow.pipeline.adapters import register
-from dasflow.products.base import MeasurementSpec, NoisyMeasurement
+from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
 from tests.dag.counts_product import CountsAdapter, CountsProduct
 
 GATED_LEVEL = "state_sex"

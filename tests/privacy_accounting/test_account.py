@@ -13,7 +13,7 @@ from dasflow.errors import IntegrityError, LedgerRefusal
 from dasflow.io.store import LocalStore, ObjectStore, S3Store
 from dasflow.privacy import account
 from dasflow.privacy.accounting import gaussian_sigma2
-from dasflow.products.base import MeasurementSpec
+from dasflow.privacy.measurement import MeasurementSpec
 from tests.servers import make_bucket, moto_server, s3_client
 
 

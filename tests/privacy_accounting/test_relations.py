@@ -12,7 +12,7 @@ import pytest
 
 from dasflow.privacy import relations
 from dasflow.privacy.accounting import gaussian_sigma2
-from dasflow.products.base import MeasurementSpec
+from dasflow.privacy.measurement import MeasurementSpec
 from dasflow.products.groupsize.mechanisms import query_sensitivity, true_query
 from dasflow.products.topdown.strategy import CHANGE_ONE_SENSITIVITY, QueryGroup, Schema
 

@@ -12,7 +12,8 @@ import pytest
 
 from dasflow.errors import InputError
 from dasflow.privacy import rng as dprng
-from dasflow.products.base import NOISY_COLUMN, VARIANCE_COLUMN, Product
+from dasflow.privacy.measurement import NOISY_COLUMN, VARIANCE_COLUMN
+from dasflow.products.base import Product
 from dasflow.products.matrix import MatrixProduct, load_config, parse_config
 from dasflow.products.matrix.estimate import broadcast_back, marginal_of, table_variance, wls_estimate
 

@@ -18,7 +18,8 @@ from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
 from dasflow.pipeline.adapters import InputDeclaration
 from dasflow.pipeline.adapters.files import config_json, input_prefix, local_dir, local_file
-from dasflow.products.base import MeasurementSpec, NoisyMeasurement, Prepared
+from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
+from dasflow.products.base import Prepared
 from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, load_public, parse_config, with_stage1
 from dasflow.products.safetab_p.product import PERSON_DIR, person_files
 from dasflow.products.safetab_p.records import GRFC_FILE, PERSON_COLUMNS, PERSON_FILE, read_pipe_file
