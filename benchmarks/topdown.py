@@ -33,13 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dasflow import synth
 from dasflow.privacy import rng
-from dasflow.products.topdown.estimate import (
-    EstimatorOptions,
-    GroupAnswers,
-    Histogram,
-    _Ops,
-    estimate_families,
-)
+from dasflow.products.topdown.batch import _Ops, estimate_families
+from dasflow.products.topdown.model import EstimatorOptions, GroupAnswers, Histogram
 from dasflow.products.topdown.product import TopDown, TopDownConfig, l1_report
 from dasflow.products.topdown.solvers import allocate_integer
 from dasflow.products.topdown.spine import preset
@@ -191,7 +186,7 @@ def national_state_family(seed: int, rho: Fraction, states: int = 52, persons: i
     + controlled rounding) and ``zero_states`` states have no GQ of types 5–7 (structural zeros). Times
     ``estimate_families`` on that one family."""
     from dasflow.privacy import samplers
-    from dasflow.products.topdown.estimate import Constraints
+    from dasflow.products.topdown.model import Constraints
     from dasflow.products.topdown.spine import Spine
     from dasflow.products.topdown.strategy import Schema
 

@@ -219,7 +219,7 @@ def test_max_iter_is_logged_and_still_consistent(setup, caplog) -> None:  # type
     """A family that stops at max_iter keeps its last feasible iterate, is counted and logged; the result is
     still exactly consistent."""
     td, blocks, persons = setup
-    with caplog.at_level(logging.WARNING, logger="dasflow.products.topdown.estimate"):
+    with caplog.at_level(logging.WARNING, logger="dasflow.products.topdown.batch"):
         _, _, _, est = _run(td, blocks, persons, 9, EstimatorOptions(max_iter=2))
     diag = est["diagnostics"]
     assert any("max_iter" in s for s in diag["status"])

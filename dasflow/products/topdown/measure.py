@@ -20,7 +20,7 @@ import pandas as pd
 
 from dasflow.errors import InputError
 from dasflow.privacy import accounting, samplers
-from dasflow.products.topdown.estimate import Histogram
+from dasflow.products.topdown.model import Histogram
 from dasflow.products.topdown.spine import Spine
 from dasflow.products.topdown.strategy import CHANGE_ONE_SENSITIVITY, QueryGroup, Schema, Strategy
 
