@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 
 from dasflow.errors import InputError, IntegrityError
 from dasflow.io.store import LocalStore, ObjectStore, StoreError
-from dasflow.pipeline.adapters import InputDeclaration, get_adapter
+from dasflow.products.plugin import InputDeclaration
+from dasflow.registry import get_plugin
 
 __all__ = ["CONFIDENTIAL", "InputDeclaration", "InputLayout", "IntegrityError", "check_not_empty",
            "check_synthetic", "input_layout", "inputs_digest", "mark_synthetic", "object_hashes"]
@@ -65,7 +66,7 @@ def input_layout(products: list[str], inputs: Mapping[str, str]) -> InputLayout:
     confidential: dict[str, str] = {}
     public: dict[str, str] = {}
     for product in products:
-        for decl in getattr(get_adapter(product), "input_declarations", ()):
+        for decl in get_plugin(product).input_declarations:
             prefix = _slash(inputs.get(decl.name, decl.default))
             (confidential if decl.confidential else public)[decl.name] = prefix
     for name, prefix in inputs.items():

@@ -21,8 +21,7 @@ import io
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,48 +30,7 @@ import pyarrow.parquet as pq
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore, StoreError
 from dasflow.privacy.measurement import NoisyMeasurement
-from dasflow.products.base import Estimates
-
-Tables = dict[str, pa.Table]
-RowRange = tuple[str, int, int]
-
-
-@dataclass(frozen=True)
-class PostStep:
-    """One step of a partitioned post-processing: its name and its independent parts (plan order)."""
-
-    name: str
-    parts: tuple[str, ...]
-
-
-class PartSource(Protocol):
-    """What a part may read: committed measurements (by the product's own keys) and earlier parts' tables."""
-
-    def measurements(self, keys: Sequence[str] | None = None) -> Mapping[str, NoisyMeasurement]: ...
-
-    def part(self, step: str, part: str, names: Sequence[str] | None = None,
-             rows: RowRange | None = None) -> Tables:
-        """The part's tables (only ``names`` if given; with ``rows = (column, lo, hi)`` only the rows whose
-        integer ``column`` lies in [lo, hi], read by row group from the column's statistics)."""
-        ...
-
-
-class PartitionedPostprocess(Protocol):
-    """A product's post-processing as steps of parts (the same estimates as one ``postprocess`` call would
-    give up to solver batching)."""
-
-    def post_steps(self, public: Mapping[str, Any]) -> list[PostStep]:
-        """The steps and their parts, from public inputs only."""
-        ...
-
-    def post_part(self, step: str, part: str, source: PartSource, public: Mapping[str, Any]) -> Tables:
-        """One part's output tables (Arrow, so dense arrays travel without per-row Python objects)."""
-        ...
-
-    def post_combine(self, steps: Sequence[PostStep], source: PartSource, public: Mapping[str, Any]) -> Estimates:
-        """The product's estimates from all parts (same names and columns as ``postprocess`` returns)."""
-        ...
-
+from dasflow.products.partition import RowRange, Tables
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 

@@ -14,9 +14,11 @@ import dasflow
 from dasflow.config import ReleaseConfig, parse_release_config
 from dasflow.errors import InputError, IntegrityError
 from dasflow.io.store import ObjectStore, StoreError, open_store, sha256_bytes
-from dasflow.pipeline.adapters import Adapter, get_adapter
 from dasflow.pipeline.inputs import InputLayout, input_layout, inputs_digest, object_hashes
 from dasflow.privacy.ledger import Cap, Ledger
+from dasflow.products.plugin import ProductPlugin
+from dasflow.registry import get_plugin
+from validation.configs import validate_product_config
 
 
 @functools.cache
@@ -55,13 +57,15 @@ class RunContext:
     def cap(self) -> Cap:
         return Cap(rho=self.config.cap.fraction("rho"), epsilon=self.config.cap.fraction("epsilon"))
 
-    def adapter(self, name: str) -> Adapter:
-        return get_adapter(name)
+    def plugin(self, name: str) -> ProductPlugin[Any]:
+        """The product's plugin (``dasflow.registry``)."""
+        return get_plugin(name)
 
     def product_config(self, name: str) -> Any:
         if name not in self._product_configs:
             entry = next(p for p in self.config.products if p.name == name)
-            self._product_configs[name] = self.adapter(name).load_config(entry.config_text, self.config.universe)
+            self._product_configs[name] = validate_product_config(self.plugin(name), entry.config_text,
+                                                                  self.config.universe)
         return self._product_configs[name]
 
     def post_public(self, name: str) -> Any:
@@ -69,7 +73,7 @@ class RunContext:
         worker runs share them, and the product objects' caches keyed by them: TopDown's spine)."""
         key = f"public:{name}"
         if key not in self._cache:
-            self._cache[key] = self.adapter(name).public_inputs(self.post_store(), self.config.inputs,
+            self._cache[key] = self.plugin(name).public_inputs(self.post_store(), self.config.inputs,
                                                                   self.product_config(name))
         return self._cache[key]
 

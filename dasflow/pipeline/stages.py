@@ -19,7 +19,8 @@ import pandas as pd
 from dasflow.errors import InputError, IntegrityError, LedgerRefusal
 from dasflow.io.store import new_token
 from dasflow.pipeline.inputs import check_not_empty, check_synthetic
-from dasflow.pipeline.partitions import PartitionedPostprocess, StoredParts, parts_digest
+from dasflow.pipeline.metrics import StageMeter
+from dasflow.pipeline.partitions import StoredParts, parts_digest
 from dasflow.pipeline.run import (
     RunContext,
     code_version,
@@ -31,6 +32,7 @@ from dasflow.privacy import account, faults, rng
 from dasflow.privacy.composition import PlanTotal
 from dasflow.privacy.ledger import frac_str, stored_record
 from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
+from dasflow.products.partition import PartitionedPostprocess
 
 Progress = Callable[[int, int, str], None]
 
@@ -71,10 +73,10 @@ def ledger_spec(product: str, spec: MeasurementSpec) -> MeasurementSpec:
 def planned(ctx: RunContext, product: str) -> list[tuple[MeasurementSpec, MeasurementSpec]]:
     """The product's data-independent plan (config + public inputs only) as (ledger spec, product spec) pairs."""
     if product not in ctx._plans:
-        adapter = ctx.adapter(product)
+        plugin = ctx.plugin(product)
         cfg = ctx.product_config(product)
         public = ctx.post_public(product)
-        ctx._plans[product] = [(ledger_spec(product, s), s) for s in adapter.product(cfg).plan(cfg, public)]
+        ctx._plans[product] = [(ledger_spec(product, s), s) for s in plugin.product(cfg).plan(cfg, public)]
     pairs: list[tuple[MeasurementSpec, MeasurementSpec]] = ctx._plans[product]
     return pairs
 
@@ -106,23 +108,24 @@ def plan_stage(ctx: RunContext) -> PlanTotal:
 def validate_stage(ctx: RunContext, product: str) -> dict[str, Any]:
     """Fail-closed input validation for one product; the summary goes to ``validation/{product}.json``. Runs
     before the config is frozen (``candidate_context``)."""
+    meter = StageMeter.start()
     inputs = check_inputs(ctx)
     current = manifest_if_current(ctx, "validate", product, inputs)
     if current is not None:
         return current
-    adapter = ctx.adapter(product)
+    plugin = ctx.plugin(product)
     cfg = ctx.product_config(product)
-    public = adapter.public_inputs(ctx.store, ctx.config.inputs, cfg)
-    confidential = adapter.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
+    public = plugin.public_inputs(ctx.store, ctx.config.inputs, cfg)
+    confidential = plugin.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
     try:
-        summary = adapter.validate(confidential, public, cfg)  # raises InputError: nothing downstream runs
+        summary = plugin.validate(confidential, public, cfg)  # raises InputError: nothing downstream runs
     finally:
-        _store_validation_report(ctx, product, getattr(adapter, "last_result", None))
+        _store_validation_report(ctx, product, getattr(plugin, "last_result", None))
     key = f"{ctx.root}/validation/{product}.json"
     sha = ctx.store.put(key, (json.dumps({"product": product, "passed": True, **summary}, sort_keys=True,
                                          indent=1, default=str) + "\n").encode())
     faults.point(f"stage:validate:{product}:before-manifest")
-    return write_manifest(ctx, "validate", product, inputs, {key: {"sha256": sha}})
+    return write_manifest(ctx, "validate", product, inputs, {key: {"sha256": sha}}, {"metrics": meter.read()})
 
 
 def _store_validation_report(ctx: RunContext, product: str, result: Any) -> None:
@@ -137,24 +140,25 @@ def _store_validation_report(ctx: RunContext, product: str, result: Any) -> None
 
 def preprocess_stage(ctx: RunContext, product: str) -> dict[str, Any]:
     """Run the product's stable transformations; write each prepared frame as Parquet."""
+    meter = StageMeter.start()
     inputs = input_hashes(ctx)
     current = manifest_if_current(ctx, "preprocess", product, inputs)
     if current is not None:
         return current
     if manifest_if_current(ctx, "validate", product, inputs) is None:
         raise InputError(f"{product}: inputs have not passed validation for this release; run validate first")
-    adapter = ctx.adapter(product)
+    plugin = ctx.plugin(product)
     cfg = ctx.product_config(product)
-    public = adapter.public_inputs(ctx.store, ctx.config.inputs, cfg)
-    confidential = adapter.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
-    prepared = adapter.product(cfg).prepare(confidential, public)
+    public = plugin.public_inputs(ctx.store, ctx.config.inputs, cfg)
+    confidential = plugin.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
+    prepared = plugin.product(cfg).prepare(confidential, public)
     outputs: dict[str, dict[str, Any]] = {}
     for name, frame in sorted(prepared.items()):
         key = f"{ctx.root}/prepared/{product}/{name}.parquet"
         sha, rows = ctx.store.put_parquet(key, frame)
         outputs[key] = {"sha256": sha, "rows": rows, "name": name}
     faults.point(f"stage:preprocess:{product}:before-manifest")
-    return write_manifest(ctx, "preprocess", product, inputs, outputs)
+    return write_manifest(ctx, "preprocess", product, inputs, outputs, {"metrics": meter.read()})
 
 
 def load_prepared(ctx: RunContext, product: str) -> dict[str, pd.DataFrame]:
@@ -175,6 +179,7 @@ def base_rng(ctx: RunContext) -> rng.Generator:
 
 def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progress) -> dict[str, Any]:
     """Measure every planned key of the product exactly once (the ledger's protocol)."""
+    meter = StageMeter.start()
     plan = ctx.ledger.plan()
     pairs = planned(ctx, product)
     missing = [s.key for s, _ in pairs if s.key not in plan]
@@ -183,7 +188,7 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
     ctx.bind_inputs()  # every NMF drawn or reused here must belong to the current confidential inputs
     account.require_reserved(ctx.store, ctx.config.account, ctx.release_id)
     cache: dict[str, dict[str, pd.DataFrame]] = {}  # prepared frames, loaded only if something is drawn
-    adapter = ctx.adapter(product)
+    plugin = ctx.plugin(product)
     g = base_rng(ctx)
     attempt = new_token()
     drawn = 0
@@ -193,7 +198,7 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
         def draw(spec: MeasurementSpec = spec, native: MeasurementSpec = native) -> NoisyMeasurement:
             if "prepared" not in cache:
                 cache["prepared"] = load_prepared(ctx, product)
-            product_obj = adapter.product(ctx.product_config(product))
+            product_obj = plugin.product(ctx.product_config(product))
             return measure_one(product_obj, cache["prepared"], native, g.spawn(spec.key), done)
 
         measurement, fresh = ctx.ledger.measure_once(spec, draw, attempt=attempt)
@@ -205,7 +210,7 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
     record = manifest_if_current(ctx, "measure", product, _measurement_hashes(ctx, product))
     if record is None:
         write_manifest(ctx, "measure", product, _measurement_hashes(ctx, product), {},
-                       {"inputs_sha256": ctx.ledger.binding["inputs_sha256"]})
+                       {"inputs_sha256": ctx.ledger.binding["inputs_sha256"], "metrics": meter.read()})
     return {"product": product, "keys": len(pairs), "drawn_now": drawn, "rng_mode": g.mode}
 
 
@@ -252,18 +257,20 @@ def _measurement_hashes(ctx: RunContext, product: str) -> dict[str, str]:
 def postprocess_stage(ctx: RunContext, product: str, *, force: bool = False) -> dict[str, Any]:
     """Pure post-processing of the committed measurements and public inputs (no confidential access).
 
-    ``force`` recomputes even if the stage's manifest is current (an operator's rerun after a fix)."""
+    ``force`` recomputes even if the stage's manifest is current (an operator's rerun after a fix). Its metrics
+    cover this call: the combine and the parts computed here, not parts computed by mapped tasks elsewhere."""
+    meter = StageMeter.start()
     post = ctx.post_store()
     inputs = _measurement_hashes(ctx, product)
     current = manifest_if_current(ctx, "postprocess", product, inputs)
     if current is not None and not force:
         return current
-    adapter = ctx.adapter(product)
+    plugin = ctx.plugin(product)
     cfg = ctx.product_config(product)
     public = ctx.post_public(product)
     split = partitioner(ctx, product)
     if split is None:
-        estimates = adapter.product(cfg).postprocess(load_measurements(ctx, product), public)
+        estimates = plugin.product(cfg).postprocess(load_measurements(ctx, product), public)
     else:  # parts not yet computed (by mapped tasks) are computed here, in plan order; all of them if forced
         parts = stored_parts(ctx, product)
         steps = split.post_steps(public)
@@ -277,17 +284,13 @@ def postprocess_stage(ctx: RunContext, product: str, *, force: bool = False) -> 
         sha, rows = post.put_parquet(key, frame)
         outputs[key] = {"sha256": sha, "rows": rows, "name": name}
     faults.point(f"stage:postprocess:{product}:before-manifest")
-    return write_manifest(ctx, "postprocess", product, inputs, outputs)
+    return write_manifest(ctx, "postprocess", product, inputs, outputs, {"metrics": meter.read()})
 
 
 def partitioner(ctx: RunContext, product: str) -> PartitionedPostprocess | None:
-    """The product's post-processing as steps of parts, if its adapter offers that (``partitioned``)."""
-    adapter = ctx.adapter(product)
-    split = getattr(adapter, "partitioned", None)
-    if split is None:
-        return None
-    result: PartitionedPostprocess | None = split(adapter.product(ctx.product_config(product)))
-    return result
+    """The product's post-processing as steps of parts, if its plugin offers that (``partitioned``)."""
+    plugin = ctx.plugin(product)
+    return plugin.partitioned(plugin.product(ctx.product_config(product)))
 
 
 def stored_parts(ctx: RunContext, product: str) -> StoredParts:
@@ -329,10 +332,12 @@ def _compute_part(split: PartitionedPostprocess, parts: StoredParts, step: str, 
 
 def release_stage(ctx: RunContext) -> dict[str, Any]:
     """Write every product's release files and the ledger audit, then (``dasflow.release``) the PHSafe
-    estimates, the privacy certificate, the accuracy report, and the validated release manifest (last)."""
+    estimates, the privacy certificate, the accuracy report, and the validated release manifest (last). Its
+    metrics go to the stage manifest under ``manifests/``, never into ``release/``."""
     from dasflow.release.stage import finalize_release
     from validation import validate_outputs
 
+    meter = StageMeter.start()
     post = ctx.post_store()
     ctx.ledger.verify(deep=False)  # the NMFs themselves are verified as post-processing loads them
     upstream: dict[str, str] = {}
@@ -343,9 +348,9 @@ def release_stage(ctx: RunContext) -> dict[str, Any]:
             raise InputError(f"{p.name}: no current post-processed estimates; run postprocess first")
         estimates = {out["name"]: post.get_parquet(key) for key, out in record["outputs"].items()}
         upstream.update({k: v["sha256"] for k, v in record["outputs"].items()})
-        adapter = ctx.adapter(p.name)
-        for name, frame in sorted(adapter.product(ctx.product_config(p.name)).tables(estimates).items()):
-            rel = f"{p.name}/{adapter.file_name(name, ctx.config.universe)}"
+        plugin = ctx.plugin(p.name)
+        for name, frame in sorted(plugin.product(ctx.product_config(p.name)).tables(estimates).items()):
+            rel = f"{p.name}/{plugin.file_name(name, ctx.config.universe)}"
             key = f"{ctx.root}/release/{rel}"
             post.put(key, _table_bytes(key, frame))
             written[rel] = frame
@@ -359,7 +364,7 @@ def release_stage(ctx: RunContext) -> dict[str, Any]:
     # PHSafe estimates, certificate (md + html), accuracy report, then output validation and MANIFEST.json last
     manifest = finalize_release(ctx)
     key = f"{ctx.root}/release/MANIFEST.json"
-    write_manifest(ctx, "release", "all", upstream, {key: {"sha256": post.sha256(key)}})
+    write_manifest(ctx, "release", "all", upstream, {key: {"sha256": post.sha256(key)}}, {"metrics": meter.read()})
     return manifest
 
 

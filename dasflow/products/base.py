@@ -24,7 +24,7 @@ composition of the plan's entries bounds the release's privacy loss.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import pandas as pd
 
@@ -39,21 +39,34 @@ from dasflow.privacy.measurement import (
 )
 
 __all__ = [
-    "MECHANISM_COLUMN", "NOISY_COLUMN", "VARIANCE_COLUMN", "Estimates", "MeasurementSpec", "Mechanism",
-    "NoisyMeasurement", "Prepared", "PrivacyDefinition", "Product",
+    "MECHANISM_COLUMN",
+    "NOISY_COLUMN",
+    "VARIANCE_COLUMN",
+    "C_contra",
+    "Estimates",
+    "MeasurementSpec",
+    "Mechanism",
+    "NoisyMeasurement",
+    "Prepared",
+    "PrivacyDefinition",
+    "Product",
 ]
 
 Prepared = dict[str, pd.DataFrame]
 Estimates = dict[str, pd.DataFrame]
 
 
+#: a product's config type (contravariant: a product accepting a general config accepts a specific one)
+C_contra = TypeVar("C_contra", contravariant=True)
+
+
 @runtime_checkable
-class Product(Protocol):
-    """What the DAG needs from a product (see the module docstring)."""
+class Product(Protocol[C_contra]):
+    """What the DAG needs from a product (see the module docstring); generic over its config type."""
 
     name: str
 
-    def plan(self, config: Any, public: Mapping[str, Any]) -> list[MeasurementSpec]: ...
+    def plan(self, config: C_contra, public: Mapping[str, Any]) -> list[MeasurementSpec]: ...
 
     def prepare(self, inputs: Mapping[str, Any], public: Mapping[str, Any]) -> Prepared: ...
 

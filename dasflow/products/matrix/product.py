@@ -96,7 +96,7 @@ class MatrixProduct:
                 cells=math.prod(cfg.schema[a] for a in attrs), variance=sigma2,
                 detail={"query": query, "attributes": list(attrs), "share": str(share),
                         "neighbours": "add_remove",
-                        "sensitivity_note": "one person changes one cell of each marginal: L2 = 1",
+                        "sensitivity_note": "one person changes one cell of each marginal: Δ₂² = 1",
                         "workload_tse": plan.expected_tse(cfg.rho),
                         "lower_bound_tse": plan.lower_bound / (2 * float(cfg.rho)),
                         "rounding_loss": plan.rounding_loss},

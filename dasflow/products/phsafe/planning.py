@@ -5,15 +5,15 @@ One :class:`MeasurementSpec` per tabulated (table, level) — a level whose budg
 
 Privacy argument. The level vector of a table is a count over disjoint (group, cell) pairs of a c-stable
 transformation of the base person data (c = 2τ+2 for join tables, Lemma 6; c = 2 for unit tables, a person's
-change re-derives one unit record). Its L2 (zcdp) and L1 (puredp) sensitivity is therefore c, and
+change re-derives one unit record). Its L2 and L1 sensitivity is therefore c; the spec records Δ₂² = c² under
+zcdp and Δ₁ = c under puredp (the ``MeasurementSpec`` convention), and
 
-* zcdp: discrete Gaussian with σ² = c²/(2ρ) is ρ-zCDP (Canonne–Kamath–Steinke), so the ledger charges ρ per
-level;
-* puredp: two-sided geometric with scale b = c/ε is ε-DP;
+* zcdp: discrete Gaussian with σ² = Δ₂²/(2ρ) = c²/(2ρ) is ρ-zCDP (Canonne–Kamath–Steinke), so the ledger charges ρ
+  per level;
+* puredp: two-sided geometric with scale b = Δ₁/ε = c/ε is ε-DP;
 
 and sequential composition over the plan gives the execution's total (US 1.257281 for the Table-10 budgets).
-σ² and b come from :mod:`dasflow.privacy.accounting`, never from a local formula. Bounded-neighbour loss is
-2× the
+σ² and b come from :mod:`dasflow.privacy.accounting`, never from a local formula. Bounded-neighbour loss is 2× the
 unbounded one (Theorems 3–4); :func:`bounded_total` reports it.
 """
 
@@ -66,17 +66,19 @@ def plan(config: PHSafeConfig) -> list[MeasurementSpec]:
             b_arg: Fraction | str = "Infinity" if budget is None else budget
             variance: Fraction | float
             if config.privacy_defn == "zcdp":
-                noise = accounting.gaussian_sigma2(b_arg, c)
+                sensitivity = c * c  # Δ₂² of the level vector
+                noise = accounting.gaussian_sigma2_sq(b_arg, sensitivity)
                 variance = noise
                 mechanism = "discrete_gaussian"
             else:
-                noise = accounting.geometric_scale(b_arg, c)
+                sensitivity = c  # Δ₁ of the level vector
+                noise = accounting.geometric_scale(b_arg, sensitivity)
                 variance = geometric_variance(noise)
                 mechanism = "two_sided_geometric"
             specs.append(MeasurementSpec(
                 product=PRODUCT, key=f"{table}/{level}", level=level, privacy_defn=config.privacy_defn,
                 mechanism="none" if budget is None else mechanism,  # type: ignore[arg-type]
-                budget=budget, sensitivity=c, noise=Fraction(noise), cells=cells_of(config, table, level),
+                budget=budget, sensitivity=sensitivity, noise=Fraction(noise), cells=cells_of(config, table, level),
                 variance=variance,
                 detail={"table": table, "tau": config.tau.get(table), "kind": tdef.kind,
                         "noise_distribution": NOISE_NAMES[config.privacy_defn],

@@ -28,7 +28,10 @@ compose
 sequentially: the run costs Σ ρ_i.
 
 Noise per count (Alg. 3-5): discrete Gaussian σ² = 1/(2·budget) (zcdp); two-sided geometric b = 1/budget
-(puredp); computed by ``accounting.gaussian_sigma2`` / ``accounting.geometric_scale`` with sensitivity 1.
+(puredp); computed by ``accounting.gaussian_sigma2`` / ``accounting.geometric_scale`` with sensitivity 1. The
+spec's ``sensitivity`` is that of the key's whole vector (the ``MeasurementSpec`` convention): a person moves at
+most s of its counts, each by 1, so Δ₂² = Δ₁ = s, and σ² = s/(2·key budget) (b = s/key budget) is the per-count
+noise above, as the non-TotalOnly counts of both stages use.
 """
 
 from __future__ import annotations
@@ -134,7 +137,7 @@ def plan(cfg: SafeTabPConfig, iterations: IterationIndex, geography: Geography) 
                 cells = n_regions * (n_to + n_two * MAX_CELLS_PER_GROUP)
             specs.append(MeasurementSpec(
                 product=PRODUCT, key=measurement_key(universe, rt, lv, stage), level=level_name(cfg, rt, lv),
-                privacy_defn=cfg.privacy_defn, mechanism=mech, budget=key_budget, sensitivity=Fraction(1),
+                privacy_defn=cfg.privacy_defn, mechanism=mech, budget=key_budget, sensitivity=Fraction(s),
                 noise=noise, cells=cells, variance=variance_of(mech, noise), detail=detail))
     return specs
 

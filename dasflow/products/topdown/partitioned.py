@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dasflow.pipeline.partitions import PartSource, PostStep, Tables
 from dasflow.products.base import Estimates
+from dasflow.products.partition import PartSource, PostStep, Tables
 from dasflow.products.topdown.estimate import (
     Constraints,
     GroupAnswers,

@@ -7,22 +7,28 @@ from collections.abc import Mapping
 from typing import Any
 
 from dasflow.errors import InputError
+from dasflow.io.files import input_prefix, local_file
 from dasflow.io.store import ObjectStore
-from dasflow.pipeline.adapters import InputDeclaration
-from dasflow.pipeline.adapters.files import config_json, input_prefix, local_file
 from dasflow.products.phsafe import PHSAFE, PHSafe, PHSafeConfig, parse_config
 from dasflow.products.phsafe.inputs import Inputs, check_cross_file, read_table
+from dasflow.products.plugin import InputDeclaration, ProductPlugin, config_json
+from validation.configs import check_infinity
 
 
-class PHSafeAdapter:
+class PHSafePlugin(ProductPlugin[PHSafeConfig]):
+    title = 'PHSafe'
     name = "phsafe"
     input_declarations = (
         InputDeclaration("phsafe", "confidential/phsafe/", confidential=True),
         InputDeclaration("phsafe_geo", "public/phsafe/", confidential=False),
     )
 
-    def product(self, config: Any) -> PHSafe:
+    def product(self, config: PHSafeConfig) -> PHSafe:
         return PHSAFE
+
+    def check_config(self, raw: Mapping[str, Any], source: str) -> None:
+        """``Infinity`` only in budgets (keys and types: PHSafe's own parser is already strict)."""
+        check_infinity(raw, "", "privacy_budget.", source)
 
     def load_config(self, text: str, universe: str) -> PHSafeConfig:
         raw = config_json(text, "phsafe")
@@ -32,15 +38,17 @@ class PHSafeAdapter:
                              file="phsafe config", column="state_filter")
         return config
 
-    def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+    def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: PHSafeConfig) -> dict[str, Any]:
         geo_key = input_prefix(inputs, "phsafe_geo", "public/phsafe/") + "geo.csv"
         return {"config": config, "geo": read_table(local_file(store, geo_key), "geo")}
 
-    def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+    def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str],
+                                 config: PHSafeConfig) -> dict[str, Any]:
         prefix = input_prefix(inputs, "phsafe", "confidential/phsafe/")
         return {name: read_table(local_file(store, f"{prefix}{name}.csv"), name) for name in ("persons", "units")}
 
-    def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any],
+                      config: PHSafeConfig) -> dict[str, Any]:
         """Phases 1–2 ran while reading; phase 3 (cross-file rules) here — all before any noise."""
         inputs = Inputs(persons=confidential["persons"], units=confidential["units"], geo=public["geo"],
                         files={"persons": "persons.csv", "units": "units.csv", "geo": "geo.csv"})
@@ -53,4 +61,4 @@ class PHSafeAdapter:
         return f"{table}.csv"
 
 
-ADAPTER = PHSafeAdapter()
+PLUGIN = PHSafePlugin()

@@ -15,15 +15,26 @@ from pathlib import Path
 from typing import Any
 
 from dasflow.errors import InputError
+from dasflow.io.files import input_prefix, local_dir, local_file
 from dasflow.io.store import ObjectStore
-from dasflow.pipeline.adapters import InputDeclaration
-from dasflow.pipeline.adapters.files import config_json, input_prefix, local_dir, local_file
 from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
 from dasflow.products.base import Prepared
+from dasflow.products.plugin import InputDeclaration, ProductPlugin, config_json
 from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, load_public, parse_config, with_stage1
 from dasflow.products.safetab_p.product import PERSON_DIR, person_files
 from dasflow.products.safetab_p.records import GRFC_FILE, PERSON_COLUMNS, PERSON_FILE, read_pipe_file
+from validation.configs import check_infinity, check_keys
 
+#: keys the SafeTab-P production config may carry (safetab-p-production.md)
+SAFETAB_LEVEL_SUFFIXES = ("usa", "state", "county", "tract", "place", "aiannh", "pr_state", "pr_county",
+                          "pr_tract", "pr_place")
+SAFETAB_KEYS = frozenset({
+    *(f"privacy_budget_p_level_{lv}_{s}" for lv in (1, 2) for s in SAFETAB_LEVEL_SUFFIXES),
+    "privacy_budget_p_stage_1_fraction", "thresholds_p", "zero_suppression_chance", "allow_negative_counts",
+    "run_us", "run_pr", "max_race_codes", "privacy_defn", "reader", "state_filter_us",
+    "ignore_region_granularity"})  # dasflow's opt-out of the Census region granularity (docs/safetab_p.md)
+SAFETAB_REQUIRED = frozenset({"max_race_codes", "privacy_budget_p_stage_1_fraction", "thresholds_p",
+                              "privacy_defn"})
 
 class PipelineSafeTabP(SafeTabP):
     """SafeTab-P with the plan ordered stage 1 first and stage 2 fed from the earlier noisy measurements."""
@@ -42,15 +53,22 @@ class PipelineSafeTabP(SafeTabP):
 
 
 
-class SafeTabPAdapter:
+class SafeTabPPlugin(ProductPlugin[SafeTabPConfig]):
+    title = 'SafeTab-P'
     name = "safetab-p"
     input_declarations = (
         InputDeclaration("safetab-p", "confidential/safetab-p/", confidential=True),
         InputDeclaration("safetab-p_public", "public/safetab-p/", confidential=False),
     )
 
-    def product(self, config: Any) -> PipelineSafeTabP:
+    def product(self, config: SafeTabPConfig) -> PipelineSafeTabP:
         return PipelineSafeTabP()
+
+    def check_config(self, raw: Mapping[str, Any], source: str) -> None:
+        """Only the production config's keys (a typo would otherwise silently mean "budget 0, not tabulated");
+        ``Infinity`` only in level budgets."""
+        check_keys(raw, SAFETAB_KEYS, SAFETAB_REQUIRED, source)
+        check_infinity(raw, "", "privacy_budget_p_level_", source)
 
     def load_config(self, text: str, universe: str) -> SafeTabPConfig:
         raw = config_json(text, "safetab-p")
@@ -64,13 +82,14 @@ class SafeTabPAdapter:
     def _universe(self, config: SafeTabPConfig) -> str:
         return "US" if config.run_us else "PR"
 
-    def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+    def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: SafeTabPConfig) -> dict[str, Any]:
         folder = local_dir(store, input_prefix(inputs, "safetab-p_public", "public/safetab-p/"))
         if not (folder / GRFC_FILE).is_file():
             raise InputError(f"missing {GRFC_FILE}", file=str(folder / GRFC_FILE))
         return load_public(folder, folder, self._universe(config), config)  # type: ignore[arg-type]
 
-    def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+    def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str],
+                                 config: SafeTabPConfig) -> dict[str, Any]:
         """``person-records.txt`` read into memory, or a split ``person-records/*.txt`` listed (streamed by
         ``prepare`` one file at a time); both present is refused."""
         prefix = input_prefix(inputs, "safetab-p", "confidential/safetab-p/")
@@ -84,7 +103,8 @@ class SafeTabPAdapter:
         path = local_file(store, prefix + PERSON_FILE)
         return {"persons": read_pipe_file(path, PERSON_COLUMNS), "source": PERSON_FILE}
 
-    def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any],
+                      config: SafeTabPConfig) -> dict[str, Any]:
         """Every person row checked (codes, order, ages, QSPAN, blocks in GRF-C) before any noise; a split
         input file by file (one file's persons in memory at a time)."""
         from dasflow.products.safetab_p.records import encode_persons
@@ -107,4 +127,4 @@ class SafeTabPAdapter:
         return f"{table}/{table}_{universe}.csv"
 
 
-ADAPTER = SafeTabPAdapter()
+PLUGIN = SafeTabPPlugin()

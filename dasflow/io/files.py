@@ -12,28 +12,18 @@ import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
 from dasflow.io.store import LocalStore, ObjectStore, RestrictedStore
-from dasflow.privacy import accounting
 
 
 def input_prefix(inputs: Mapping[str, str], name: str, default: str) -> str:
     """The store prefix of a named release input (``default`` when the release config does not name it)."""
     prefix = inputs.get(name, default)
     return prefix if prefix.endswith("/") else prefix + "/"
-
-
-def config_json(text: str, product: str) -> Any:
-    """A product config's JSON with exact decimals (``accounting.load_json_exact``); ``InputError`` if malformed."""
-    try:
-        return accounting.load_json_exact(text)
-    except ValueError as exc:
-        raise InputError(f"{product} config is not valid JSON: {exc}", file=f"{product} config") from None
 
 
 _CACHE_PREFIX = "dasflow-cache-"

@@ -19,25 +19,37 @@ from typing import Any
 import pandas as pd
 
 from dasflow.errors import InputError
+from dasflow.io.files import input_prefix, read_parquet_records
 from dasflow.io.store import ObjectStore, StoreError
-from dasflow.pipeline.adapters import InputDeclaration
-from dasflow.pipeline.adapters.files import input_prefix, read_parquet_records
 from dasflow.privacy import accounting
 from dasflow.products.groupsize.product import GroupSizeConfig, GroupSizeProduct
+from dasflow.products.plugin import InputDeclaration, ProductPlugin
+from validation.configs import check_infinity, check_keys
 
 UNIT_COLUMNS = ("TABBLKST", "TABBLKCOU", "HHGQ", "SIZE")
 
 
 
-class GroupSizeAdapter:
+GROUPSIZE_KEYS = frozenset({"budget", "privacy_defn", "mechanism", "k", "level_shares", "window_multiplier"})
+GROUPSIZE_REQUIRED = frozenset({"budget", "privacy_defn", "mechanism"})
+
+
+
+class GroupSizePlugin(ProductPlugin[GroupSizeConfig]):
+    title = 'Group sizes'
     name = "groupsize"
     input_declarations = (
         InputDeclaration("groupsize", "confidential/groupsize/", confidential=True),
         InputDeclaration("groupsize_public", "public/groupsize/", confidential=False),
     )
 
-    def product(self, config: Any) -> GroupSizeProduct:
+    def product(self, config: GroupSizeConfig) -> GroupSizeProduct:
         return GroupSizeProduct(config)
+
+    def check_config(self, raw: Mapping[str, Any], source: str) -> None:
+        """Known keys only; a group-size release never has an infinite budget."""
+        check_keys(raw, GROUPSIZE_KEYS, GROUPSIZE_REQUIRED, source)
+        check_infinity(raw, "", "\0", source)
 
     def load_config(self, text: str, universe: str) -> GroupSizeConfig:
         try:
@@ -46,7 +58,7 @@ class GroupSizeAdapter:
         except (ValueError, KeyError, TypeError) as exc:
             raise InputError(f"group-size config: {exc}", file="groupsize config") from None
 
-    def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+    def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: GroupSizeConfig) -> dict[str, Any]:
         prefix = input_prefix(inputs, "groupsize_public", "public/groupsize/")
         geo = pd.read_csv(io.BytesIO(store.get(prefix + "geography.csv")), dtype=str)
         try:
@@ -56,7 +68,8 @@ class GroupSizeAdapter:
             raise InputError(f"public invariants: {exc}", file=prefix + "invariants.json") from None
         return {"geography": geo, "n_groups": n}
 
-    def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+    def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str],
+                                 config: GroupSizeConfig) -> dict[str, Any]:
         prefix = input_prefix(inputs, "groupsize", "confidential/groupsize/")
         units = read_parquet_records(store, prefix, UNIT_COLUMNS, "group-size unit files").to_pandas()
         households = units[(units["HHGQ"] == 0) & (units["SIZE"] >= 1)]
@@ -67,7 +80,8 @@ class GroupSizeAdapter:
         })
         return {"households": frame, "households_source": prefix}
 
-    def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any],
+                      config: GroupSizeConfig) -> dict[str, Any]:
         """Sizes, geography and the public invariant n, all checked before any noise (by the product's own
         tabulation, which raises ``InputError`` with file, row and column)."""
         product = GroupSizeProduct(config)
@@ -78,4 +92,4 @@ class GroupSizeAdapter:
         return f"{table}.csv"
 
 
-ADAPTER = GroupSizeAdapter()
+PLUGIN = GroupSizePlugin()

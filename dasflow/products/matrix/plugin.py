@@ -8,33 +8,36 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dasflow.io.files import input_prefix, read_parquet_records
 from dasflow.io.store import ObjectStore
-from dasflow.pipeline.adapters import InputDeclaration
-from dasflow.pipeline.adapters.files import config_json, input_prefix, read_parquet_records
 from dasflow.products.matrix.config import MatrixConfig, parse_config
 from dasflow.products.matrix.product import MatrixProduct
+from dasflow.products.plugin import InputDeclaration, ProductPlugin, config_json
 
 
-class MatrixAdapter:
+class MatrixPlugin(ProductPlugin[MatrixConfig]):
+    title = 'Matrix mechanism (Eigen-Design)'
     name = "matrix"
     input_declarations = (InputDeclaration("matrix", "confidential/matrix/", confidential=True),)
 
-    def product(self, config: Any) -> MatrixProduct:
+    def product(self, config: MatrixConfig) -> MatrixProduct:
         return MatrixProduct(config)
 
     def load_config(self, text: str, universe: str) -> MatrixConfig:
         raw = config_json(text, "matrix")
         return parse_config(raw, source="matrix config")
 
-    def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+    def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: MatrixConfig) -> dict[str, Any]:
         return {}
 
-    def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+    def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str],
+                                 config: MatrixConfig) -> dict[str, Any]:
         prefix = input_prefix(inputs, "matrix", "confidential/matrix/")
         records = read_parquet_records(store, prefix, list(config.schema), "Parquet record files")
         return {"records": records.to_pandas(), "records_source": prefix}
 
-    def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any],
+                      config: MatrixConfig) -> dict[str, Any]:
         """Every attribute code in its domain (the product's own tabulation check), before any noise."""
         MatrixProduct(config).histogram(confidential["records"], str(confidential["records_source"]))
         return {"records": len(confidential["records"])}
@@ -43,4 +46,4 @@ class MatrixAdapter:
         return f"{table}.csv"
 
 
-ADAPTER = MatrixAdapter()
+PLUGIN = MatrixPlugin()

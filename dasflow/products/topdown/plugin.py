@@ -26,10 +26,11 @@ from typing import Any
 import pandas as pd
 
 from dasflow.errors import InputError
+from dasflow.io.files import input_prefix, read_parquet_records
 from dasflow.io.store import ObjectStore, StoreError
-from dasflow.pipeline.adapters import InputDeclaration
-from dasflow.pipeline.adapters.files import config_json, input_prefix, read_parquet_records
 from dasflow.privacy import accounting
+from dasflow.products.base import Product
+from dasflow.products.plugin import InputDeclaration, ProductPlugin, config_json
 from dasflow.products.topdown.invariants import (
     BLOCK_FACTS_FILE,
     INVARIANTS_FILE,
@@ -87,7 +88,8 @@ def parse_topdown_config(raw: Any, source: str = "topdown config") -> TopDownCon
                          invariants=None if inv is None else tuple(inv), structural_zeros=zeros)
 
 
-class TopDownAdapter:
+class TopDownPlugin(ProductPlugin[TopDownConfig]):
+    title = 'TopDown'
     """One TopDown object per loaded config in a process: ``measure`` uses the spine its ``plan`` built (the
     pipeline plans every product before measuring it)."""
 
@@ -100,7 +102,7 @@ class TopDownAdapter:
     def __init__(self) -> None:
         self._products: dict[int, tuple[Any, TopDown]] = {}
 
-    def product(self, config: Any) -> TopDown:
+    def product(self, config: TopDownConfig) -> TopDown:
         held = self._products.get(id(config))
         if held is None or held[0] is not config:
             held = (config, TopDown(config))
@@ -111,7 +113,7 @@ class TopDownAdapter:
         raw = config_json(text, "topdown")
         return parse_topdown_config(raw)
 
-    def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+    def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: TopDownConfig) -> dict[str, Any]:
         prefix = input_prefix(inputs, "topdown_public", "public/topdown/")
         grfc = pd.read_csv(io.BytesIO(store.get(prefix + "GRF-C.txt")), sep="|", dtype=str)
         blocks = grfc[[c for c in grfc.columns if c in GEOGRAPHY_COLUMNS]]
@@ -131,7 +133,8 @@ class TopDownAdapter:
                              file=facts_key)
         return out
 
-    def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
+    def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str],
+                                 config: TopDownConfig) -> dict[str, Any]:
         prefix = input_prefix(inputs, "topdown", "confidential/topdown/")
         names = list(config.strategy.schema.names)
         frame = read_parquet_records(store, prefix, [*PERSON_GEO, *names], "person files").to_pandas()
@@ -140,7 +143,8 @@ class TopDownAdapter:
         persons = pd.DataFrame({"GEOID": geoid, **{n: frame[n].to_numpy() for n in names}})
         return {"persons": persons, "persons_source": prefix}
 
-    def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any],
+                      config: TopDownConfig) -> dict[str, Any]:
         """Blocks in the public geography, attribute codes in the schema, the population invariant — before any
         noise (the product's own tabulation raises ``InputError`` with file, row and column)."""
         product = TopDown(config)
@@ -165,9 +169,10 @@ class TopDownAdapter:
     def file_name(self, table: str, universe: str) -> str:
         return f"{table}.csv"
 
-    def partitioned(self, product: TopDown) -> PartitionedTopDown:
+    def partitioned(self, product: Product[TopDownConfig]) -> PartitionedTopDown:
         """Post-processing in parts (root, then per state / partition unit and level): the Dask scale-out."""
+        assert isinstance(product, TopDown)
         return PartitionedTopDown(product)
 
 
-ADAPTER = TopDownAdapter()
+PLUGIN = TopDownPlugin()

@@ -1,0 +1,208 @@
+"""The product plugin: one object per product carrying everything the rest of dasflow asks of a product.
+
+A product package exposes ``PLUGIN``, an instance of a :class:`ProductPlugin` subclass, and one line in
+:data:`dasflow.registry.PLUGINS` names its module. Validation, the pipeline, the release stage, the demo, the
+budget tools and the CLI iterate over plugins (``dasflow.registry``) and never name a product.
+
+What a plugin carries:
+
+* **config and inputs** — ``load_config`` (the product's exact parser, typed ``C``), ``check_config`` (raw-key
+  rules before parsing), ``input_declarations`` (which inputs exist and which are confidential: undeclared inputs
+  count as confidential), ``public_inputs`` / ``confidential_inputs`` (read from a release's store);
+* **validation** — ``preflight`` (file pre-checks before any reader parses), ``input_checks`` (GX suites,
+  vectorised cross-file facts and the product's own fail-closed check), ``output_header`` / ``check_outputs``
+  (release-file rules), ``check_release_files`` (the product's production output validator);
+* **the privacy-relevant core** — ``product`` (the :class:`~dasflow.products.base.Product`: plan, prepare,
+  measure, post-process, tables) and ``partitioned`` (post-processing as independent parts, optional);
+* **release and reports** — ``file_name``, ``invariants`` (certificate), ``extra_release_files`` (derived
+  published files), ``truth`` and ``consistency`` (accuracy report), ``zero_filled`` / ``may_be_empty``;
+* **synthetic data and the demo** — ``synth_format`` (the synthetic census's writer) and ``demo`` (inputs and
+  config of the product in ``dasflow demo``);
+* **standalone tools** — ``budget_format`` (``dasflow budget`` format detection) and ``cli`` (a subcommand
+  with the Census production file formats).
+
+Privacy: a plugin adds no mechanism of its own; every privacy-relevant number still comes from the product's
+``plan`` (checked by the ledger before any noise). ``public_inputs`` must read only public inputs: the
+post-processing view (a store that cannot resolve confidential keys) is what the pipeline passes it after
+measurement, so a plugin that strays fails closed. ``truth`` reads confidential inputs and is called only for
+seeded test releases on synthetic data.
+"""
+
+from __future__ import annotations
+
+import argparse
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
+
+import pandas as pd
+
+from dasflow.errors import InputError
+from dasflow.io.store import ObjectStore
+from dasflow.privacy import accounting
+from dasflow.products.base import Product
+from dasflow.products.partition import PartitionedPostprocess
+
+C = TypeVar("C")
+
+
+class InputDeclaration(NamedTuple):
+    """One input a product reads: its name in the release config's ``inputs``, its default prefix, and whether
+    it holds confidential data (``dasflow.pipeline.inputs``: undeclared config inputs count as confidential)."""
+
+    name: str
+    default: str
+    confidential: bool
+
+
+def config_json(text: str, product: str) -> Any:
+    """A product config's JSON with exact decimals (``accounting.load_json_exact``); ``InputError`` if malformed."""
+    try:
+        return accounting.load_json_exact(text)
+    except ValueError as exc:
+        raise InputError(f"{product} config is not valid JSON: {exc}", file=f"{product} config") from None
+
+
+@dataclass(frozen=True)
+class DemoEntry:
+    """How ``dasflow demo`` runs a product: its inputs (name -> prefix, relative to the synthetic census written
+    under ``confidential/synth/`` and the public files copied under ``public/``) and its config file (a name
+    under ``dasflow/demo_data/``)."""
+
+    inputs: Mapping[str, str]
+    config_file: str
+    #: public files of the synthetic census to copy into the store: synthetic path -> store key
+    public_files: Mapping[str, str] = field(default_factory=dict)
+
+
+class ProductPlugin(ABC, Generic[C]):
+    """Base class of every product plugin (see the module docstring); ``C`` is the product's config type."""
+
+    #: product name in release configs, the registry, release paths and the ledger
+    name: ClassVar[str]
+    #: human-readable name
+    title: ClassVar[str]
+    #: every input the product reads (which are confidential is decided here, never by a path prefix)
+    input_declarations: ClassVar[tuple[InputDeclaration, ...]]
+    #: release files may have no rows (SafeTab-P publishes only what its adaptive thresholds allow)
+    may_be_empty: ClassVar[bool] = False
+    #: release files list only nonzero cells: an absent cell is published as 0 (accuracy comparisons fill it)
+    zero_filled: ClassVar[bool] = False
+    #: the synthetic census's writer format for this product's inputs (``dasflow.synth``), if any
+    synth_format: ClassVar[str | None] = None
+    #: how ``dasflow demo`` runs the product (None: not part of the demo)
+    demo: ClassVar[DemoEntry | None] = None
+
+    # ------------------------------------------------------------------------------------ config and inputs
+    @abstractmethod
+    def load_config(self, text: str, universe: str) -> C:
+        """The product config (verbatim text) parsed exactly for a release universe; ``InputError`` if bad."""
+
+    def check_config(self, raw: Mapping[str, Any], source: str) -> None:
+        """Rules on the raw config keys before the parser runs (unknown keys, where ``Infinity`` may appear)."""
+
+    @abstractmethod
+    def product(self, config: C) -> Product[C]:
+        """The product object for a loaded config."""
+
+    @abstractmethod
+    def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: C) -> dict[str, Any]:
+        """Public inputs (geography, code lists): may be read by every stage, including post-processing."""
+
+    @abstractmethod
+    def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: C) -> dict[str, Any]:
+        """Confidential inputs: read only by validate, preprocess and measure."""
+
+    @abstractmethod
+    def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any], config: C) -> dict[str, Any]:
+        """The product's own fail-closed input check: raise ``InputError`` naming file, row and column; return a
+        summary (counts only, never a confidential value)."""
+
+    @abstractmethod
+    def file_name(self, table: str, universe: str) -> str:
+        """The release file name of one of the product's tables (as the Census published it)."""
+
+    # ---------------------------------------------------------------------------------------- validation
+    def preflight(self, store: ObjectStore, inputs: Mapping[str, str], *, public: bool) -> None:
+        """Phase-0 checks of the product's input files (delimiters, headers, readable Parquet) before any reader
+        parses them; ``InputError`` on the first problem."""
+
+    def input_checks(self, confidential: Mapping[str, Any], public: Mapping[str, Any], config: C) -> InputChecks:
+        """The product's input validation plan: GX suites per file, cross-file facts, a summary, and its own
+        fail-closed check (default: no suites, the product's ``validate``)."""
+        summary: dict[str, Any] = {}
+
+        def own() -> None:
+            summary.update(self.validate(confidential, public, config))
+
+        return InputChecks(suites=[], facts=[], summary=summary, own=own)
+
+    def output_header(self, file: str) -> list[str] | None:
+        """The spec header of one release file (relative to ``release/{name}/``); None: generic checks only."""
+        return None
+
+    def check_outputs(self, frames: Mapping[str, pd.DataFrame]) -> InputError | None:
+        """Cross-file rules on the product's release tables (file -> frame): the first violation, or None."""
+        return None
+
+    def check_release_files(self, files: Mapping[str, bytes], config: C) -> None:
+        """The product's production output validator on its release files (name -> bytes); raises
+        ``DasflowError`` naming the file."""
+
+    # ------------------------------------------------------------------------------- post-processing parts
+    def partitioned(self, product: Product[C]) -> PartitionedPostprocess | None:
+        """The product's post-processing as independent parts (None: one ``postprocess`` call)."""
+        return None
+
+    # ----------------------------------------------------------------------------------- release, reports
+    def invariants(self, public: Mapping[str, Any], config: C) -> list[str]:
+        """What the product holds invariant (public statements or public values), for the certificate."""
+        return [f"{self.name}: none declared by the product"]
+
+    def extra_release_files(self, tables: Mapping[str, pd.DataFrame], config: C) -> dict[str, bytes]:
+        """Derived files published beside the tables (path relative to ``release/{name}/`` -> bytes), computed
+        from the released tables only (post-processing)."""
+        return {}
+
+    def truth(self, store: ObjectStore, inputs: Mapping[str, str], config: C,
+              universe: str) -> dict[str, pd.DataFrame] | None:
+        """The ground-truth twin of the release files (file -> key columns + COUNT), or None if the product has
+        none. Reads confidential inputs: called only for seeded test releases on synthetic data."""
+        return None
+
+    def consistency(self, files: Mapping[str, pd.DataFrame], public: Mapping[str, Any],
+                    config: C) -> list[dict[str, Any]]:
+        """Consistency diagnostics of the released values (rows: check, cells, inconsistent, max_abs_diff)."""
+        return []
+
+    # --------------------------------------------------------------------------------- standalone tools
+    def budget_format(self, raw: Mapping[str, Any]) -> bool:
+        """Whether a raw config (JSON object) is this product's production config (``dasflow budget``)."""
+        return False
+
+    def cli(self) -> CliCommand | None:
+        """A standalone subcommand with the Census production file formats (None: none)."""
+        return None
+
+
+class InputChecks(NamedTuple):
+    """A product's input validation plan (see :meth:`ProductPlugin.input_checks`): ``suites`` are
+    ``validation.products.InputSuite`` (one GX suite per input file), ``facts`` cross-file rule outcomes
+    (``validation.products.fact``), ``summary`` the counts reported, ``own`` the product's own check (raises the
+    authoritative ``InputError``)."""
+
+    suites: list[Any]
+    facts: list[dict[str, object]]
+    summary: dict[str, Any]
+    own: Callable[[], None] | None
+
+
+@dataclass(frozen=True)
+class CliCommand:
+    """A product's standalone subcommand: ``add`` builds its argument parser, ``run`` executes it (exit code)."""
+
+    name: str
+    help: str
+    add: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
