@@ -89,7 +89,7 @@ def main() -> None:
     out["steps"] = {s["step"]: len(s["parts"]) for s in steps}
 
     # the single-process estimator on the same measurements (no parts)
-    adapter = ctx.adapter("topdown")
+    adapter = ctx.plugin("topdown")
     cfg = ctx.product_config("topdown")
     public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, cfg)
     measurements = stages.load_measurements(ctx, "topdown")

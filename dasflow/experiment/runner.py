@@ -251,7 +251,7 @@ def experiment_context(config: ReleaseConfig) -> RunContext:
 
 def prepare_product(ctx: RunContext, name: str) -> PreparedProduct:
     """Read, prepare and compute the truth of one product (the only steps that read confidential inputs)."""
-    adapter = ctx.adapter(name)
+    adapter = ctx.plugin(name)
     cfg = ctx.product_config(name)
     product = adapter.product(cfg)
     public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, cfg)

@@ -269,7 +269,7 @@ def consistency(ctx: RunContext, release: Mapping[str, Mapping[str, pd.DataFrame
     if "groupsize" in release:
         n = None
         try:
-            adapter = ctx.adapter("groupsize")
+            adapter = ctx.plugin("groupsize")
             public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, ctx.product_config("groupsize"))
             n = int(public["n_groups"])
         except DasflowError:
@@ -515,7 +515,7 @@ def _phsafe_truth(ctx: RunContext) -> dict[str, pd.DataFrame]:
     """PHSafe's non-private twin (no noise, no truncation: phsafe.md §3 implementation notes)."""
     from dasflow.products.phsafe.product import run_non_private
 
-    adapter = ctx.adapter("phsafe")
+    adapter = ctx.plugin("phsafe")
     cfg = ctx.product_config("phsafe")
     public = adapter.public_inputs(ctx.store, ctx.config.inputs, cfg)
     conf = adapter.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
@@ -528,7 +528,7 @@ def _safetab_truth(ctx: RunContext) -> dict[str, pd.DataFrame]:
     from dasflow.privacy import rng
     from dasflow.products.safetab_p.product import ground_truth_config, run_universe
 
-    adapter = ctx.adapter("safetab-p")
+    adapter = ctx.plugin("safetab-p")
     cfg = ground_truth_config(ctx.product_config("safetab-p"))
     public = adapter.public_inputs(ctx.store, ctx.config.inputs, cfg)
     conf = adapter.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
@@ -538,7 +538,7 @@ def _safetab_truth(ctx: RunContext) -> dict[str, pd.DataFrame]:
 
 def _groupsize_truth(ctx: RunContext) -> dict[str, pd.DataFrame]:
     """Group sizes by exact tabulation: households per (geography, size) in the release layout."""
-    adapter = ctx.adapter("groupsize")
+    adapter = ctx.plugin("groupsize")
     cfg = ctx.product_config("groupsize")
     public = adapter.public_inputs(ctx.store, ctx.config.inputs, cfg)
     hh = adapter.confidential_inputs(ctx.store, ctx.config.inputs, cfg)["households"]
@@ -569,7 +569,7 @@ def _topdown_truth(ctx: RunContext) -> dict[str, pd.DataFrame]:
     only (as published: an absent cell is 0, ``ZERO_FILLED``)."""
     from dasflow.products.topdown.product import TopDown
 
-    adapter = ctx.adapter("topdown")
+    adapter = ctx.plugin("topdown")
     cfg = ctx.product_config("topdown")
     product = adapter.product(cfg)
     assert isinstance(product, TopDown)
@@ -588,7 +588,7 @@ def _matrix_truth(ctx: RunContext) -> dict[str, pd.DataFrame]:
     from dasflow.products.matrix.estimate import marginal_of
     from dasflow.products.matrix.product import MatrixProduct
 
-    adapter = ctx.adapter("matrix")
+    adapter = ctx.plugin("matrix")
     cfg = ctx.product_config("matrix")
     product = adapter.product(cfg)
     assert isinstance(product, MatrixProduct)

@@ -35,7 +35,7 @@ InvariantsFn = Callable[[RunContext], list[str]]
 
 def _groupsize_invariants(ctx: RunContext) -> list[str]:
     """Group sizes hold the number of occupied housing units n invariant (public, from the MAF)."""
-    adapter = ctx.adapter("groupsize")
+    adapter = ctx.plugin("groupsize")
     public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, ctx.product_config("groupsize"))
     return [f"groupsize: number of occupied housing units n = {int(public['n_groups'])} (public, from the "
             "MAF; held invariant by the product)"]

@@ -178,7 +178,7 @@ def test_reserved_with_nmf_is_committed_without_drawing(tmp_path: Path) -> None:
     stages.preprocess_stage(ctx, "counts")
     spec = stages.product_specs(ctx, "counts")[0]
     prepared = stages.load_prepared(ctx, "counts")
-    pre = stages.measure_one(ctx.adapter("counts").product(None), prepared, spec,
+    pre = stages.measure_one(ctx.plugin("counts").product(None), prepared, spec,
                              stages.base_rng(ctx).spawn(spec.key), {})
     ctx.bind_inputs()
     store.put_if_absent(ctx.ledger.nmf_key(spec.key), encode_nmf(pre, spec, ctx.ledger.binding))

@@ -68,7 +68,7 @@ def test_parts_equal_the_single_process_estimator_for_the_detailed_strategy(tmp_
     raw = topdown_release(tmp_path, "exact", strategy="detailed")
     ctx = freeze_config(parse_release_config(raw), LocalStore(tmp_path / "store"))
     run_all(ctx)
-    adapter = ctx.adapter("topdown")
+    adapter = ctx.plugin("topdown")
     cfg = ctx.product_config("topdown")
     public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, cfg)
     whole = adapter.product(cfg).postprocess(stages.load_measurements(ctx, "topdown"), public)

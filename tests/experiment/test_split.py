@@ -101,7 +101,7 @@ def test_real_safetab_plan_split_matches_the_products_calibration(tmp_path: Path
 
     config = prepare_demo(tmp_path / "store", 1000, 2)
     ctx = experiment_context(config)
-    adapter = ctx.adapter("safetab-p")
+    adapter = ctx.plugin("safetab-p")
     cfg = ctx.product_config("safetab-p")
     public = adapter.public_inputs(ctx.post_store(), config.inputs, cfg)
     plan = list(adapter.product(cfg).plan(cfg, public))
