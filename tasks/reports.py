@@ -1,6 +1,7 @@
 """A release's reports as Prefect artifacts, readable in place in the UI (no ``s3://`` or ``file://`` links, which
 a browser cannot follow): the privacy certificate, an accuracy summary, the validation summary, the ledger with a
-totals row, and a per-stage timing table.
+totals row, a per-stage timing table (Prefect's task runs) and the stages' own metrics (wall, CPU, peak RSS from
+their manifests).
 
 Everything shown is what the release folder publishes or what the plan fixes (budgets, analytic MOEs), plus the
 validation summaries (pass/fail and row counts, operator-internal like the Prefect UI itself) and timings.
@@ -16,6 +17,7 @@ from uuid import UUID
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from dasflow.io.store import StoreError
+from dasflow.pipeline.metrics import stage_metrics
 from dasflow.pipeline.run import RunContext
 
 
@@ -122,12 +124,21 @@ def timing_artifact(release_id: str, flow_run_id: UUID) -> None:
                           description=f"per-stage timings of release {release_id} (this flow run)")
 
 
+def stage_metrics_artifact(ctx: RunContext) -> None:
+    """Per stage and product: wall seconds, CPU seconds and peak RSS as the stage manifests recorded them."""
+    create_table_artifact(key=artifact_key("stage-metrics", ctx.release_id), table=stage_metrics(ctx),
+                          description=f"stage metrics of release {ctx.release_id}: wall and CPU seconds and peak "
+                                      f"RSS of the process running each stage, from runs/{ctx.release_id}/manifests/ "
+                                      "(a resumed stage keeps the metrics of the run that computed it)")
+
+
 def release_reports(ctx: RunContext, flow_run_id: UUID | None) -> None:
     """Every report of a finished release as artifacts of the current run."""
     ledger_artifact(ctx)
     certificate_artifact(ctx)
     accuracy_artifact(ctx)
     validation_artifact(ctx)
+    stage_metrics_artifact(ctx)
     if flow_run_id is not None:
         timing_artifact(ctx.release_id, flow_run_id)
 

@@ -148,7 +148,7 @@ def _check_reports(store: LocalStore) -> None:
     with get_client(sync_client=True) as client:
         arts = {a.key: a for a in client.read_artifacts() if a.key and a.key.endswith("gated")}
     assert {"plan-gated", "ledger-gated", "certificate-gated", "accuracy-gated", "validation-gated",
-            "timings-gated"} <= set(arts)
+            "timings-gated", "stage-metrics-gated"} <= set(arts)
     assert all(a.type in ("markdown", "table") for a in arts.values())
     assert not any("s3://" in str(a.data) or "file://" in str(a.data) for a in arts.values())
     assert arts["certificate-gated"].data == store.get_text("runs/gated/release/CERTIFICATE.md")
@@ -163,6 +163,11 @@ def _check_reports(store: LocalStore) -> None:
     tasks = {r["task"].rsplit("-", 1)[0] for r in timings}
     assert {"validate", "plan-and-freeze", "preprocess", "measure", "postprocess"} <= tasks
     assert all(r["seconds"] >= 0 for r in timings)
+    metrics = json.loads(str(arts["stage-metrics-gated"].data))
+    assert [(r["stage"], r["product"]) for r in metrics] == [("validate", "counts"), ("preprocess", "counts"),
+                                                             ("measure", "counts"), ("postprocess", "counts"),
+                                                             ("release", "all")]
+    assert all(r["wall s"] >= 0 and r["CPU s"] >= 0 and r["peak RSS MB"] > 0 for r in metrics)
 
 
 def test_a_flow_run_process_exits_when_its_worker_dies(tmp_path: Path) -> None:
