@@ -11,7 +11,9 @@ from typing import Any
 import pandas as pd
 
 from dasflow.pipeline import stages
+from dasflow.pipeline.operator import rerun_postprocess
 from dasflow.pipeline.run import open_run
+from dasflow.release.publish import publish
 
 DEFAULT_STORE = "dasflow-store"
 
@@ -57,8 +59,6 @@ def ledger_command(args: argparse.Namespace) -> int:
 def postprocess_command(args: argparse.Namespace) -> int:
     """Recompute post-processing + release from the stored noisy measurements; the ledger is checked unchanged,
     object for object (so no privacy budget is spent), else ``LedgerRefusal`` (exit 3)."""
-    from dasflow.pipeline.operator import rerun_postprocess
-
     result = rerun_postprocess(open_run(args.release_id, _store(args)))
     print(f"release {args.release_id}: post-processing and release redone, {result['files']} files; ledger "
           f"unchanged ({result['ledger_objects']} objects, spent rho = {result['spent']['rho']})")
@@ -67,8 +67,6 @@ def postprocess_command(args: argparse.Namespace) -> int:
 
 def publish_command(args: argparse.Namespace) -> int:
     """Publish a finished release to ``--target`` (refused inside the store's bucket or directory)."""
-    from dasflow.release.publish import publish
-
     record = publish(open_run(args.release_id, _store(args)), args.target, test_publication=args.test_publication)
     print(f"release {args.release_id} published ({record['kind']}): {record['files']} files under "
           f"{args.target.rstrip('/')}/{record['location']}")

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from dasflow.experiment.metrics import ALL_BIN, BIN_ORDER
-from dasflow.release.document import Block, Bullets, Heading, Image, Para, Table, to_html
+from dasflow.release.document import Block, Bullets, Heading, Image, Para, Table, to_html, to_markdown
 
 BANNER = "ACCURACY EXPERIMENT — seeded test noise on synthetic inputs; not a release"
 
@@ -204,6 +204,4 @@ def experiment_report(table: pd.DataFrame, meta: Mapping[str, Any], splits: pd.D
 
 def experiment_markdown(table: pd.DataFrame, meta: Mapping[str, Any], splits: pd.DataFrame | None = None) -> str:
     """The report as Markdown (plots as inline data URIs): the Prefect UI's markdown artifact."""
-    from dasflow.release.document import to_markdown
-
     return f"**{BANNER}**\n\n" + to_markdown(experiment_blocks(table, meta, splits))

@@ -41,6 +41,7 @@ from dasflow.errors import InputError, IntegrityError, LedgerRefusal
 from dasflow.io.store import ObjectStore, StoreError, sha256_bytes
 from dasflow.privacy import accounting, relations
 from dasflow.privacy.composition import DELTA, compose_plan
+from dasflow.privacy.ledger import Ledger, spec_from_record
 from dasflow.privacy.measurement import MeasurementSpec
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -344,8 +345,6 @@ def _live(chain: Sequence[Slot]) -> list[Slot]:
 def summary(store: ObjectStore, name: str) -> dict[str, Any]:
     """``dasflow account show``: terms, every release with its plan (converted), its state and what it drew,
     the cumulative spend and what remains."""
-    from dasflow.privacy.ledger import Ledger, spec_from_record
-
     account = load_account(store, name)
     chain = read_chain(store, name)
     returned = {s.release_id for s in chain if s.kind == "return"}

@@ -34,7 +34,7 @@ from dasflow.products.phsafe import measure as measure_mod
 from dasflow.products.phsafe import outputs
 from dasflow.products.phsafe import planning as plan_mod
 from dasflow.products.phsafe.config import PHSafeConfig, load_config, parse_config
-from dasflow.products.phsafe.tables import MEASURED
+from dasflow.products.phsafe.tables import DERIVED, MEASURED, OUTPUT_TABLES
 from dasflow.products.phsafe.tabulate import build_universe, tabulate
 
 
@@ -155,7 +155,6 @@ def run_non_private(persons: Any, units: Any, geo: Any, config: PHSafeConfig,
     for table in MEASURED:
         if table in stacked:
             frames[table] = stacked[table]
-    from dasflow.products.phsafe.tables import DERIVED, OUTPUT_TABLES
     for name, (source, mapping) in DERIVED.items():
         if source not in stacked:
             continue

@@ -22,7 +22,7 @@ from dasflow.products.base import Prepared
 from dasflow.products.plugin import InputDeclaration, ProductPlugin, config_json
 from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, load_public, parse_config, with_stage1
 from dasflow.products.safetab_p.product import PERSON_DIR, person_files
-from dasflow.products.safetab_p.records import GRFC_FILE, PERSON_COLUMNS, PERSON_FILE, read_pipe_file
+from dasflow.products.safetab_p.records import GRFC_FILE, PERSON_COLUMNS, PERSON_FILE, encode_persons, read_pipe_file
 from validation.configs import check_infinity, check_keys
 
 #: keys the SafeTab-P production config may carry (safetab-p-production.md)
@@ -107,8 +107,6 @@ class SafeTabPPlugin(ProductPlugin[SafeTabPConfig]):
                       config: SafeTabPConfig) -> dict[str, Any]:
         """Every person row checked (codes, order, ages, QSPAN, blocks in GRF-C) before any noise; a split
         input file by file (one file's persons in memory at a time)."""
-        from dasflow.products.safetab_p.records import encode_persons
-
         args = (public["geography"], public["iterations"], config.max_race_codes, config.state_filter_us)
         if "person_files" in confidential:
             rows = 0

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dasflow.errors import InputError
+from dasflow.strategy.topdown_weights import topdown_query_weights
 
 IntArray = npt.NDArray[np.int64]
 
@@ -265,8 +266,6 @@ def eigen_level_strategy(schema: Schema, workload: Mapping[str, Sequence[str]],
     """A level strategy whose shares α are the optimal exact-rational weights of
     :func:`dasflow.strategy.topdown_weights.topdown_query_weights` (Eigen-Design weighting over marginal
     queries) for the given workload tables; candidates with α = 0 are dropped. Data-independent."""
-    from dasflow.strategy.topdown_weights import topdown_query_weights
-
     shares = topdown_query_weights(schema.attributes, {k: list(v) for k, v in workload.items()},
                                    {k: list(v) for k, v in candidates.items()}, denominator=denominator)
     return LevelStrategy(tuple(QueryGroup(name, tuple(candidates[name]), Fraction(alpha))
