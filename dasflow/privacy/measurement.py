@@ -28,11 +28,19 @@ class MeasurementSpec:
     """One planned measurement: fixed before any data is read.
 
     ``budget`` is ρ under zCDP or ε under pure DP (``None`` = infinite budget: no noise, variance 0).
-    ``sensitivity`` is the L2 (zCDP) or L1 (pure DP) sensitivity of the measured query vector after the
-    product's stable transformations. ``noise`` is σ² of the discrete Gaussian, or the scale b of the
-    two-sided geometric (P(k) ∝ exp(-|k|/b)); 0 means no noise. ``variance`` is the per-cell variance the
-    product publishes for this key: exact σ² (a Fraction) for the discrete Gaussian; for the two-sided
-    geometric it is 2a/(1-a)² with a = exp(-1/b), irrational, so a float (display only, never a decision).
+
+    ``sensitivity`` is, for every product, the sensitivity of the **whole measured vector** of the key (all its
+    cells, after the product's stable transformations and under the product's neighbouring relation), exactly:
+
+    * zCDP: the **squared** L2 sensitivity Δ₂² (a Fraction even when Δ₂ is irrational, e.g. Δ₂² = 2);
+    * pure DP: the L1 sensitivity Δ₁.
+
+    ``noise`` is σ² of the discrete Gaussian, or the scale b of the two-sided geometric (P(k) ∝ exp(-|k|/b));
+    0 means no noise. Under this convention the key's noise is σ² = Δ₂²/(2ρ) (ρ-zCDP, Canonne–Kamath–Steinke)
+    or b = Δ₁/ε (ε-DP), which freezing recomputes (``relations.audit_record``) and refuses on mismatch.
+    ``variance`` is the per-cell variance the product publishes for this key: exact σ² (a Fraction) for the
+    discrete Gaussian; for the two-sided geometric it is 2a/(1-a)² with a = exp(-1/b), irrational, so a float
+    (display only, never a decision).
     """
 
     product: str

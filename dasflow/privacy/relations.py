@@ -70,17 +70,19 @@ class Conversion:
 
 @dataclass(frozen=True)
 class ProductRelation:
-    """What a product declares: its relation, the whole-vector sensitivity of a key, the conversion of a key to
-    an account relation, and the invariants it releases exactly."""
+    """What a product declares: its relation, the conversion of a key to an account relation, and the invariants
+    it releases exactly. A key's sensitivity under the product's relation is ``spec.sensitivity`` itself (one
+    convention for every product, see :func:`whole_vector_sensitivity`)."""
 
     relation: str
-    sensitivity: Callable[[MeasurementSpec], Sensitivity]
     convert: Callable[[MeasurementSpec, str], Conversion]
     invariants: tuple[str, ...] = ()
 
 
-def _l2_or_l1(spec: MeasurementSpec, l2sq: Fraction, l1: Fraction) -> Sensitivity:
-    return ("l2sq", l2sq) if spec.privacy_defn == "zcdp" else ("l1", l1)
+def whole_vector_sensitivity(spec: MeasurementSpec) -> Sensitivity:
+    """The key's sensitivity as the ``MeasurementSpec`` convention defines it, for every product: the squared L2
+    sensitivity Δ₂² of the whole measured vector under zCDP, its L1 sensitivity Δ₁ under pure DP."""
+    return ("l2sq", spec.sensitivity) if spec.privacy_defn == "zcdp" else ("l1", spec.sensitivity)
 
 
 #: add/remove → change-one for any query: a change is a removal then an addition, Δ' ≤ 2Δ in L1 and L2
@@ -130,38 +132,20 @@ def _groupsize_convert(spec: MeasurementSpec, account: str) -> Conversion:
     raise LedgerRefusal(f"groupsize: no conversion to {account}")
 
 
-def _phsafe_sens(spec: MeasurementSpec) -> Sensitivity:
-    return _l2_or_l1(spec, spec.sensitivity ** 2, spec.sensitivity)  # c: L2 (zCDP) / L1 (pure) of the vector
-
-
-def _safetab_sens(spec: MeasurementSpec) -> Sensitivity:
-    s = Fraction(spec.detail.get("stability", 1))  # ≤ s groups per person, each count moves by 1: Δ₂² = Δ₁ = s
-    return _l2_or_l1(spec, s, s)
-
-
-def _as_is_sens(spec: MeasurementSpec) -> Sensitivity:
-    return _l2_or_l1(spec, spec.sensitivity, spec.sensitivity)  # 0/±1 changes: L1 = L2² (= spec.sensitivity)
-
-
-def _l2_sens(spec: MeasurementSpec) -> Sensitivity:
-    return _l2_or_l1(spec, spec.sensitivity ** 2, spec.sensitivity)  # spec.sensitivity is L2 / L1 (base.py)
-
-
 _DECLARED: dict[str, ProductRelation] = {
-    "phsafe": ProductRelation(ADD_REMOVE, _phsafe_sens, _add_remove(GENERIC_CHANGE)),  # household-truncated
-    "safetab-p": ProductRelation(ADD_REMOVE, _safetab_sens, _add_remove(COUNTS_CHANGE)),
-    "matrix": ProductRelation(ADD_REMOVE, _l2_sens, _add_remove(COUNTS_CHANGE)),  # one marginal per key
-    "topdown": ProductRelation(CHANGE_ONE, _as_is_sens, _topdown_convert,
+    "phsafe": ProductRelation(ADD_REMOVE, _add_remove(GENERIC_CHANGE)),  # household-truncated
+    "safetab-p": ProductRelation(ADD_REMOVE, _add_remove(COUNTS_CHANGE)),
+    "matrix": ProductRelation(ADD_REMOVE, _add_remove(COUNTS_CHANGE)),  # one marginal per key
+    "topdown": ProductRelation(CHANGE_ONE, _topdown_convert,
                                ("total population", "state populations", "block facts (structural zeros)")),
-    "groupsize": ProductRelation(FIXED_HOUSEHOLDS, _as_is_sens, _groupsize_convert,
-                                 ("number of occupied housing units n",)),
+    "groupsize": ProductRelation(FIXED_HOUSEHOLDS, _groupsize_convert, ("number of occupied housing units n",)),
 }
 
 
 def add_remove_product(invariants: tuple[str, ...] = ()) -> ProductRelation:
-    """The declaration of a product calibrated under add/remove-one-person with ``spec.sensitivity`` the L2
-    (zCDP) / L1 (pure) sensitivity of each key's whole vector (the ``MeasurementSpec`` contract)."""
-    return ProductRelation(ADD_REMOVE, _l2_sens, _add_remove(GENERIC_CHANGE), invariants)
+    """The declaration of a product calibrated under add/remove-one-person (``spec.sensitivity`` is, as for every
+    product, Δ₂² (zCDP) / Δ₁ (pure) of each key's whole vector: the ``MeasurementSpec`` convention)."""
+    return ProductRelation(ADD_REMOVE, _add_remove(GENERIC_CHANGE), invariants)
 
 
 def declare(product: str, declaration: ProductRelation) -> None:
@@ -200,15 +184,15 @@ def expected_noise(spec: MeasurementSpec, sens: Sensitivity) -> Fraction:
 
 
 def audit_record(specs: list[MeasurementSpec]) -> dict[str, dict[str, Any]]:
-    """Per key what an auditor needs: the product's relation, the whole-vector sensitivity (``l2sq`` for the
-    discrete Gaussian, ``l1`` for the geometric) under it, the noise parameter and the budget. The noise is
-    recomputed from (sensitivity, budget) through the accountant and a mismatch is refused (``LedgerRefusal``).
-    ``conversions`` gives the key's budget converted to each account relation, with the argument.
-    Undeclared (plug-in) products are read by the ``MeasurementSpec`` contract: L2 (zCDP) / L1 (pure)."""
+    """Per key what an auditor needs: the product's relation, the whole-vector sensitivity (``l2sq`` = Δ₂² under
+    zCDP, ``l1`` = Δ₁ under pure DP) under it, the noise parameter and the budget. The noise is recomputed from
+    (sensitivity, budget) through the accountant and a mismatch is refused (``LedgerRefusal``): a plan that
+    records any other quantity as its sensitivity (plain L2, a per-count Δ) cannot be frozen.
+    ``conversions`` gives the key's budget converted to each account relation, with the argument."""
     out: dict[str, dict[str, Any]] = {}
     for s in specs:
         decl = _DECLARED.get(s.product)
-        sens = decl.sensitivity(s) if decl else _l2_sens(s)
+        sens = whole_vector_sensitivity(s)
         noise = expected_noise(s, sens)
         if noise != s.noise:
             raise LedgerRefusal(f"{s.key}: planned noise {s.noise} != {noise} recomputed from sensitivity "

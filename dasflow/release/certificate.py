@@ -99,7 +99,8 @@ def _noise_label(entry: Mapping[str, Any]) -> str:
 
 
 def _sensitivity(plan: Mapping[str, Any], entry: Mapping[str, Any]) -> str:
-    """The key's whole-vector sensitivity from the plan's audit record (Δ₂² or Δ₁ under the product's relation)."""
+    """The key's whole-vector sensitivity from the plan's audit record: Δ₂² (zCDP) or Δ₁ (pure DP) under the
+    product's relation, the ``MeasurementSpec`` convention; a plan frozen before the audit record: as recorded."""
     audit = plan.get("audit", {}).get(entry["key"])
     if audit is None:
         return str(entry["sensitivity"])
@@ -167,8 +168,8 @@ def certificate_blocks(ctx: RunContext) -> list[Block]:
                                str(sum(int(e["cells"]) for e in lrows))))
         blocks.append(Table(("level", "keys", "mechanism", "ρ", "ε (pure DP)", "cells"), tuple(level_rows)))
         blocks.append(Table(
-            ("key", "level", "definition", "mechanism", "sensitivity", "budget", "noise scale", "variance",
-             "cells"),
+            ("key", "level", "definition", "mechanism", "whole-vector sensitivity (Δ₂² zCDP, Δ₁ pure DP)", "budget",
+             "noise scale", "variance", "cells"),
             tuple((e["key"], e["level"], e["privacy_defn"], e["mechanism"], _sensitivity(plan, e), e["budget"],
                    _noise_label(e), _float(e["variance"]), str(e["cells"])) for e in rows)))
     blocks += account_blocks(ctx)

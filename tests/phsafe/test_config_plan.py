@@ -146,7 +146,7 @@ def test_r9_r15_variance_is_exact_sigma2_of_table10() -> None:
     specs = {s.key: s for s in plan(load_config(US_CONFIG))}
     for (table, level), (c, rho, printed) in SIGMA2.items():
         s = specs[f"{table}/{level}"]
-        assert s.sensitivity == c
+        assert s.sensitivity == c * c  # Δ₂² of the level vector (the MeasurementSpec convention)
         assert s.variance == s.noise == Fraction(c * c) / (2 * Fraction(rho))
         assert round(float(s.variance), 1) == printed
         assert s.mechanism == "discrete_gaussian"

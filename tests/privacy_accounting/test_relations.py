@@ -11,7 +11,7 @@ import numpy.typing as npt
 import pytest
 
 from dasflow.privacy import relations
-from dasflow.privacy.accounting import gaussian_sigma2
+from dasflow.privacy.accounting import gaussian_sigma2_sq
 from dasflow.privacy.measurement import MeasurementSpec
 from dasflow.products.groupsize.mechanisms import query_sensitivity, true_query
 from dasflow.products.topdown.strategy import CHANGE_ONE_SENSITIVITY, QueryGroup, Schema
@@ -106,7 +106,7 @@ def test_topdown_conversion_by_neighbour_enumeration(trial: int) -> None:
 def _spec(product: str, sensitivity: Fraction, defn: str = "zcdp") -> MeasurementSpec:
     return MeasurementSpec(product=product, key=f"{product}/k", level="l", privacy_defn=defn,  # type: ignore[arg-type]
                            mechanism="discrete_gaussian", budget=Fraction(1), sensitivity=sensitivity,
-                           noise=gaussian_sigma2(1, sensitivity), cells=1, variance=Fraction(1))
+                           noise=gaussian_sigma2_sq(1, sensitivity), cells=1, variance=Fraction(1))
 
 
 @pytest.mark.parametrize("trial", range(5))
@@ -168,7 +168,7 @@ def test_safetab_p_change_one_person_by_neighbour_enumeration(seed: int) -> None
             _, universe, rt, lv = key.split("/")
             spec = specs[f"safetab-p/{universe}/{rt}/{lv}"]
             d = _diff(frame, nb[key])["D"].to_numpy()
-            norm, planned = relations.require("safetab-p").sensitivity(spec)
+            norm, planned = relations.whole_vector_sensitivity(spec)
             assert norm == "l2sq" and set(np.abs(d)) <= {1}
             l1, l2sq = int(np.abs(d).sum()), int((d * d).sum())
             assert l1 == l2sq <= planned * conv(spec, relations.CHANGE_ONE).rho_factor
@@ -181,7 +181,7 @@ def test_matrix_marginal_change_one_person_by_neighbour_enumeration(trial: int) 
     gen = np.random.default_rng(5000 + trial)
     schema = Schema((("A", 2), ("B", 3), ("C", 2)))
     records = [int(gen.integers(schema.n_cells)) for _ in range(5)]
-    spec = _spec("matrix", Fraction(1))  # one marginal per key, L2 = 1 under add/remove
+    spec = _spec("matrix", Fraction(1))  # one marginal per key, Δ₂² = 1 under add/remove
     factor = relations.require("matrix").convert(spec, relations.CHANGE_ONE).rho_factor
     for keep in [("A",), ("A", "C"), ("A", "B", "C")]:
         m = QueryGroup("q", keep, Fraction(1)).matrix(schema).astype(np.int64)

@@ -166,7 +166,7 @@ class GroupSizeProduct:
         specs: list[MeasurementSpec] = []
         for l, (level, share) in enumerate(zip(LEVELS, cfg.shares(), strict=True)):
             regions = hier.shape.sizes[l]
-            sens = query_sensitivity(query, regions, "l1")
+            sens = query_sensitivity(query, regions, "l2sq" if mech == "discrete_gaussian" else "l1")  # Δ₂² / Δ₁
             budget = cfg.budget * share
             noise = (
                 accounting.gaussian_sigma2_sq(budget, sens)
