@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from dasflow.products.topdown.invariants import fact_columns
+from dasflow.io.block_facts import fact_columns
 from dasflow.synth import tables as tb
 from dasflow.synth.geography import StateGeography
 from dasflow.synth.population import Chunk

@@ -25,6 +25,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from dasflow.errors import InputError
+from dasflow.io.block_facts import fact_columns
 from dasflow.products.topdown.spine import Spine
 from dasflow.products.topdown.strategy import Schema
 
@@ -35,11 +36,6 @@ BLOCK_FACTS_FILE = "block_facts.csv"
 #: The attribute whose codes the block facts restrict (0 = household, t ≥ 1 = GQ major type t).
 STRUCTURAL_ATTRIBUTE = "HHGQ"
 GEO_PARTS = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK")
-
-
-def fact_columns(n_codes: int) -> tuple[str, ...]:
-    """``HU`` then ``GQ1`` … ``GQ{n_codes − 1}``: column k holds the count behind code k."""
-    return ("HU", *(f"GQ{t}" for t in range(1, n_codes)))
 
 
 def geoids_of(frame: pd.DataFrame, source: str) -> npt.NDArray[np.str_]:
