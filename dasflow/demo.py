@@ -1,33 +1,46 @@
-"""``dasflow demo``: a synthetic census and a full release of every product on local disk.
+"""``dasflow demo``: a synthetic census and a full release of every demo product on local disk.
 
-The synthetic data are generated once into the store (``confidential/synth/``, the public geography files
-moved to ``public/``) and the release id depends only on the demo's parameters, so running the demo again on
-the same store resumes the release instead of measuring anything twice. ``seed`` makes a seeded TEST release
-(same seed, same bytes); without it the noise comes from the OS CSPRNG.
+The demo products are the registered plugins that declare a ``demo`` entry (``dasflow.products.plugin``); the
+demo names none itself. The synthetic data are generated once into the store (``confidential/synth/``, each
+product's public files moved to ``public/`` and its derived public files written by its ``demo_public``) and the
+release id depends only on the demo's parameters, so running the demo again on the same store resumes the
+release instead of measuring anything twice. ``seed`` makes a seeded TEST release (same seed, same bytes);
+without it the noise comes from the OS CSPRNG.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import shutil
 from fractions import Fraction
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
+from dasflow import registry, synth
 from dasflow.config import ReleaseConfig, parse_release_config
 from dasflow.errors import InputError
 from dasflow.io.store import LocalStore
 from dasflow.privacy.account import open_account
+from dasflow.products.plugin import DemoCensus, DemoEntry, ProductPlugin
+from dasflow.synth.reference import states as synth_states
 
 #: data seed of the synthetic census when the demo runs in production-randomness mode
 DATA_SEED = 2020
-#: the demo release's privacy cap (zCDP ρ): PHSafe 1.257281 + SafeTab-P 4.944 + group sizes 0.5 planned
+#: the demo release's privacy cap (zCDP ρ): the demo products plan 1.257281 + 4.944 + 0.5
 DEMO_CAP_RHO = "7"
 #: the demo's privacy-loss account (its synthetic CEF, US): every production-mode demo release over the store's
 #: data spends from it. One demo release costs ρ = 9.701281 under add/remove-person (group sizes' M_DPC* plan of
 #: 0.5 is charged × k = 7 for a person forming or dissolving a household), so two fit and a third is refused.
 DEMO_ACCOUNT = "demo-cef-us"
 DEMO_ACCOUNT_CAP_RHO = "20"
+#: where the synthetic census is written in the store
+SYNTH_ROOT = "confidential/synth"
+
+
+def demo_plugins() -> list[tuple[ProductPlugin[Any], DemoEntry]]:
+    """The registered products in the demo (registry order), each with its demo entry."""
+    return [(p, p.demo) for p in registry.plugins() if p.demo is not None]
 
 
 def _config_text(name: str) -> str:
@@ -36,59 +49,40 @@ def _config_text(name: str) -> str:
 
 def ensure_synthetic_census(store: LocalStore, persons: int, seed: int) -> None:
     """Generate the demo's synthetic census into the store unless it is already there (atomic: the synth
-    manifest is written last, so a half-generated dataset is regenerated)."""
-    from dasflow import synth
-    from dasflow.synth.reference import counties as county_list
-    from dasflow.synth.reference import states as synth_states
-
-    root = store.local_path("confidential/synth")
-    public = ("public/phsafe/geo.csv", "public/safetab-p/GRF-C.txt", "public/groupsize/invariants.json")
+    manifest is written last, so a half-generated dataset is regenerated): the writer formats the demo products
+    declare (``synth_format``), then each product's public files moved to ``public/`` and its derived public
+    files (``demo_public``)."""
+    entries = demo_plugins()
+    root = store.local_path(SYNTH_ROOT)
+    public = [key for _, demo in entries for key in (*demo.public_files.values(), *demo.derived_files)]
     if (root / "manifest.json").exists() and all(store.exists(k) for k in public):
         return
     if root.exists():
-        import shutil
-
         shutil.rmtree(root)
     us_states = [code for code in sorted(synth_states()) if code != "72"]  # a US release: PR is its own run
-    manifest = synth.generate(root, persons=persons, seed=seed, states=us_states,
-                              formats=("phsafe", "safetab_p", "groupsize"))
-    for src, dst in (("phsafe/geo.csv", "public/phsafe/geo.csv"), ("safetab_p/GRF-C.txt",
-                                                                   "public/safetab-p/GRF-C.txt")):
-        target = store.local_path(dst)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(root / src, target)
-    # group sizes: the public nation > state > county tree, and the occupied-unit invariant n (public in the
-    # DAS, like every housing-unit count from the MAF)
-    rows = [f"{st},{county:03d}" for st, (codes, _names) in sorted(county_list().items()) if st in us_states
-            for county in codes]
-    store.put("public/groupsize/geography.csv", ("STATE,COUNTY\n" + "\n".join(rows) + "\n").encode())
-    occupied = int(manifest.data["totals"]["occupied_units"])
-    store.put("public/groupsize/invariants.json", (json.dumps({"occupied_units": occupied}) + "\n").encode())
+    formats = tuple(dict.fromkeys(p.synth_format for p, _ in entries if p.synth_format is not None))
+    manifest = synth.generate(root, persons=persons, seed=seed, states=us_states, formats=formats)
+    for _, demo in entries:
+        for src, dst in demo.public_files.items():
+            target = store.local_path(dst)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(root / src, target)
+    census = DemoCensus(states=tuple(us_states), totals=manifest.data["totals"])
+    for plugin, _ in entries:
+        plugin.demo_public(store, census)
 
 
 def demo_config(store_dir: Path, persons: int, seed: int | None) -> ReleaseConfig:
-    """The demo's release config: PHSafe and SafeTab-P with their production configs, US universe."""
+    """The demo's release config: every demo product with its packaged config, US universe."""
     release_id = f"demo-{persons}" + (f"-seed{seed}" if seed is not None else "")
-    raw = {
+    entries = demo_plugins()
+    raw: dict[str, Any] = {
         "release_id": release_id,
         "universe": "US",
         "store": str(store_dir),
-        "inputs": {
-            "phsafe": "confidential/synth/phsafe/",
-            "phsafe_geo": "public/phsafe/",
-            "safetab-p": "confidential/synth/safetab_p/",
-            "safetab-p_public": "public/safetab-p/",
-            "groupsize": "confidential/synth/groupsize/",
-            "groupsize_public": "public/groupsize/",
-        },
-        "products": [
-            {"name": "phsafe", "config_text": _config_text("phsafe-us-config.json"),
-             "source": "dasflow/demo_data/phsafe-us-config.json"},
-            {"name": "safetab-p", "config_text": _config_text("safetab-p-config.json"),
-             "source": "dasflow/demo_data/safetab-p-config.json"},
-            {"name": "groupsize", "config_text": _config_text("groupsize-config.json"),
-             "source": "dasflow/demo_data/groupsize-config.json"},
-        ],
+        "inputs": {name: prefix for _, demo in entries for name, prefix in demo.inputs.items()},
+        "products": [{"name": plugin.name, "config_text": _config_text(demo.config_file),
+                      "source": f"dasflow/demo_data/{demo.config_file}"} for plugin, demo in entries],
         "cap": {"rho": DEMO_CAP_RHO},
         "rng": {"mode": "test", "seed": seed} if seed is not None else {"mode": "production"},
     }

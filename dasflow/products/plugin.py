@@ -16,10 +16,11 @@ What a plugin carries:
   measure, post-process, tables) and ``partitioned`` (post-processing as independent parts, optional);
 * **release and reports** — ``file_name``, ``invariants`` (certificate), ``extra_release_files`` (derived
   published files), ``truth`` and ``consistency`` (accuracy report), ``zero_filled`` / ``may_be_empty``;
-* **synthetic data and the demo** — ``synth_format`` (the synthetic census's writer) and ``demo`` (inputs and
-  config of the product in ``dasflow demo``);
-* **standalone tools** — ``budget_format`` (``dasflow budget`` format detection) and ``cli`` (a subcommand
-  with the Census production file formats).
+* **synthetic data and the demo** — ``synth_format`` (the synthetic census's writer), ``demo`` (inputs,
+  config and public files of the product in ``dasflow demo``) and ``demo_public`` (public files the demo
+  derives from the synthetic census for the product);
+* **standalone tools** — ``budget_format`` / ``budget_plan`` (``dasflow budget`` on the product's production
+  config) and ``cli`` (a subcommand with the Census production file formats).
 
 Privacy: a plugin adds no mechanism of its own; every privacy-relevant number still comes from the product's
 ``plan`` (checked by the ledger before any noise). ``public_inputs`` must read only public inputs: the
@@ -34,6 +35,8 @@ import argparse
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 import pandas as pd
@@ -66,14 +69,40 @@ def config_json(text: str, product: str) -> Any:
 
 @dataclass(frozen=True)
 class DemoEntry:
-    """How ``dasflow demo`` runs a product: its inputs (name -> prefix, relative to the synthetic census written
-    under ``confidential/synth/`` and the public files copied under ``public/``) and its config file (a name
-    under ``dasflow/demo_data/``)."""
+    """How ``dasflow demo`` runs a product: its inputs (release-config input name -> store prefix: the synthetic
+    census is written under ``confidential/synth/``, its public files moved under ``public/``) and its config
+    file (a name under ``dasflow/demo_data/``)."""
 
     inputs: Mapping[str, str]
     config_file: str
-    #: public files of the synthetic census to copy into the store: synthetic path -> store key
+    #: public files of the synthetic census to move into the store: path in the synthetic census -> store key
     public_files: Mapping[str, str] = field(default_factory=dict)
+    #: store keys :meth:`ProductPlugin.demo_public` writes (the demo regenerates its census if one is missing)
+    derived_files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DemoCensus:
+    """The demo's freshly generated synthetic census, as :meth:`ProductPlugin.demo_public` sees it: the states
+    generated and the synthetic manifest's totals."""
+
+    states: tuple[str, ...]
+    totals: Mapping[str, Any]
+
+
+class BudgetPlan(NamedTuple):
+    """A product's budget plan read from its production config alone (``dasflow budget``): one row per key or
+    level (product, universe, key, level, definition, budget, and where known sensitivity, noise, variance,
+    cells; numbers as exact text, :func:`budget_text`) and, per universe, the (definition, budget) of every
+    part to compose into the universe's total."""
+
+    rows: list[dict[str, Any]]
+    parts: dict[str, list[tuple[str, Fraction | None]]]
+
+
+def budget_text(budget: Fraction | None) -> str:
+    """An exact budget as text; ``None`` (an infinite budget: no guarantee) as ``Infinity``."""
+    return "Infinity" if budget is None else str(budget)
 
 
 class ProductPlugin(ABC, Generic[C]):
@@ -176,10 +205,22 @@ class ProductPlugin(ABC, Generic[C]):
         """Consistency diagnostics of the released values (rows: check, cells, inconsistent, max_abs_diff)."""
         return []
 
+    # ---------------------------------------------------------------------------------------- the demo
+    def demo_public(self, store: ObjectStore, census: DemoCensus) -> None:
+        """Write the product's demo public files derived from the synthetic census (the keys in
+        ``demo.derived_files``); called once, after the census is generated. Only public facts may be written:
+        geography, or counts the DAS holds invariant and publishes (the product's ``invariants`` declare them)."""
+
     # --------------------------------------------------------------------------------- standalone tools
-    def budget_format(self, raw: Mapping[str, Any]) -> bool:
-        """Whether a raw config (JSON object) is this product's production config (``dasflow budget``)."""
+    def budget_format(self, raw: Mapping[str, Any] | None) -> bool:
+        """Whether a config is this product's production config (``dasflow budget --format auto``): ``raw`` is
+        the file's JSON object, or None when the config given is a directory."""
         return False
+
+    def budget_plan(self, path: Path) -> BudgetPlan:
+        """The budget plan of the product's production config at ``path`` without reading any data (a product
+        whose ``budget_format`` can be true overrides this)."""
+        raise InputError(f"{self.name} has no standalone budget format", file=str(path))
 
     def cli(self) -> CliCommand | None:
         """A standalone subcommand with the Census production file formats (None: none)."""

@@ -23,7 +23,8 @@ from dasflow.io.files import input_prefix, read_parquet_records
 from dasflow.io.store import ObjectStore, StoreError
 from dasflow.privacy import accounting
 from dasflow.products.groupsize.product import GroupSizeConfig, GroupSizeProduct
-from dasflow.products.plugin import InputDeclaration, ProductPlugin
+from dasflow.products.plugin import DemoCensus, DemoEntry, InputDeclaration, ProductPlugin
+from dasflow.synth.reference import counties as synth_counties
 from validation.configs import check_infinity, check_keys
 
 UNIT_COLUMNS = ("TABBLKST", "TABBLKCOU", "HHGQ", "SIZE")
@@ -42,6 +43,19 @@ class GroupSizePlugin(ProductPlugin[GroupSizeConfig]):
         InputDeclaration("groupsize", "confidential/groupsize/", confidential=True),
         InputDeclaration("groupsize_public", "public/groupsize/", confidential=False),
     )
+    synth_format = "groupsize"
+    demo = DemoEntry(inputs={"groupsize": "confidential/synth/groupsize/", "groupsize_public": "public/groupsize/"},
+                     config_file="groupsize-config.json",
+                     derived_files=("public/groupsize/geography.csv", "public/groupsize/invariants.json"))
+
+    def demo_public(self, store: ObjectStore, census: DemoCensus) -> None:
+        """The public nation > state > county tree of the generated states, and the occupied-unit invariant n
+        (public in the DAS, like every housing-unit count from the MAF; the certificate declares it)."""
+        rows = [f"{st},{county:03d}" for st, (codes, _names) in sorted(synth_counties().items())
+                if st in census.states for county in codes]
+        store.put("public/groupsize/geography.csv", ("STATE,COUNTY\n" + "\n".join(rows) + "\n").encode())
+        occupied = int(census.totals["occupied_units"])
+        store.put("public/groupsize/invariants.json", (json.dumps({"occupied_units": occupied}) + "\n").encode())
 
     def product(self, config: GroupSizeConfig) -> GroupSizeProduct:
         return GroupSizeProduct(config)

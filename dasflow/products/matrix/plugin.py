@@ -19,6 +19,7 @@ class MatrixPlugin(ProductPlugin[MatrixConfig]):
     title = 'Matrix mechanism (Eigen-Design)'
     name = "matrix"
     input_declarations = (InputDeclaration("matrix", "confidential/matrix/", confidential=True),)
+    synth_format = "topdown"  # the matrix product reads the synthetic census's TopDown persons files
 
     def product(self, config: MatrixConfig) -> MatrixProduct:
         return MatrixProduct(config)

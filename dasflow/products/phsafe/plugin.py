@@ -11,7 +11,7 @@ from dasflow.io.files import input_prefix, local_file
 from dasflow.io.store import ObjectStore
 from dasflow.products.phsafe import PHSAFE, PHSafe, PHSafeConfig, parse_config
 from dasflow.products.phsafe.inputs import Inputs, check_cross_file, read_table
-from dasflow.products.plugin import InputDeclaration, ProductPlugin, config_json
+from dasflow.products.plugin import DemoEntry, InputDeclaration, ProductPlugin, config_json
 from validation.configs import check_infinity
 
 
@@ -22,6 +22,9 @@ class PHSafePlugin(ProductPlugin[PHSafeConfig]):
         InputDeclaration("phsafe", "confidential/phsafe/", confidential=True),
         InputDeclaration("phsafe_geo", "public/phsafe/", confidential=False),
     )
+    synth_format = "phsafe"
+    demo = DemoEntry(inputs={"phsafe": "confidential/synth/phsafe/", "phsafe_geo": "public/phsafe/"},
+                     config_file="phsafe-us-config.json", public_files={"phsafe/geo.csv": "public/phsafe/geo.csv"})
 
     def product(self, config: PHSafeConfig) -> PHSafe:
         return PHSAFE

@@ -19,7 +19,7 @@ from dasflow.io.files import input_prefix, local_dir, local_file
 from dasflow.io.store import ObjectStore
 from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
 from dasflow.products.base import Prepared
-from dasflow.products.plugin import InputDeclaration, ProductPlugin, config_json
+from dasflow.products.plugin import DemoEntry, InputDeclaration, ProductPlugin, config_json
 from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, load_public, parse_config, with_stage1
 from dasflow.products.safetab_p.product import PERSON_DIR, person_files
 from dasflow.products.safetab_p.records import GRFC_FILE, PERSON_COLUMNS, PERSON_FILE, encode_persons, read_pipe_file
@@ -60,6 +60,10 @@ class SafeTabPPlugin(ProductPlugin[SafeTabPConfig]):
         InputDeclaration("safetab-p", "confidential/safetab-p/", confidential=True),
         InputDeclaration("safetab-p_public", "public/safetab-p/", confidential=False),
     )
+    synth_format = "safetab_p"
+    demo = DemoEntry(inputs={"safetab-p": "confidential/synth/safetab_p/", "safetab-p_public": "public/safetab-p/"},
+                     config_file="safetab-p-config.json",
+                     public_files={"safetab_p/GRF-C.txt": "public/safetab-p/GRF-C.txt"})
 
     def product(self, config: SafeTabPConfig) -> PipelineSafeTabP:
         return PipelineSafeTabP()

@@ -94,6 +94,7 @@ class TopDownPlugin(ProductPlugin[TopDownConfig]):
     pipeline plans every product before measuring it)."""
 
     name = "topdown"
+    synth_format = "topdown"
     input_declarations = (
         InputDeclaration("topdown", "confidential/topdown/", confidential=True),
         InputDeclaration("topdown_public", "public/topdown/", confidential=False),
