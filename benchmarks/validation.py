@@ -65,32 +65,29 @@ def run_dasflow(product: str, data: Path) -> dict[str, Any]:
     from importlib import resources
 
     from dasflow.io.store import LocalStore
-    from dasflow.pipeline.adapters import get_adapter
+    from dasflow.registry import get_plugin
     from validation import gx
-    from validation.adapters import MODULES
+    from validation.configs import validate_product_config
     from validation.products import run_product_suite
-    from validation.wrap import ValidatedAdapter, preflight_inputs
 
     out: dict[str, Any] = {"product": product}
     _timed(out, "gx_import", gx._context)
     store = LocalStore(data)
     inputs = {"phsafe": "phsafe/", "phsafe_geo": "phsafe/", "safetab-p": "safetab_p/",
               "safetab-p_public": "safetab_p/"}
-    inner = get_adapter(product)
-    adapter = ValidatedAdapter(getattr(inner, "inner", inner))
-    del MODULES
+    plugin = get_plugin(product)
     name = {"phsafe": "phsafe-us-config.json", "safetab-p": "safetab-p-config.json"}[product]
     text = resources.files("dasflow.demo_data").joinpath(name).read_text(encoding="utf-8")
-    cfg = adapter.load_config(text, "US")
+    cfg = validate_product_config(plugin, text, "US")
+
     def preflight() -> None:
-        preflight_inputs(product, store, inputs, True)
-        preflight_inputs(product, store, inputs, False)
+        plugin.preflight(store, inputs, public=True)
+        plugin.preflight(store, inputs, public=False)
 
     _timed(out, "phase0_preflight", preflight)
-    inner_adapter = adapter.inner
-    public = _timed(out, "phase1_2_public_read", lambda: inner_adapter.public_inputs(store, inputs, cfg))
-    conf = _timed(out, "phase1_2_confidential_read", lambda: inner_adapter.confidential_inputs(store, inputs, cfg))
-    result = _timed(out, "phase3_and_gx_suites", lambda: run_product_suite(product, conf, public, cfg))
+    public = _timed(out, "phase1_2_public_read", lambda: plugin.public_inputs(store, inputs, cfg))
+    conf = _timed(out, "phase1_2_confidential_read", lambda: plugin.confidential_inputs(store, inputs, cfg))
+    result = _timed(out, "phase3_and_gx_suites", lambda: run_product_suite(plugin, conf, public, cfg))
     assert result.success, result.error
     out["persons"] = (len(conf["persons"]["MAFID"]) if product == "phsafe" else int(conf["persons"].num_rows))
     out["expectations"] = result.summary["expectations"]
@@ -105,14 +102,15 @@ def run_peer(data: Path) -> dict[str, Any]:
     """Row-level GX on the full PHSafe persons frame with the same expectations as the dasflow suite."""
     import pandas as pd
 
+    from dasflow.products.phsafe.checks import SUITES
     from dasflow.products.phsafe.inputs import read_table
-    from validation import gx, suites
+    from validation import gx
 
     out: dict[str, Any] = {"product": "phsafe persons, row-level GX"}
     _timed(out, "gx_import", gx._context)
     cols = _timed(out, "read", lambda: read_table(data / "phsafe" / "persons.csv", "persons"))
     frame = pd.DataFrame(cols)
-    res = _timed(out, "gx_row_level", lambda: gx.validate("peer.persons", suites.PHSAFE["persons"], frame))
+    res = _timed(out, "gx_row_level", lambda: gx.validate("peer.persons", SUITES["persons"], frame))
     assert res.success
     out["persons"] = len(frame)
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
@@ -121,16 +119,17 @@ def run_peer(data: Path) -> dict[str, Any]:
 
 def run_dasflow_persons_suite(data: Path) -> dict[str, Any]:
     """The like-for-like counterpart of the peer: the same persons suite on the distinct-value domain."""
+    from dasflow.products.phsafe.checks import SUITES
     from dasflow.products.phsafe.inputs import read_table
-    from validation import gx, suites
+    from validation import gx
     from validation.domain import domain_frame
-    from validation.products import _range_only
+    from validation.products import range_only
 
     out: dict[str, Any] = {"product": "phsafe persons, domain GX"}
     _timed(out, "gx_import", gx._context)
     cols = _timed(out, "read", lambda: read_table(data / "phsafe" / "persons.csv", "persons"))
-    res = _timed(out, "gx_domain", lambda: gx.validate("dom.persons", suites.PHSAFE["persons"], domain_frame(
-        cols, extremes_only=_range_only(suites.PHSAFE["persons"]))))
+    res = _timed(out, "gx_domain", lambda: gx.validate("dom.persons", SUITES["persons"], domain_frame(
+        cols, extremes_only=range_only(SUITES["persons"]))))
     assert res.success
     out["persons"] = len(cols["MAFID"])
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)

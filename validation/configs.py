@@ -57,7 +57,8 @@ def _decode(text: str, source: str) -> Any:
 class ConfigPlugin(Protocol):
     """What config validation needs of a product plugin (``dasflow.products.plugin.ProductPlugin``)."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def check_config(self, raw: Mapping[str, Any], source: str) -> None: ...
 

@@ -2,12 +2,15 @@
 
 For each product's release files: the exact header (per the product's output spec), at least one row, integer
 COUNT (text of an integer), VARIANCE a finite non-negative number, and no confidential column (record-level
-attributes of the inputs, e.g. MAFID, QAGE, CENRACE, QRACE1..8). PHSafe outputs additionally go through the
-product's own R16 check (``dasflow.products.phsafe.outputs.validate_output``: exact public row domain and row
-counts per table, configured NOISE_DISTRIBUTION, VARIANCE equal to the formula for the planned ρ/τ) when its
-config is given; and every VARIANCE value must be one of the plan's variances for that product (or a sum of
-two, PHSafe's derived PH8 cell), so no file can claim an accuracy the plan does not have. Group sizes promise a
-consistent, non-negative release: that is checked across the nation, state and county files.
+attributes of the inputs, e.g. MAFID, QAGE, CENRACE, QRACE1..8); every VARIANCE value beside a
+NOISE_DISTRIBUTION must be one of the plan's variances for that product (or a sum of two, PHSafe's derived PH8
+cell), so no file can claim an accuracy the plan does not have.
+
+What is product-specific comes from the product's plugin (``dasflow.registry.get_plugin``; an unregistered
+product gets the generic checks only): the header of each file (``output_header``), whether a file may be empty
+(``may_be_empty``), cross-file rules on its tables (``check_outputs``, e.g. group sizes consistent across nation,
+states and counties) and, when its config is given and the release is a directory, its production output
+validator on the files' bytes (``check_release_files``, e.g. PHSafe's R16 check).
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from dasflow.errors import DasflowError, InputError
+from dasflow.registry import get_plugin
 from validation import gx
 from validation.domain import domain_frame
 from validation.report import render_html
@@ -34,32 +38,32 @@ CONFIDENTIAL_COLUMNS = frozenset({
     "MAFID", "PID", "EUID", "RTYPE", "QAGE", "QSEX", "QSPAN", "HOUSEHOLDER", "CENHISP", "RELSHIP",
     *(f"QRACE{i}" for i in range(1, 9)), "FINAL_POP", "NPF", "HHSPAN", "HHRACE", "TEN", "HHT", "HHT2", "CPLT"})
 
-#: products whose release files may have no rows (SafeTab-P publishes only what its adaptive thresholds allow)
-MAY_BE_EMPTY = frozenset({"safetab-p"})
-
 _INT = r"-?[0-9]+"
 _FLOAT = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|inf"
 
 
-def expected_header(product: str, file: str) -> list[str] | None:
-    """The spec header of one release file (None: not a known file of the product)."""
-    stem = Path(file).name.removesuffix(".csv")
-    if product == "phsafe" and "/" in file:
-        return None  # derived files in sub-folders (e.g. estimates/ with MOEs): generic checks only
-    if product == "phsafe":
-        from dasflow.products.phsafe.outputs import columns
-        from dasflow.products.phsafe.tables import OUTPUT_TABLES
+class OutputPlugin(Protocol):
+    """What output validation needs of a product plugin (``dasflow.products.plugin.ProductPlugin``)."""
 
-        return columns(stem) if stem in OUTPUT_TABLES else None
-    if product == "safetab-p":
-        from dasflow.products.safetab_p.outputs import T1_COLUMNS, T2_COLUMNS
+    @property
+    def name(self) -> str: ...
 
-        return {"t1": T1_COLUMNS, "t2": T2_COLUMNS}.get(stem.split("_")[0])
-    if product == "groupsize":
-        return {"groupsize_nation": ["STATE", "HOUSEHOLD_SIZE", "COUNT"],  # STATE "US"
-                "groupsize_state": ["STATE", "HOUSEHOLD_SIZE", "COUNT"],
-                "groupsize_county": ["STATE", "COUNTY", "HOUSEHOLD_SIZE", "COUNT"]}.get(stem)
-    return None
+    @property
+    def may_be_empty(self) -> bool: ...
+
+    def output_header(self, file: str) -> list[str] | None: ...
+
+    def check_outputs(self, frames: Mapping[str, pd.DataFrame]) -> InputError | None: ...
+
+    def check_release_files(self, files: Mapping[str, bytes], config: Any) -> None: ...
+
+
+def _plugin(product: str) -> OutputPlugin | None:
+    """The product's plugin, or None for a product the registry does not know (generic checks only)."""
+    try:
+        return get_plugin(product)
+    except InputError:
+        return None
 
 
 def _read_release(root: Path) -> dict[str, pd.DataFrame]:
@@ -81,44 +85,6 @@ def _planned_variances(plan_record: Mapping[str, Any], product: str) -> set[floa
     return vs | {a + b for a in vs for b in vs}
 
 
-def groupsize_consistency(frames: Mapping[str, pd.DataFrame]) -> InputError | None:
-    """Group sizes promise a consistent, valid release (hierarchical-groupsize.md H3/C4): every count ≥ 0, every
-    region has the same household-size rows, and for every size the counties of a state sum to the state and
-    the states to the nation."""
-    names = {lvl: f"groupsize/groupsize_{lvl}.csv" for lvl in ("nation", "state", "county")}
-    if not all(n in frames for n in names.values()):
-        return None
-    tables = {lvl: frames[n].astype(str) for lvl, n in names.items()}
-    for lvl, t in tables.items():
-        counts = pd.to_numeric(t["COUNT"], errors="coerce").to_numpy()
-        bad = ~(counts >= 0)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            return InputError(f"COUNT {t['COUNT'].iloc[i]!r} is not a valid (non-negative integer) count",
-                              file=names[lvl], row=i + 2, column="COUNT")
-    sizes = sorted(set(tables["nation"]["HOUSEHOLD_SIZE"]))
-    for lvl, geo in (("state", ["STATE"]), ("county", ["STATE", "COUNTY"])):
-        t = tables[lvl]
-        per_region = t.groupby(geo)["HOUSEHOLD_SIZE"].apply(lambda s: sorted(s) == sizes)
-        if not bool(per_region.all()):
-            region = per_region.index[~per_region.to_numpy()][0]
-            return InputError(f"region {region} does not have one row per household size {sizes}",
-                              file=names[lvl], column="HOUSEHOLD_SIZE")
-    for child, parent, geo in (("county", "state", ["STATE"]), ("state", "nation", [])):
-        c, p = tables[child].copy(), tables[parent].copy()
-        c["COUNT"], p["COUNT"] = c["COUNT"].astype(np.int64), p["COUNT"].astype(np.int64)
-        sums = c.groupby([*geo, "HOUSEHOLD_SIZE"])["COUNT"].sum()
-        key = [*geo, "HOUSEHOLD_SIZE"]
-        joined = p.join(sums.rename("CHILDREN"), on=key)
-        bad = (joined["CHILDREN"].fillna(0).astype(np.int64) != joined["COUNT"]).to_numpy()
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            return InputError(f"inconsistent: {parent} count {int(joined['COUNT'].iloc[i])} != sum of its "
-                              f"{child} counts {int(joined['CHILDREN'].fillna(0).iloc[i])}", file=names[parent],
-                              row=i + 2, column="COUNT")
-    return None
-
-
 def validate_outputs(release: str | Path | Mapping[str, pd.DataFrame], plan_record: Mapping[str, Any],
                      configs: Mapping[str, Any] | None = None) -> ValidationResult:
     """Validate every release table (``{product}/{file}`` → frame, or a ``runs/{id}/release`` directory).
@@ -135,12 +101,14 @@ def validate_outputs(release: str | Path | Mapping[str, pd.DataFrame], plan_reco
     rows: list[ExpectationRow] = []
     error: InputError | None = None
     files: dict[str, int] = {}
+    plugins = {rel.partition("/")[0]: _plugin(rel.partition("/")[0]) for rel in frames}
     for rel, frame in sorted(frames.items()):
         product, _, file = rel.partition("/")
+        plugin = plugins[product]
         files[rel] = len(frame)
         frame = frame.astype(str)
         leaked = sorted(CONFIDENTIAL_COLUMNS & set(frame.columns))
-        header = expected_header(product, file)
+        header = plugin.output_header(file) if plugin is not None else None
         checks = [gx.Check("ExpectColumnValuesToNotBeNull", {"column": c}) for c in frame.columns]
         if header is not None:
             checks.insert(0, gx.Check("ExpectTableColumnsToMatchOrderedList", {"column_list": header}))
@@ -155,7 +123,7 @@ def validate_outputs(release: str | Path | Mapping[str, pd.DataFrame], plan_reco
         if error is None and leaked:
             error = InputError(f"confidential column {leaked[0]} in a release file", file=rel, row=1,
                                column=leaked[0])
-        if error is None and len(frame) == 0 and product not in MAY_BE_EMPTY:
+        if error is None and len(frame) == 0 and not (plugin is not None and plugin.may_be_empty):
             error = InputError("release file has no rows", file=rel, row=2)
         if error is None and not out.success:
             bad = next(r for r in out.rows if not r.success)
@@ -178,15 +146,20 @@ def validate_outputs(release: str | Path | Mapping[str, pd.DataFrame], plan_reco
                 i = int(np.flatnonzero(~ok)[0])
                 error = InputError(f"VARIANCE {got[i]!r} is not a planned variance of {product}", file=rel,
                                    row=i + 2, column="VARIANCE")
-    if error is None:
-        error = groupsize_consistency(frames)
-    if error is None and root is not None and configs and "phsafe" in configs and (root / "phsafe").is_dir():
-        from dasflow.products.phsafe.outputs import validate_output
-
-        try:
-            validate_output(root / "phsafe", configs["phsafe"])
-        except DasflowError as exc:
-            error = exc if isinstance(exc, InputError) else InputError(str(exc), file=str(root / "phsafe"))
+    for product, plugin in sorted(plugins.items()):
+        if error is None and plugin is not None:
+            error = plugin.check_outputs({rel.partition("/")[2]: f for rel, f in frames.items()
+                                          if rel.partition("/")[0] == product})
+    for product, plugin in sorted(plugins.items()):
+        folder = root / product if root is not None else None
+        if error is None and plugin is not None and configs and product in configs and folder is not None \
+                and folder.is_dir():
+            release_files = {p.relative_to(folder).as_posix(): p.read_bytes()
+                             for p in sorted(folder.rglob("*")) if p.is_file()}
+            try:
+                plugin.check_release_files(release_files, configs[product])
+            except DasflowError as exc:
+                error = exc if isinstance(exc, InputError) else InputError(str(exc), file=str(folder))
     summary = {"files": files, "suite_version": gx.SUITE_VERSION,
                "expectations": {"evaluated": len(rows), "failed": sum(not r.success for r in rows)}}
     result = ValidationResult("outputs", error is None, summary, rows, error=error)

@@ -6,18 +6,24 @@ column, so no malformed line reaches a parser. Vectorised over the raw bytes in 
 O(block), not O(file)): UTF-8 validity, a non-empty header naming the expected columns with the expected
 delimiter, and the same field count on every non-blank line (blank lines are skipped by the readers).
 Quoting is not part of the Census formats (pipe-delimited, no quotes) while the pyarrow/pandas readers treat
-``"`` as a quote that swallows delimiters and line ends, so a quote character is rejected.
+``"`` as a quote that swallows delimiters and line ends, so a quote character is rejected. Parquet inputs are
+decoded page by page (:func:`check_parquet_files`) for the same reason: a corrupt page would otherwise surface
+as an untyped pyarrow error inside a product reader.
 """
 
 from __future__ import annotations
 
 import codecs
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
+from dasflow.io.store import ObjectStore
 
 BLOCK = 1 << 23
 _OTHER_DELIMITERS = ("|", ",", "\t", ";")
@@ -56,6 +62,17 @@ def check_delimited(path: str | Path, columns: Sequence[str] | None, delimiter: 
     n_fields = len(header)
     rows = _scan_body(p, len(first), n_fields, delim.encode(), header, name, block)
     return delim, header, rows
+
+
+def check_parquet_files(store: ObjectStore, prefix: str) -> None:
+    """Every ``*.parquet`` object under ``prefix`` decodes completely (every page); ``InputError`` naming the key
+    of the first that does not."""
+    for key in store.list(prefix):
+        if key.endswith(".parquet"):
+            try:
+                pq.read_table(io.BytesIO(store.get(key)))
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                raise InputError(f"not a readable Parquet file: {exc}", file=key) from None
 
 
 def _check_header(header: list[str], columns: list[str], text: str, delim: str, name: str,

@@ -33,6 +33,7 @@ from dasflow.privacy.composition import PlanTotal
 from dasflow.privacy.ledger import frac_str, stored_record
 from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
 from dasflow.products.partition import PartitionedPostprocess
+from validation import run_product_suite, store_results, validate_outputs
 
 Progress = Callable[[int, int, str], None]
 
@@ -107,7 +108,13 @@ def plan_stage(ctx: RunContext) -> PlanTotal:
 
 def validate_stage(ctx: RunContext, product: str) -> dict[str, Any]:
     """Fail-closed input validation for one product; the summary goes to ``validation/{product}.json``. Runs
-    before the config is frozen (``candidate_context``)."""
+    before the config is frozen (``candidate_context``).
+
+    Every input file passes the plugin's phase-0 ``preflight`` before its reader parses it; then the product's
+    suites, cross-file facts and own check run (``validation.run_product_suite``). The full result and its HTML
+    page are written under ``validation/`` whether the inputs passed or not (the page may quote input values: it
+    stays in ``runs/``, never in ``release/``); a failure raises its ``InputError`` before any preprocessing,
+    ledger entry or noise."""
     meter = StageMeter.start()
     inputs = check_inputs(ctx)
     current = manifest_if_current(ctx, "validate", product, inputs)
@@ -115,27 +122,20 @@ def validate_stage(ctx: RunContext, product: str) -> dict[str, Any]:
         return current
     plugin = ctx.plugin(product)
     cfg = ctx.product_config(product)
+    plugin.preflight(ctx.store, ctx.config.inputs, public=True)
     public = plugin.public_inputs(ctx.store, ctx.config.inputs, cfg)
+    plugin.preflight(ctx.store, ctx.config.inputs, public=False)
     confidential = plugin.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
-    try:
-        summary = plugin.validate(confidential, public, cfg)  # raises InputError: nothing downstream runs
-    finally:
-        _store_validation_report(ctx, product, getattr(plugin, "last_result", None))
+    result = run_product_suite(plugin, confidential, public, cfg)
+    store_results(ctx.store, ctx.root, product, result)
+    result.raise_for_failure()  # InputError: nothing downstream runs
+    summary = {k: v for k, v in result.summary.items() if k != "expectations"} | {
+        "gx": result.summary["expectations"]}
     key = f"{ctx.root}/validation/{product}.json"
     sha = ctx.store.put(key, (json.dumps({"product": product, "passed": True, **summary}, sort_keys=True,
                                          indent=1, default=str) + "\n").encode())
     faults.point(f"stage:validate:{product}:before-manifest")
     return write_manifest(ctx, "validate", product, inputs, {key: {"sha256": sha}}, {"metrics": meter.read()})
-
-
-def _store_validation_report(ctx: RunContext, product: str, result: Any) -> None:
-    """The validation gate's full result (expectations, counts, first failure) and its HTML page, written
-    under ``validation/`` whether the inputs passed or not (the page may quote input values: it stays in
-    ``runs/``, never in ``release/``)."""
-    if result is None:
-        return
-    ctx.store.put(f"{ctx.root}/validation/{product}.gx.json", result.to_json().encode())
-    ctx.store.put(f"{ctx.root}/validation/{product}.html", result.html.encode())
 
 
 def preprocess_stage(ctx: RunContext, product: str) -> dict[str, Any]:
@@ -335,7 +335,6 @@ def release_stage(ctx: RunContext) -> dict[str, Any]:
     estimates, the privacy certificate, the accuracy report, and the validated release manifest (last). Its
     metrics go to the stage manifest under ``manifests/``, never into ``release/``."""
     from dasflow.release.stage import finalize_release
-    from validation import validate_outputs
 
     meter = StageMeter.start()
     post = ctx.post_store()

@@ -11,18 +11,11 @@ from pathlib import Path
 import pytest
 
 from dasflow.errors import InputError
-from dasflow.pipeline.adapters import REGISTRY
+from dasflow.registry import get_plugin
 from tests.validation.helpers import CONFIG_FILES, CORPUS, _config_text, corpus_store, release_raw, run_release
-from validation.adapters import MODULES
 from validation.configs import validate_product_config, validate_release_config
 
 CONFIG_CASES: dict[str, dict[str, str | None]] = json.loads((CORPUS / "configs.json").read_text())
-
-
-@pytest.fixture(autouse=True)
-def validated_adapters(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, module in MODULES.items():
-        monkeypatch.setitem(REGISTRY, name, module)
 
 
 @pytest.mark.parametrize("case", sorted(CONFIG_CASES))
@@ -31,7 +24,7 @@ def test_bad_product_config_rejected_exit_2_nothing_spent(tmp_path: Path, case: 
     product = str(spec["product"])
     text = (CORPUS / "configs" / f"{case}.json").read_text()
     with pytest.raises(InputError) as info:
-        validate_product_config(product, text, "US", source=f"{case}.json")
+        validate_product_config(get_plugin(product), text, "US", source=f"{case}.json")
     assert info.value.file == f"{case}.json"
     if spec["column"] is not None:
         assert info.value.column == spec["column"], str(info.value)
@@ -46,7 +39,7 @@ def test_bad_product_config_rejected_exit_2_nothing_spent(tmp_path: Path, case: 
 
 @pytest.mark.parametrize("product", sorted(CONFIG_FILES))
 def test_shipped_configs_are_accepted_with_exact_budgets(product: str) -> None:
-    cfg = validate_product_config(product, _config_text(CONFIG_FILES[product]), "US")
+    cfg = validate_product_config(get_plugin(product), _config_text(CONFIG_FILES[product]), "US")
     if product == "groupsize":
         assert cfg.budget == Fraction(1, 2)
     elif product == "phsafe":
@@ -58,26 +51,26 @@ def test_shipped_configs_are_accepted_with_exact_budgets(product: str) -> None:
 def test_infinity_is_an_allowed_budget_only_where_budgets_live() -> None:
     raw = json.loads(_config_text(CONFIG_FILES["phsafe"]))
     text = json.dumps(raw).replace('"usa_*": 0.002619', '"usa_*": Infinity', 1)
-    cfg = validate_product_config("phsafe", text, "US")
+    cfg = validate_product_config(get_plugin("phsafe"), text, "US")
     assert cfg.budgets["PH1_num"]["usa_*"] is None  # infinite budget = no noise (test releases only)
     bad = json.dumps(raw).replace('"usa_*": 0.002619', '"usa_*": -Infinity', 1)
     with pytest.raises(InputError, match="Infinity"):
-        validate_product_config("phsafe", bad, "US")
+        validate_product_config(get_plugin("phsafe"), bad, "US")
 
 
 def test_pr_universe_rules() -> None:
     """PR is its own execution: a US PHSafe config in a PR release, and a PR config with usa_* budgets, fail."""
     with pytest.raises(InputError, match="universe"):
-        validate_product_config("phsafe", _config_text(CONFIG_FILES["phsafe"]), "PR")
+        validate_product_config(get_plugin("phsafe"), _config_text(CONFIG_FILES["phsafe"]), "PR")
     raw = json.loads(_config_text(CONFIG_FILES["phsafe"]))
     raw["state_filter"] = ["72"]
     with pytest.raises(InputError, match="Puerto Rico has no Nation level") as info:
-        validate_product_config("phsafe", json.dumps(raw), "PR")
+        validate_product_config(get_plugin("phsafe"), json.dumps(raw), "PR")
     assert info.value.column is not None and info.value.column.startswith("privacy_budget.")
     st = json.loads(_config_text(CONFIG_FILES["safetab-p"]))
     st["run_pr"] = False
     with pytest.raises(InputError, match="does not run the release universe PR"):
-        validate_product_config("safetab-p", json.dumps(st), "PR")
+        validate_product_config(get_plugin("safetab-p"), json.dumps(st), "PR")
 
 
 @pytest.mark.parametrize(("change", "column"), [

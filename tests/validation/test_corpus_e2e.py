@@ -10,16 +10,7 @@ from pathlib import Path
 import pytest
 
 from dasflow.errors import InputError
-from dasflow.pipeline.adapters import REGISTRY
 from tests.validation.helpers import CASES, corpus_store, release_raw, run_release
-from validation.adapters import MODULES
-
-
-@pytest.fixture(autouse=True)
-def validated_adapters(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The DAG with the validation gate (what ``validation.adapters.install()`` does), undone after the test."""
-    for name, module in MODULES.items():
-        monkeypatch.setitem(REGISTRY, name, module)
 
 
 def _assert_nothing_spent(root: Path, release_id: str) -> None:
@@ -56,6 +47,7 @@ def test_valid_base_releases_and_outputs_pass_the_output_suites(tmp_path: Path) 
     import json
 
     from dasflow.pipeline.run import open_run
+    from dasflow.registry import get_plugin
     from validation import validate_outputs, validate_product_config
 
     store = corpus_store(tmp_path / "store")
@@ -66,7 +58,7 @@ def test_valid_base_releases_and_outputs_pass_the_output_suites(tmp_path: Path) 
         summary = json.loads((tmp_path / "store/runs/v1/validation" / f"{product}.json").read_text())
         assert summary["passed"] is True and summary["gx"]["failed"] == 0 and summary["gx"]["evaluated"] > 5
     ctx = open_run("v1", str(tmp_path / "store"))
-    configs = {"phsafe": validate_product_config("phsafe", raw["products"][0]["config_text"], "US")}
+    configs = {"phsafe": validate_product_config(get_plugin("phsafe"), raw["products"][0]["config_text"], "US")}
     result = validate_outputs(tmp_path / "store/runs/v1/release", ctx.ledger.plan_record(), configs)
     assert result.success, result.error
     assert any(k.startswith("phsafe/") for k in result.summary["files"])

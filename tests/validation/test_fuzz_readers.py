@@ -21,6 +21,7 @@ from dasflow.errors import InputError
 from dasflow.products.phsafe.inputs import SCHEMAS, read_table
 from dasflow.products.safetab_p.iterations import ITERATION_FILES, load_iterations
 from dasflow.products.safetab_p.records import PERSON_COLUMNS, read_pipe_file
+from dasflow.registry import get_plugin
 from tests.validation.helpers import CORPUS
 from validation.configs import validate_product_config
 from validation.preflight import check_delimited
@@ -143,14 +144,13 @@ def test_iteration_files_reader(name: str, data: st.DataObject) -> None:
 def test_groupsize_parquet_reader(cut: int, junk: bytes) -> None:
     """Truncated or garbled Parquet part files are rejected by the gate's preflight, never a pyarrow error."""
     from dasflow.io.store import LocalStore
-    from validation.wrap import preflight_inputs
 
     good = (BASE / "confidential/groupsize/10/part-00000.parquet").read_bytes()
     with tempfile.TemporaryDirectory() as tmp:
         store = LocalStore(Path(tmp))
         store.put("confidential/groupsize/10/part-00000.parquet", good[:cut] + junk + good[cut + len(junk):])
         try:
-            preflight_inputs("groupsize", store, {"groupsize": "confidential/groupsize/"}, public=False)
+            get_plugin("groupsize").preflight(store, {"groupsize": "confidential/groupsize/"}, public=False)
             pq.read_table(io.BytesIO(store.get("confidential/groupsize/10/part-00000.parquet")))
         except InputError as exc:
             assert exc.file is not None
@@ -178,6 +178,6 @@ def test_config_parsers(product: str, key: str, value: Any, drop: bool) -> None:
     else:
         raw[target] = value
     try:
-        validate_product_config(product, json.dumps(raw), "US")
+        validate_product_config(get_plugin(product), json.dumps(raw), "US")
     except InputError as exc:
         assert exc.file is not None

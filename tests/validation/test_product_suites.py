@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dasflow.pipeline.adapters import get_adapter
+from dasflow.registry import get_plugin
 from tests.validation.helpers import CONFIG_FILES, INPUTS, corpus_store
 from validation import run_product_suite
 
@@ -23,7 +23,7 @@ def _inputs(tmp: Path, product: str) -> tuple[Any, Any, Any]:
     from tests.validation.helpers import _config_text
 
     store = corpus_store(tmp / "store")
-    a = get_adapter(product)
+    a = get_plugin(product)
     cfg = a.load_config(_config_text(CONFIG_FILES[product]), "US")
     return a.confidential_inputs(store, INPUTS, cfg), a.public_inputs(store, INPUTS, cfg), cfg
 
@@ -31,7 +31,7 @@ def _inputs(tmp: Path, product: str) -> tuple[Any, Any, Any]:
 @pytest.mark.parametrize("product", ["phsafe", "safetab-p", "groupsize"])
 def test_valid_inputs_pass_every_suite(tmp_path: Path, product: str) -> None:
     conf, pub, cfg = _inputs(tmp_path, product)
-    r = run_product_suite(product, conf, pub, cfg)
+    r = run_product_suite(get_plugin(product), conf, pub, cfg)
     assert r.success, r.error
     assert r.summary["expectations"]["failed"] == 0
     suites = {row.suite for row in r.rows}
@@ -55,7 +55,7 @@ def test_phase3_failures_are_counted_and_located(tmp_path: Path) -> None:
     mafid = persons["MAFID"].copy()
     mafid[[4, 9]] = 899_999_999
     persons["MAFID"] = mafid
-    r = run_product_suite("phsafe", {**conf, "persons": persons}, pub, cfg)
+    r = run_product_suite(get_plugin("phsafe"), {**conf, "persons": persons}, pub, cfg)
     assert not r.success and r.error is not None
     assert (r.error.file, r.error.row, r.error.column) == ("persons.csv", 6, "MAFID")
     fact = next(f for f in r.summary["cross_file"] if f["rule"] == "person MAFID in units")
@@ -70,7 +70,7 @@ def test_gx_domain_failure_is_located_in_the_full_column(tmp_path: Path) -> None
     conf, pub, cfg = _inputs(tmp_path, "groupsize")
     hh = conf["households"].copy()
     hh.loc[6, "STATE"] = "99"
-    r = run_product_suite("groupsize", {**conf, "households": hh}, pub, cfg)
+    r = run_product_suite(get_plugin("groupsize"), {**conf, "households": hh}, pub, cfg)
     assert not r.success and r.error is not None
     assert (r.error.row, r.error.column) == (8, "COUNTY")  # the product's own check: (99, county) not in tree
     failed = {(row.suite, row.column) for row in r.rows if not row.success}
@@ -98,16 +98,17 @@ def _topdown_setup() -> tuple[Any, pd.DataFrame, pd.DataFrame]:
 
 def test_topdown_persons_suite() -> None:
     cfg, blocks, persons = _topdown_setup()
-    r = run_product_suite("topdown", {"persons": persons, "persons_source": "cef.csv"}, {"blocks": blocks}, cfg)
+    topdown = get_plugin("topdown")
+    r = run_product_suite(topdown, {"persons": persons, "persons_source": "cef.csv"}, {"blocks": blocks}, cfg)
     assert r.success, r.error
     assert r.summary["persons_per_state"] == {"01": 500}
     bad = persons.copy()
     bad.loc[7, "GEOID"] = "019999999999999"
-    r = run_product_suite("topdown", {"persons": bad, "persons_source": "cef.csv"}, {"blocks": blocks}, cfg)
+    r = run_product_suite(topdown, {"persons": bad, "persons_source": "cef.csv"}, {"blocks": blocks}, cfg)
     assert r.error is not None and (r.error.file, r.error.row, r.error.column) == ("cef.csv", 9, "GEOID")
     bad = persons.copy()
     bad["H"] = np.where(np.arange(len(bad)) == 3, 5, bad["H"])
-    r = run_product_suite("topdown", {"persons": bad, "persons_source": "cef.csv"}, {"blocks": blocks}, cfg)
+    r = run_product_suite(topdown, {"persons": bad, "persons_source": "cef.csv"}, {"blocks": blocks}, cfg)
     assert r.error is not None and (r.error.row, r.error.column) == (5, "H")
     assert ("topdown.persons", "H") in {(row.suite, row.column) for row in r.rows if not row.success}
 
@@ -124,13 +125,12 @@ def test_phsafe_facts_replicate_check_cross_file(tmp_path: Path, case: str | Non
     from dasflow.errors import InputError
     from dasflow.products.phsafe.inputs import Inputs, check_cross_file
     from tests.validation.helpers import _config_text
-    from validation.products import RUNNERS
 
     store = corpus_store(tmp_path / "store", case)
-    a = get_adapter("phsafe")
+    a = get_plugin("phsafe")
     cfg = a.load_config(_config_text(CONFIG_FILES["phsafe"]), "US")
     conf, pub = a.confidential_inputs(store, INPUTS, cfg), a.public_inputs(store, INPUTS, cfg)
-    _, facts, _, _ = RUNNERS["phsafe"](conf, pub, cfg)
+    facts = a.input_checks(conf, pub, cfg).facts
     failing = [f for f in facts if int(str(f["violations"]))]
     files = {"persons": "persons.csv", "units": "units.csv", "geo": "geo.csv"}
     try:

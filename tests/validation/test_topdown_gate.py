@@ -15,18 +15,10 @@ import pytest
 
 from dasflow.errors import InputError
 from dasflow.io.store import LocalStore
-from dasflow.pipeline.adapters import REGISTRY
 from tests.dag.helpers import topdown_release
 from tests.validation.helpers import run_release
-from validation.adapters import MODULES
 
 CONFIG = {"preset": "pl94_persons", "fanout_cutoff": 8, "budget": "1", "privacy_defn": "zcdp", "strategy": "pl94"}
-
-
-@pytest.fixture(autouse=True)
-def validated_adapters(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, module in MODULES.items():
-        monkeypatch.setitem(REGISTRY, name, module)
 
 
 def _store(tmp: Path) -> tuple[LocalStore, dict[str, Any], int]:

@@ -22,8 +22,9 @@ from dasflow.errors import InputError
 from dasflow.io.files import input_prefix, read_parquet_records
 from dasflow.io.store import ObjectStore, StoreError
 from dasflow.privacy import accounting
+from dasflow.products.groupsize import checks
 from dasflow.products.groupsize.product import GroupSizeConfig, GroupSizeProduct
-from dasflow.products.plugin import DemoCensus, DemoEntry, InputDeclaration, ProductPlugin
+from dasflow.products.plugin import DemoCensus, DemoEntry, InputChecks, InputDeclaration, ProductPlugin
 from dasflow.synth.reference import counties as synth_counties
 from validation.configs import check_infinity, check_keys
 
@@ -104,6 +105,19 @@ class GroupSizePlugin(ProductPlugin[GroupSizeConfig]):
 
     def file_name(self, table: str, universe: str) -> str:
         return f"{table}.csv"
+
+    def preflight(self, store: ObjectStore, inputs: Mapping[str, str], *, public: bool) -> None:
+        checks.preflight(store, inputs, public=public)
+
+    def input_checks(self, confidential: Mapping[str, Any], public: Mapping[str, Any],
+                     config: GroupSizeConfig) -> InputChecks:
+        return checks.input_checks(confidential, public, config)
+
+    def output_header(self, file: str) -> list[str] | None:
+        return checks.output_header(file)
+
+    def check_outputs(self, frames: Mapping[str, pd.DataFrame]) -> InputError | None:
+        return checks.check_outputs(frames)
 
 
 PLUGIN = GroupSizePlugin()

@@ -9,9 +9,9 @@ from typing import Any
 from dasflow.errors import InputError
 from dasflow.io.files import input_prefix, local_file
 from dasflow.io.store import ObjectStore
-from dasflow.products.phsafe import PHSAFE, PHSafe, PHSafeConfig, parse_config
+from dasflow.products.phsafe import PHSAFE, PHSafe, PHSafeConfig, checks, parse_config
 from dasflow.products.phsafe.inputs import Inputs, check_cross_file, read_table
-from dasflow.products.plugin import DemoEntry, InputDeclaration, ProductPlugin, config_json
+from dasflow.products.plugin import DemoEntry, InputChecks, InputDeclaration, ProductPlugin, config_json
 from validation.configs import check_infinity
 
 
@@ -62,6 +62,20 @@ class PHSafePlugin(ProductPlugin[PHSafeConfig]):
     def file_name(self, table: str, universe: str) -> str:
         """``PH1_num.csv`` … (phsafe-production.md), pipe-delimited."""
         return f"{table}.csv"
+
+    def preflight(self, store: ObjectStore, inputs: Mapping[str, str], *, public: bool) -> None:
+        checks.preflight(store, inputs, public=public)
+
+    def input_checks(self, confidential: Mapping[str, Any], public: Mapping[str, Any],
+                     config: PHSafeConfig) -> InputChecks:
+        return checks.input_checks(confidential, public, config)
+
+    def output_header(self, file: str) -> list[str] | None:
+        return checks.output_header(file)
+
+    def check_release_files(self, files: Mapping[str, bytes], config: PHSafeConfig) -> None:
+        """R16: schema, public domain and VARIANCE = the formula (:func:`checks.check_release_files`)."""
+        checks.check_release_files(files, config)
 
 
 PLUGIN = PHSafePlugin()

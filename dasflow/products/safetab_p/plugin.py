@@ -19,8 +19,8 @@ from dasflow.io.files import input_prefix, local_dir, local_file
 from dasflow.io.store import ObjectStore
 from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
 from dasflow.products.base import Prepared
-from dasflow.products.plugin import DemoEntry, InputDeclaration, ProductPlugin, config_json
-from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, load_public, parse_config, with_stage1
+from dasflow.products.plugin import DemoEntry, InputChecks, InputDeclaration, ProductPlugin, config_json
+from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, checks, load_public, parse_config, with_stage1
 from dasflow.products.safetab_p.product import PERSON_DIR, person_files
 from dasflow.products.safetab_p.records import GRFC_FILE, PERSON_COLUMNS, PERSON_FILE, encode_persons, read_pipe_file
 from validation.configs import check_infinity, check_keys
@@ -56,6 +56,7 @@ class PipelineSafeTabP(SafeTabP):
 class SafeTabPPlugin(ProductPlugin[SafeTabPConfig]):
     title = 'SafeTab-P'
     name = "safetab-p"
+    may_be_empty = True  # publishes only what its adaptive thresholds allow
     input_declarations = (
         InputDeclaration("safetab-p", "confidential/safetab-p/", confidential=True),
         InputDeclaration("safetab-p_public", "public/safetab-p/", confidential=False),
@@ -127,6 +128,16 @@ class SafeTabPPlugin(ProductPlugin[SafeTabPConfig]):
     def file_name(self, table: str, universe: str) -> str:
         """``t1/t1_US.csv``, ``t2/t2_US.csv`` (safetab-p-production.md), pipe-delimited."""
         return f"{table}/{table}_{universe}.csv"
+
+    def preflight(self, store: ObjectStore, inputs: Mapping[str, str], *, public: bool) -> None:
+        checks.preflight(store, inputs, public=public)
+
+    def input_checks(self, confidential: Mapping[str, Any], public: Mapping[str, Any],
+                     config: SafeTabPConfig) -> InputChecks:
+        return checks.input_checks(confidential, public, config)
+
+    def output_header(self, file: str) -> list[str] | None:
+        return checks.output_header(file)
 
 
 PLUGIN = SafeTabPPlugin()

@@ -30,7 +30,8 @@ from dasflow.io.files import input_prefix, read_parquet_records
 from dasflow.io.store import ObjectStore, StoreError
 from dasflow.privacy import accounting
 from dasflow.products.base import Product
-from dasflow.products.plugin import InputDeclaration, ProductPlugin, config_json
+from dasflow.products.plugin import InputChecks, InputDeclaration, ProductPlugin, config_json
+from dasflow.products.topdown import checks
 from dasflow.products.topdown.invariants import (
     BLOCK_FACTS_FILE,
     INVARIANTS_FILE,
@@ -169,6 +170,13 @@ class TopDownPlugin(ProductPlugin[TopDownConfig]):
 
     def file_name(self, table: str, universe: str) -> str:
         return f"{table}.csv"
+
+    def preflight(self, store: ObjectStore, inputs: Mapping[str, str], *, public: bool) -> None:
+        checks.preflight(store, inputs, public=public)
+
+    def input_checks(self, confidential: Mapping[str, Any], public: Mapping[str, Any],
+                     config: TopDownConfig) -> InputChecks:
+        return checks.input_checks(confidential, public, config)
 
     def partitioned(self, product: Product[TopDownConfig]) -> PartitionedTopDown:
         """Post-processing in parts (root, then per state / partition unit and level): the Dask scale-out."""

@@ -1,0 +1,117 @@
+"""Group sizes' validation: the GX suite of the occupied housing units, the cross-file facts (geography, the
+public invariant n), the phase-0 Parquet check and the release-file rules (headers; a consistent, non-negative
+release across nation, states and counties, hierarchical-groupsize.md H3/C4).
+
+Fail-closed argument: input checks run in the validate stage and draw no noise (a failure stops the release
+before preprocessing); output checks read only the release tables (post-processing). Summaries hold counts only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dasflow.errors import InputError
+from dasflow.io.files import input_prefix
+from dasflow.io.store import ObjectStore
+from dasflow.products.groupsize.product import GroupSizeConfig, GroupSizeProduct
+from dasflow.products.plugin import InputChecks
+from validation.gx import Check
+from validation.preflight import check_parquet_files
+from validation.products import InputSuite, fact, scalar_fact
+from validation.suites import STATE_FIPS, cols, in_set, regex
+
+#: occupied housing units as the plugin builds them (STATE, COUNTY text; SIZE integer ≥ 1)
+HOUSEHOLDS_SUITE: list[Check] = [
+    *cols(["STATE", "COUNTY", "SIZE"]), in_set("STATE", STATE_FIPS), regex("COUNTY", "[0-9]{3}"),
+    Check("ExpectColumnValuesToBeBetween", {"column": "SIZE", "min_value": 1}),
+]
+
+#: the release tables and their spec headers (the nation's STATE is "US")
+HEADERS: dict[str, list[str]] = {
+    "groupsize_nation": ["STATE", "HOUSEHOLD_SIZE", "COUNT"],
+    "groupsize_state": ["STATE", "HOUSEHOLD_SIZE", "COUNT"],
+    "groupsize_county": ["STATE", "COUNTY", "HOUSEHOLD_SIZE", "COUNT"],
+}
+
+
+def preflight(store: ObjectStore, inputs: Mapping[str, str], *, public: bool) -> None:
+    """Phase 0 of the confidential unit files: every Parquet part decodes (the public side is read by pandas,
+    whose errors already name the file)."""
+    if not public:
+        check_parquet_files(store, input_prefix(inputs, "groupsize", "confidential/groupsize/"))
+
+
+def input_checks(confidential: Mapping[str, Any], public: Mapping[str, Any],
+                 config: GroupSizeConfig) -> InputChecks:
+    """The households' suite, (STATE, COUNTY) in the public tree, the invariant n, households per state, and the
+    product's own tabulation (``prepare``) as the own check."""
+    hh: pd.DataFrame = confidential["households"]
+    source = str(confidential.get("households_source", "<households>"))
+    geo: pd.DataFrame = public["geography"]
+    key = hh["STATE"].astype(str) + "\x00" + hh["COUNTY"].astype(str)
+    known = pd.Index(geo["STATE"].astype(str) + "\x00" + geo["COUNTY"].astype(str))
+    facts = [
+        fact("(STATE, COUNTY) in the public geography", source, "COUNTY",
+             ~np.asarray(key.isin(known).to_numpy(), dtype=bool)),
+        scalar_fact("occupied units = public invariant n", source, "SIZE", len(hh) == int(public["n_groups"])),
+    ]
+    per_state = {str(k): int(v) for k, v in hh["STATE"].value_counts().sort_index().items()}
+    summary = {"rows": {source: len(hh)}, "n_groups": int(public["n_groups"]), "households_per_state": per_state}
+
+    def own() -> None:
+        GroupSizeProduct(config).prepare(confidential, public)
+
+    return InputChecks(suites=[InputSuite("groupsize.households", source, {c: hh[c] for c in hh.columns},
+                                          HOUSEHOLDS_SUITE)], facts=facts, summary=summary, own=own)
+
+
+def output_header(file: str) -> list[str] | None:
+    """``groupsize_{nation,state,county}.csv``: the spec headers."""
+    return HEADERS.get(Path(file).name.removesuffix(".csv"))
+
+
+def check_outputs(frames: Mapping[str, pd.DataFrame]) -> InputError | None:
+    """Group sizes promise a consistent, valid release (hierarchical-groupsize.md H3/C4): every count ≥ 0, every
+    region has the same household-size rows, and for every size the counties of a state sum to the state and
+    the states to the nation. ``frames``: file relative to ``release/groupsize/`` -> table; the error names the
+    file relative to ``release/``."""
+    files = {lvl: f"groupsize_{lvl}.csv" for lvl in ("nation", "state", "county")}
+    if not all(f in frames for f in files.values()):
+        return None
+    names = {lvl: f"groupsize/{f}" for lvl, f in files.items()}
+    tables = {lvl: frames[f].astype(str) for lvl, f in files.items()}
+    for lvl, t in tables.items():
+        counts = pd.to_numeric(t["COUNT"], errors="coerce").to_numpy()
+        bad = ~(counts >= 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            return InputError(f"COUNT {t['COUNT'].iloc[i]!r} is not a valid (non-negative integer) count",
+                              file=names[lvl], row=i + 2, column="COUNT")
+    sizes = sorted(set(tables["nation"]["HOUSEHOLD_SIZE"]))
+    for lvl, geo in (("state", ["STATE"]), ("county", ["STATE", "COUNTY"])):
+        t = tables[lvl]
+        per_region = t.groupby(geo)["HOUSEHOLD_SIZE"].apply(lambda s: sorted(s) == sizes)
+        if not bool(per_region.all()):
+            region = per_region.index[~per_region.to_numpy()][0]
+            return InputError(f"region {region} does not have one row per household size {sizes}",
+                              file=names[lvl], column="HOUSEHOLD_SIZE")
+    for child, parent, geo in (("county", "state", ["STATE"]), ("state", "nation", [])):
+        c, p = tables[child].copy(), tables[parent].copy()
+        c["COUNT"], p["COUNT"] = c["COUNT"].astype(np.int64), p["COUNT"].astype(np.int64)
+        sums = c.groupby([*geo, "HOUSEHOLD_SIZE"])["COUNT"].sum()
+        key = [*geo, "HOUSEHOLD_SIZE"]
+        joined = p.join(sums.rename("CHILDREN"), on=key)
+        bad = (joined["CHILDREN"].fillna(0).astype(np.int64) != joined["COUNT"]).to_numpy()
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            return InputError(f"inconsistent: {parent} count {int(joined['COUNT'].iloc[i])} != sum of its "
+                              f"{child} counts {int(joined['CHILDREN'].fillna(0).iloc[i])}", file=names[parent],
+                              row=i + 2, column="COUNT")
+    return None
+
+

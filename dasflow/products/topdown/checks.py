@@ -1,0 +1,104 @@
+"""TopDown's input validation: the GX suite of the person records (block GEOID + the schema's attribute codes),
+the cross-file facts against the public block geography, the population invariants and the structural-zero
+facts, and the phase-0 file pre-checks.
+
+Fail-closed argument: everything here runs in the validate stage and draws no noise; a failure stops the release
+before preprocessing, so nothing is measured for data that failed. The invariant facts compare a public number
+with a count of the confidential records and report only whether they agree. The summary holds counts only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dasflow.io.files import input_prefix, local_file
+from dasflow.io.store import ObjectStore
+from dasflow.products.plugin import InputChecks
+from dasflow.products.topdown.invariants import STRUCTURAL_ATTRIBUTE
+from dasflow.products.topdown.product import TopDown, TopDownConfig
+from validation.gx import Check
+from validation.preflight import check_delimited, check_parquet_files
+from validation.products import InputSuite, fact, first_dup_mask, not_in, scalar_fact
+
+#: the GRF-C columns the block GEOID is built from (the production file carries more)
+GRFC_KEY_COLUMNS = ["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"]
+
+
+def preflight(store: ObjectStore, inputs: Mapping[str, str], *, public: bool) -> None:
+    """Phase 0: the public ``GRF-C.txt`` (when present) as a delimited file; every confidential Parquet part
+    decodes."""
+    if public:
+        key = input_prefix(inputs, "topdown_public", "public/topdown/") + "GRF-C.txt"
+        if store.exists(key):
+            check_delimited(local_file(store, key), GRFC_KEY_COLUMNS, "|", extra_columns=True)
+    else:
+        check_parquet_files(store, input_prefix(inputs, "topdown", "confidential/topdown/"))
+
+
+def input_checks(confidential: Mapping[str, Any], public: Mapping[str, Any], config: TopDownConfig) -> InputChecks:
+    """TopDown persons (block GEOID + the schema's attribute codes) against the public block geography, the
+    configured population invariants and the public block facts; the product's own tabulation (``prepare``) as
+    the own check."""
+    persons: pd.DataFrame = confidential["persons"]
+    source = str(confidential.get("persons_source", "<persons>"))
+    schema = config.strategy.schema
+    if "spine" in public:
+        blocks = np.asarray(public["spine"].block_geoid).astype(str)
+    elif "GEOID" in public["blocks"].columns:
+        blocks = public["blocks"]["GEOID"].astype(str).to_numpy()
+    else:  # a GRF-C: the block GEOID is state + county + tract + block
+        b = public["blocks"]
+        blocks = (b["TABBLKST"].astype(str) + b["TABBLKCOU"].astype(str) + b["TABTRACTCE"].astype(str)
+                  + b["TABBLK"].astype(str)).to_numpy()
+    checks = [Check("ExpectTableColumnsToMatchSet", {"column_set": ["GEOID", *schema.names], "exact_match": False}),
+              Check("ExpectColumnValuesToNotBeNull", {"column": "GEOID"}),
+              Check("ExpectColumnValuesToMatchRegex", {"column": "GEOID", "regex": r"^[0-9]{15}$"})]
+    checks += [Check("ExpectColumnValuesToBeBetween", {"column": a, "min_value": 0, "max_value": int(d) - 1})
+               for a, d in schema.attributes]
+    cols = {c: persons[c] for c in ["GEOID", *schema.names] if c in persons.columns}
+    geoid = persons["GEOID"].astype(str).to_numpy() if "GEOID" in persons.columns else np.zeros(0, str)
+    blocks_source = str(public.get("blocks_source", "<blocks>"))
+    facts = [fact("person block in the block geography", source, "GEOID", not_in(geoid, blocks)),
+             fact("unique block GEOID", blocks_source, "GEOID", first_dup_mask(blocks))]
+    kinds = getattr(config, "invariant_kinds", ("total",) if getattr(config, "total_invariant", False) else ())
+    invariants = public.get("invariants") or {}
+    total = invariants.get("total")
+    if total is not None and "total" in kinds:
+        facts.append(scalar_fact("persons = public population invariant", "invariants.json", "total",
+                                 int(total) == len(persons)))
+    states = pd.Series(geoid).str[:2].value_counts().sort_index()
+    state_inv = invariants.get("state")
+    if isinstance(state_inv, dict) and "state" in kinds:
+        geo_states = set(pd.Series(blocks).str[:2])
+        facts.append(scalar_fact("invariant states = states of the block geography", "invariants.json", "state",
+                                 set(map(str, state_inv)) == geo_states))
+        for k, n in sorted(state_inv.items()):
+            facts.append(scalar_fact(f"persons of state {k} = public state population invariant",
+                                     "invariants.json", f"state.{k}", int(states.get(str(k), 0)) == n))
+    product = TopDown(config)
+    if public.get("block_facts") is not None and getattr(config, "uses_structural_zeros", False) \
+            and "HHGQ" in persons.columns and len(persons):
+        bm = product.block_mask(public)
+        sp = product.spine(public)
+        assert bm is not None
+        order = np.argsort(sp.block_geoid.astype(str))
+        sg = sp.block_geoid.astype(str)[order]
+        pos = np.minimum(np.searchsorted(sg, geoid), sg.size - 1)
+        known = sg[pos] == geoid
+        code = pd.to_numeric(persons[STRUCTURAL_ATTRIBUTE], errors="coerce").fillna(0).to_numpy().astype(np.int64)
+        code = np.clip(code, 0, 62)
+        impossible = known & (((bm[order[pos]] >> code) & 1) == 0)
+        facts.append(fact("person in a cell its block's public facts allow (no structural zero)", source,
+                          STRUCTURAL_ATTRIBUTE, impossible))
+    summary = {"rows": {source: len(persons)}, "persons_per_state": {str(k): int(v) for k, v in states.items()}}
+
+    def own() -> None:
+        product.prepare(confidential, public)
+
+    return InputChecks(suites=[InputSuite("topdown.persons", source, cols, checks)], facts=facts,
+                       summary=summary, own=own)
+
