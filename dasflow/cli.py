@@ -1,8 +1,11 @@
 """The ``dasflow`` command (DESIGN.md §9).
 
-Each sub-command is parsed here and handed to a handler ``run(args) -> int`` in the module that owns it, imported
-lazily so that ``dasflow budget`` never pays for Prefect's import. A command whose handler is not built yet says
-so and exits 1; none pretends to work.
+Each sub-command is parsed here and handed to a handler ``run(args) -> int`` in the module that owns it. The
+handler modules are imported only when their command runs (a plain import inside a loader function: startup time,
+not an import loop — Prefect alone takes seconds, so ``dasflow budget`` never pays for it). Products add their
+own subcommands (``CliCommand``) and ``budget --format`` choices through their plugins (``dasflow.registry``);
+the plugins are imported only when the command line may name one (``dasflow --help``, ``budget``, or a product
+subcommand), so core commands such as ``status`` or ``account`` start without importing any product.
 
 Exit codes: 0 success, 2 bad input or config, 3 refused by the privacy ledger, 1 anything else.
 """
@@ -11,12 +14,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from dasflow import registry
+from dasflow.commands.account import add_parser as account_parser
 from dasflow.errors import DasflowError, InputError, LedgerRefusal
+from dasflow.products.plugin import ProductPlugin
 
 EXIT_OK = 0
 EXIT_OTHER = 1
@@ -24,27 +30,70 @@ EXIT_BAD_INPUT = 2
 EXIT_LEDGER = 3
 EXIT_INTERRUPTED = 130
 
-#: sub-command -> (handler module, the issue that builds it)
-HANDLERS: dict[str, tuple[str, str]] = {
-    # flows.cli runs Prefect flows; it lives outside the library so that dasflow/ never imports Prefect.
-    "demo": ("flows.cli", "the production DAG"),
-    "run": ("flows.cli", "the production DAG"),
-    "resume": ("flows.cli", "the production DAG"),
-    "validate": ("flows.cli", "validation"),
-    "status": ("dasflow.commands.release", "the production DAG"),
-    "ledger": ("dasflow.commands.release", "the production DAG"),
-    "postprocess": ("dasflow.commands.release", "the production DAG"),
-    "publish": ("dasflow.commands.release", "the production DAG"),
-    "budget": ("dasflow.commands.budget", "the budget planner"),
-    "account": ("dasflow.commands.account", "privacy-loss accounts"),
-    "experiment": ("dasflow.experiment.cli", "accuracy experiments"),
-    "synth": ("dasflow.synth.cli", "the synthetic census"),
-    "phsafe": ("dasflow.products.phsafe.cli", "PHSafe"),
-    "safetab-p": ("dasflow.products.safetab_p.cli", "SafeTab-P"),
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _flows() -> Handler:
+    import flows.cli  # Prefect: loaded only by the commands that run a flow (it lives outside the library)
+
+    return flows.cli.run
+
+
+def _release() -> Handler:
+    import dasflow.commands.release
+
+    return dasflow.commands.release.run
+
+
+def _budget() -> Handler:
+    import dasflow.commands.budget
+
+    return dasflow.commands.budget.run
+
+
+def _account() -> Handler:
+    import dasflow.commands.account
+
+    return dasflow.commands.account.run
+
+
+def _experiment() -> Handler:
+    import dasflow.experiment.cli
+
+    return dasflow.experiment.cli.run
+
+
+def _synth() -> Handler:
+    import dasflow.synth.cli
+
+    return dasflow.synth.cli.run
+
+
+#: core sub-command -> loader of its handler (product subcommands come from the plugins)
+HANDLERS: dict[str, Callable[[], Handler]] = {
+    "demo": _flows, "run": _flows, "resume": _flows, "validate": _flows,
+    "status": _release, "ledger": _release, "postprocess": _release, "publish": _release,
+    "budget": _budget, "account": _account, "experiment": _experiment, "synth": _synth,
 }
+#: core commands whose arguments name no product (they parse without importing any plugin)
+WITHOUT_PLUGINS = frozenset(HANDLERS) - {"budget"}
 
 
-def _parser() -> argparse.ArgumentParser:
+def _needs_plugins(argv: Sequence[str]) -> bool:
+    """Whether parsing ``argv`` needs the product plugins: the top-level help, ``budget`` (its ``--format``
+    choices) or a product subcommand."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    return command not in WITHOUT_PLUGINS
+
+
+def _budget_formats(plugins: Sequence[ProductPlugin[Any]]) -> list[str]:
+    return ["auto", "release", *(p.name for p in plugins if type(p).budget_plan is not ProductPlugin.budget_plan)]
+
+
+def _parser(plugins: Sequence[ProductPlugin[Any]] | None = None) -> argparse.ArgumentParser:
+    """The command line; ``plugins`` (default: every registered product) add their subcommands and budget formats
+    (pass ``[]`` for a parser of the core commands only)."""
+    plugins = registry.plugins() if plugins is None else plugins
     p = argparse.ArgumentParser(
         prog="dasflow", description="dasflow: the census disclosure avoidance system as a resumable, auditable DAG")
     sub = p.add_subparsers(dest="command", required=True)
@@ -86,7 +135,7 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("budget", help="the budget plan of a config, without reading any data")
     b.add_argument("config")
-    b.add_argument("--format", choices=["auto", "release", "phsafe", "safetab-p"], default="auto")
+    b.add_argument("--format", choices=_budget_formats(plugins), default="auto")
     b.add_argument("--json", action="store_true", help="machine-readable output")
 
     ex = sub.add_parser("experiment", help="accuracy of the published tables: seeded repeated runs and budget "
@@ -100,8 +149,6 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--budget-split", action="append", default=[], metavar="PRODUCT:LEVEL=WEIGHT,...",
                     help="a candidate budget split (repeatable): re-weight a product's plan levels, total kept")
 
-    from dasflow.commands.account import add_parser as account_parser
-
     account_parser(sub)
 
     v = sub.add_parser("validate", help="input + config validation only")
@@ -114,24 +161,12 @@ def _parser() -> argparse.ArgumentParser:
     sy.add_argument("--out", required=True)
     sy.add_argument("--format", choices=["census", "parquet"], default="parquet")
 
-    ph = sub.add_parser("phsafe", help="PHSafe with the Census production file formats")
-    ph.add_argument("mode", choices=["validate", "private", "non-private"])
-    ph.add_argument("config")
-    ph.add_argument("data_path")
-    ph.add_argument("output_path", nargs="?", default=None)
-    ph.add_argument("--validate", action="store_true", help="validate inputs before running")
-    ph.add_argument("--validate-private-output", action="store_true", help="validate outputs after running")
-
-    st = sub.add_parser("safetab-p", help="SafeTab-P with the Census production file formats")
-    st.add_argument("mode", choices=["validate", "execute"])
-    st.add_argument("parameters_dir")
-    st.add_argument("data_dir")
-    st.add_argument("output_dir", nargs="?", default=None)
-    st.add_argument("--ground-truth", action="store_true", help="execute: the non-private twin (no noise)")
-    for parser in (ph, st):  # a private run reserves its plan from the dataset's account before any noise
-        parser.add_argument("--account", action="append", default=None,
-                            help="privacy-loss account to spend from (one per universe; repeat for US and PR)")
-        parser.add_argument("--store", default=None, help="the store holding the account")
+    for plugin in plugins:  # the products' standalone commands (Census production formats)
+        command = plugin.cli()
+        if command is not None:
+            parser = sub.add_parser(command.name, help=command.help)
+            command.add(parser)
+            parser.set_defaults(product_handler=command.run)
     return p
 
 
@@ -156,9 +191,9 @@ def _unexpected(command: str, exc: BaseException) -> int:
     return EXIT_OTHER
 
 
-def _dispatch(command: str, module: object, args: argparse.Namespace) -> int:
+def _dispatch(command: str, handler: Handler, args: argparse.Namespace) -> int:
     try:
-        code = int(module.run(args))  # type: ignore[attr-defined]
+        code = int(handler(args))
         sys.stdout.flush()
         return code
     except InputError as exc:
@@ -185,17 +220,11 @@ def _dispatch(command: str, module: object, args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dasflow`` console script: every failure ends in one line on stderr and its exit
     code (0 ok, 1 other, 2 bad input/config, 3 refused by the ledger, 130 interrupted)."""
-    args = _parser().parse_args(argv)
-    module_name, what = HANDLERS[args.command]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and module_name.startswith(exc.name):
-            print(f"dasflow {args.command}: not implemented yet ({what} is not built in this version)",
-                  file=sys.stderr)
-            return EXIT_OTHER
-        raise
-    return _dispatch(args.command, module, args)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser(None if _needs_plugins(argv) else []).parse_args(argv)
+    loader = HANDLERS.get(args.command)
+    handler: Handler = loader() if loader is not None else args.product_handler
+    return _dispatch(args.command, handler, args)
 
 
 if __name__ == "__main__":

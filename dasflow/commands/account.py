@@ -10,17 +10,12 @@ anything: it stays charged in full).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import sys
-import time
-from collections.abc import Iterable, Sequence
 from fractions import Fraction
 
-from dasflow.errors import InputError, LedgerRefusal
-from dasflow.io.store import new_token, open_store
+from dasflow.errors import InputError
+from dasflow.io.store import open_store
 from dasflow.privacy import account, relations
-from dasflow.privacy.measurement import MeasurementSpec
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -85,35 +80,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"spent {unit} = {summary['spent']}, remaining {summary['remaining']}; lifetime epsilon = "
           f"{summary['epsilon_at_delta']} at delta = {summary['delta']} ({summary['conversion']})")
     return 0
-
-
-def spend_standalone(args: argparse.Namespace, command: str,
-                     plans: Iterable[tuple[str, Sequence[MeasurementSpec]]]) -> list[str]:
-    """The Census-format commands (``phsafe private``, ``safetab-p execute``): reserve each universe's whole plan
-    from its account (``--account NAME``, one per universe, ``--store URI``) before any noise is drawn; refuse
-    (exit 3) without one. Each execution draws fresh noise, so each is its own reservation (a new run id).
-    Returns the run ids reserved."""
-    names = list(getattr(args, "account", None) or [])
-    if not names:
-        raise LedgerRefusal(f"{command}: a private run spends privacy-loss budget: name the account of its "
-                            "confidential dataset (--account NAME --store URI; dasflow account open)")
-    if not getattr(args, "store", None):
-        raise InputError("--account needs --store (the store holding the account)", column="--store")
-    store = open_store(args.store)
-    by_universe: dict[str, str] = {}
-    for name in names:
-        by_universe.setdefault(account.load_account(store, name).universe, name)
-    run_ids = []
-    for universe, specs in plans:
-        name = by_universe.get(universe)
-        if name is None:
-            raise LedgerRefusal(f"{command}: no account for universe {universe} among {names}; nothing drawn")
-        digest = hashlib.sha256(json.dumps(relations.audit_record(list(specs)), sort_keys=True).encode())
-        run_id = f"{command.replace(' ', '-')}-{universe}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-" \
-                 f"{new_token()[:8]}"
-        slot = account.reserve(store, name, release_id=run_id, universe=universe, config_sha256=digest.hexdigest(),
-                               specs=specs, standalone=True)
-        print(f"{command}: reserved {slot.record['unit']} = {slot.amount} from account {name} as {run_id} "
-              f"(remaining {account.load_account(store, name).cap - slot.cumulative})", file=sys.stderr)
-        run_ids.append(run_id)
-    return run_ids

@@ -1,11 +1,10 @@
-"""``dasflow budget CONFIG [--format auto|release|phsafe|safetab-p] [--json]``: the budget plan, no data read.
+"""``dasflow budget CONFIG [--format auto|release|PRODUCT] [--json]``: the budget plan, no data read.
 
 Per product and level: definition, budget, noise and variance; totals per universe as exact ρ (pure-DP parts
-count ε²/2) and ε at δ = 1e-10 by the accounting module's sound conversions (the method is printed). Census
-formats are read as-is: a PHSafe ``config.json`` plans both nothing but its own config; a SafeTab-P config (the
-file or its PARAMETERS_DIR) gives each (region type, level) budget split between stage 1 (γ) and stage 2
-(1 − γ), for each universe it runs. A release config plans every product through its adapter (public inputs
-only, never ``confidential/``).
+count ε²/2) and ε at δ = 1e-10 by the accounting module's sound conversions (the method is printed). A product's
+Census production config is read as-is and planned by its plugin (``budget_format`` recognises it,
+``budget_plan`` plans it from the config alone). A release config plans every product through its plugin
+(public inputs only, never ``confidential/``).
 """
 
 from __future__ import annotations
@@ -14,33 +13,38 @@ import argparse
 import json
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
+from dasflow import registry
+from dasflow.config import load_release_config
 from dasflow.errors import InputError
+from dasflow.io.store import open_store
+from dasflow.pipeline import stages
+from dasflow.pipeline.run import RunContext
 from dasflow.privacy import accounting
 from dasflow.privacy.composition import compose_plan
+from dasflow.privacy.ledger import Ledger
+from dasflow.products.plugin import budget_text
 
 Row = dict[str, Any]
 
 
-def _fmt(x: Fraction | None) -> str:
-    return "Infinity" if x is None else str(x)
-
-
 def _detect(path: Path) -> str:
-    if path.is_dir():
-        return "safetab-p"
-    try:
-        raw = accounting.load_json_exact(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read config: {exc}", file=str(path)) from None
-    if isinstance(raw, dict):
+    """``release`` for a release config, else the first product whose plugin claims the config (``budget_format``:
+    a directory is passed as None)."""
+    raw: Any = None
+    if not path.is_dir():
+        try:
+            raw = accounting.load_json_exact(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot read config: {exc}", file=str(path)) from None
+        if not isinstance(raw, dict):
+            raise InputError("cannot tell the config format; pass --format", file=str(path))
         if "release_id" in raw:
             return "release"
-        if "privacy_budget" in raw and "tau" in raw:
-            return "phsafe"
-        if any(str(k).startswith("privacy_budget_p_") for k in raw):
-            return "safetab-p"
+    for plugin in registry.plugins():
+        if plugin.budget_format(raw):
+            return plugin.name
     raise InputError("cannot tell the config format; pass --format", file=str(path))
 
 
@@ -51,60 +55,24 @@ def _total(definitions: list[tuple[str, Fraction | None]]) -> Row:
         return {"rho": "0", "epsilon_pure": None, "epsilon_at_delta": "0", "conversion": "empty plan"}
     total = accounting.compose(spends, rdp=False)
     best = total.best
-    return {"rho": _fmt(total.rho), "epsilon_pure": _fmt(total.epsilon) if total.is_pure else None,
+    return {"rho": budget_text(total.rho), "epsilon_pure": budget_text(total.epsilon) if total.is_pure else None,
             "epsilon_at_delta": None if best is None else f"{best.epsilon:.6f}",
             "conversion": "infinite budget: no guarantee" if best is None else best.method}
 
 
-def phsafe_budget(path: Path) -> dict[str, Any]:
-    from dasflow.products.phsafe import load_config, plan
-
-    cfg = load_config(path)
-    specs = plan(cfg)
-    rows = [{"product": "phsafe", "universe": cfg.universe, "key": s.key, "level": s.level,
-             "definition": s.privacy_defn, "budget": _fmt(s.budget), "sensitivity": str(s.sensitivity),
-             "noise": str(s.noise), "variance": str(s.variance), "cells": s.cells} for s in specs]
-    return {"rows": rows, "totals": {cfg.universe: _total([(s.privacy_defn, s.budget) for s in specs])}}
-
-
-def safetab_budget(path: Path) -> dict[str, Any]:
-    from dasflow.products.safetab_p import load_config, parse_config
-
-    if path.is_dir():
-        cfg = load_config(path)
-    else:
-        cfg = parse_config(accounting.load_json_exact(path.read_text(encoding="utf-8")), source=str(path))
-    rows: list[Row] = []
-    totals: dict[str, Row] = {}
-    universes: tuple[tuple[Literal["US", "PR"], bool], ...] = (("US", cfg.run_us), ("PR", cfg.run_pr))
-    for universe, runs in universes:
-        if not runs:
-            continue
-        parts: list[tuple[str, Fraction | None]] = []
-        for rt, lv in cfg.tabulated(universe):
-            rho = cfg.budgets[(rt, lv)]
-            for stage, share in ((1, cfg.gamma), (2, 1 - cfg.gamma)):
-                b = None if rho is None else rho * share
-                parts.append((cfg.privacy_defn, b))
-                rows.append({"product": "safetab-p", "universe": universe, "key": f"{rt}/{lv}/stage{stage}",
-                             "level": f"({rt}, {lv})", "definition": cfg.privacy_defn, "budget": _fmt(b)})
-        totals[universe] = _total(parts)
-    return {"rows": rows, "totals": totals}
+def product_budget(name: str, path: Path) -> dict[str, Any]:
+    """One product's production config, planned by its plugin (``budget_plan``), with per-universe totals."""
+    plan = registry.get_plugin(name).budget_plan(path)
+    return {"rows": plan.rows, "totals": {universe: _total(parts) for universe, parts in plan.parts.items()}}
 
 
 def release_budget(path: Path) -> dict[str, Any]:
-    from dasflow.config import load_release_config
-    from dasflow.io.store import open_store
-    from dasflow.pipeline import stages
-    from dasflow.pipeline.run import RunContext
-    from dasflow.privacy.ledger import Ledger
-
     cfg = load_release_config(path)
     store = open_store(cfg.store)
     ctx = RunContext(store=store, config=cfg, config_sha256=cfg.sha256(), ledger=Ledger(store, cfg.release_id))
     specs = [s for p in cfg.products for s in stages.product_specs(ctx, p.name)]
     rows = [{"product": s.product, "universe": cfg.universe, "key": s.key, "level": s.level,
-             "definition": s.privacy_defn, "budget": _fmt(s.budget), "sensitivity": str(s.sensitivity),
+             "definition": s.privacy_defn, "budget": budget_text(s.budget), "sensitivity": str(s.sensitivity),
              "noise": str(s.noise), "variance": str(s.variance), "cells": s.cells} for s in specs]
     total = compose_plan(specs).as_record()
     total["cap_rho"] = cfg.cap.rho
@@ -116,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     if not path.exists():
         raise InputError("no such file or directory", file=str(path))
     fmt = _detect(path) if args.format == "auto" else args.format
-    result = {"release": release_budget, "phsafe": phsafe_budget, "safetab-p": safetab_budget}[fmt](path)
+    result = release_budget(path) if fmt == "release" else product_budget(fmt, path)
     result["format"] = fmt
     if args.json:
         print(json.dumps(result, indent=1, sort_keys=True))

@@ -20,14 +20,25 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dasflow.commands.account import spend_standalone
 from dasflow.errors import DasflowError, InputError
+from dasflow.privacy.standalone import add_account_arguments, spend_standalone
 from dasflow.products.phsafe import outputs
 from dasflow.products.phsafe import planning as plan_mod
 from dasflow.products.phsafe.config import load_config
 from dasflow.products.phsafe.inputs import check_cross_file, read_inputs
 from dasflow.products.phsafe.nonprivate import census_non_private
 from dasflow.products.phsafe.product import run_private
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``dasflow phsafe`` (the Census production command line)."""
+    parser.add_argument("mode", choices=["validate", "private", "non-private"])
+    parser.add_argument("config")
+    parser.add_argument("data_path")
+    parser.add_argument("output_path", nargs="?", default=None)
+    parser.add_argument("--validate", action="store_true", help="validate inputs before running")
+    parser.add_argument("--validate-private-output", action="store_true", help="validate outputs after running")
+    add_account_arguments(parser)  # a private run reserves its plan from the dataset's account before any noise
 
 
 def run(args: argparse.Namespace) -> int:

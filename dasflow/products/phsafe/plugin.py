@@ -4,14 +4,25 @@ release's ``phsafe`` input prefix (confidential), ``geo.csv`` under ``phsafe_geo
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from dasflow.errors import InputError
 from dasflow.io.files import input_prefix, local_file
 from dasflow.io.store import ObjectStore
-from dasflow.products.phsafe import PHSAFE, PHSafe, PHSafeConfig, checks, parse_config
+from dasflow.products.phsafe import PHSAFE, PHSafe, PHSafeConfig, checks, load_config, parse_config, plan
+from dasflow.products.phsafe import cli as phsafe_cli
 from dasflow.products.phsafe.inputs import Inputs, check_cross_file, read_table
-from dasflow.products.plugin import DemoEntry, InputChecks, InputDeclaration, ProductPlugin, config_json
+from dasflow.products.plugin import (
+    BudgetPlan,
+    CliCommand,
+    DemoEntry,
+    InputChecks,
+    InputDeclaration,
+    ProductPlugin,
+    budget_text,
+    config_json,
+)
 from validation.configs import check_infinity
 
 
@@ -76,6 +87,23 @@ class PHSafePlugin(ProductPlugin[PHSafeConfig]):
     def check_release_files(self, files: Mapping[str, bytes], config: PHSafeConfig) -> None:
         """R16: schema, public domain and VARIANCE = the formula (:func:`checks.check_release_files`)."""
         checks.check_release_files(files, config)
+
+    def budget_format(self, raw: Mapping[str, Any] | None) -> bool:
+        """A PHSafe production ``config.json`` carries ``privacy_budget`` and ``tau``."""
+        return isinstance(raw, Mapping) and "privacy_budget" in raw and "tau" in raw
+
+    def budget_plan(self, path: Path) -> BudgetPlan:
+        """Every planned measurement of the config (PHSafe's data-independent plan) and the universe's parts."""
+        cfg = load_config(path)
+        specs = plan(cfg)
+        rows = [{"product": self.name, "universe": cfg.universe, "key": s.key, "level": s.level,
+                 "definition": s.privacy_defn, "budget": budget_text(s.budget), "sensitivity": str(s.sensitivity),
+                 "noise": str(s.noise), "variance": str(s.variance), "cells": s.cells} for s in specs]
+        return BudgetPlan(rows, {cfg.universe: [(s.privacy_defn, s.budget) for s in specs]})
+
+    def cli(self) -> CliCommand:
+        return CliCommand(self.name, "PHSafe with the Census production file formats", phsafe_cli.add_arguments,
+                          phsafe_cli.run)
 
 
 PLUGIN = PHSafePlugin()

@@ -34,10 +34,10 @@ from typing import Any
 
 import pandas as pd
 
-from dasflow.commands.account import spend_standalone
 from dasflow.errors import InputError
 from dasflow.privacy import accounting
 from dasflow.privacy import rng as rng_mod
+from dasflow.privacy.standalone import add_account_arguments, spend_standalone
 from dasflow.products.base import MeasurementSpec
 from dasflow.products.safetab_p.config import load_config
 from dasflow.products.safetab_p.plan import accounting_plan, plan_total
@@ -87,6 +87,16 @@ def write_table(df: pd.DataFrame, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     df.to_csv(tmp, sep="|", index=False)
     os.replace(tmp, path)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``dasflow safetab-p`` (the Census production command line)."""
+    parser.add_argument("mode", choices=["validate", "execute"])
+    parser.add_argument("parameters_dir")
+    parser.add_argument("data_dir")
+    parser.add_argument("output_dir", nargs="?", default=None)
+    parser.add_argument("--ground-truth", action="store_true", help="execute: the non-private twin (no noise)")
+    add_account_arguments(parser)  # a private run reserves its plan from the dataset's account before any noise
 
 
 def run(args: argparse.Namespace) -> int:

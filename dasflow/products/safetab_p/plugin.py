@@ -11,16 +11,29 @@ plan lists every stage-1 key before any stage-2 key, and every budget is fixed i
 from __future__ import annotations
 
 from collections.abc import Mapping
+from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from dasflow.errors import InputError
 from dasflow.io.files import input_prefix, local_dir, local_file
 from dasflow.io.store import ObjectStore
+from dasflow.privacy import accounting
 from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
 from dasflow.products.base import Prepared
-from dasflow.products.plugin import DemoEntry, InputChecks, InputDeclaration, ProductPlugin, config_json
+from dasflow.products.plugin import (
+    BudgetPlan,
+    CliCommand,
+    DemoEntry,
+    InputChecks,
+    InputDeclaration,
+    ProductPlugin,
+    budget_text,
+    config_json,
+)
 from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, checks, load_public, parse_config, with_stage1
+from dasflow.products.safetab_p import cli as safetab_cli
+from dasflow.products.safetab_p import load_config as load_safetab_config
 from dasflow.products.safetab_p.product import PERSON_DIR, person_files
 from dasflow.products.safetab_p.records import GRFC_FILE, PERSON_COLUMNS, PERSON_FILE, encode_persons, read_pipe_file
 from validation.configs import check_infinity, check_keys
@@ -138,6 +151,37 @@ class SafeTabPPlugin(ProductPlugin[SafeTabPConfig]):
 
     def output_header(self, file: str) -> list[str] | None:
         return checks.output_header(file)
+
+    def budget_format(self, raw: Mapping[str, Any] | None) -> bool:
+        """A SafeTab-P ``PARAMETERS_DIR`` (a directory) or a ``config.json`` with ``privacy_budget_p_*`` keys."""
+        return raw is None or (isinstance(raw, Mapping) and any(str(k).startswith("privacy_budget_p_") for k in raw))
+
+    def budget_plan(self, path: Path) -> BudgetPlan:
+        """Each tabulated (region type, level) budget split between stage 1 (γ) and stage 2 (1 − γ), for each
+        universe the config runs."""
+        if path.is_dir():
+            cfg = load_safetab_config(path)
+        else:
+            cfg = parse_config(accounting.load_json_exact(path.read_text(encoding="utf-8")), source=str(path))
+        rows: list[dict[str, Any]] = []
+        parts: dict[str, list[tuple[str, Fraction | None]]] = {}
+        universes: tuple[tuple[Literal["US", "PR"], bool], ...] = (("US", cfg.run_us), ("PR", cfg.run_pr))
+        for universe, runs in universes:
+            if not runs:
+                continue
+            parts[universe] = []
+            for rt, lv in cfg.tabulated(universe):
+                rho = cfg.budgets[(rt, lv)]
+                for stage, share in ((1, cfg.gamma), (2, 1 - cfg.gamma)):
+                    b = None if rho is None else rho * share
+                    parts[universe].append((cfg.privacy_defn, b))
+                    rows.append({"product": self.name, "universe": universe, "key": f"{rt}/{lv}/stage{stage}",
+                                 "level": f"({rt}, {lv})", "definition": cfg.privacy_defn, "budget": budget_text(b)})
+        return BudgetPlan(rows, parts)
+
+    def cli(self) -> CliCommand:
+        return CliCommand(self.name, "SafeTab-P with the Census production file formats",
+                          safetab_cli.add_arguments, safetab_cli.run)
 
 
 PLUGIN = SafeTabPPlugin()
