@@ -27,8 +27,8 @@ from dasflow import synth
 from dasflow.privacy import rng
 from dasflow.products.phsafe.config import parse_config
 from dasflow.products.phsafe.product import run_private
-from dasflow.release.phsafe_estimates import AVERAGES, KAPPA, _sums, phsafe_estimates
-from dasflow.release.posterior import count_posterior, ratio_posterior
+from dasflow.products.phsafe.estimates import AVERAGES, KAPPA, _sums, phsafe_estimates
+from dasflow.postprocess.posterior import count_posterior, ratio_posterior
 
 MC_DRAWS = 1_000_000
 

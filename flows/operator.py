@@ -8,7 +8,7 @@ from typing import Any
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
-from dasflow.pipeline.operator import rerun_postprocess
+from dasflow.release.operator import rerun_postprocess
 from dasflow.pipeline.run import open_run
 from dasflow.release.publish import publish
 from flows.release import run_release

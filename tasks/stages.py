@@ -20,8 +20,9 @@ from dasflow.config import parse_release_config
 from dasflow.errors import InputError, LedgerRefusal
 from dasflow.io.store import StoreError, StoreUnavailable
 from dasflow.pipeline import stages
-from dasflow.pipeline.ledger_archive import archive_ledger
 from dasflow.pipeline.run import RunContext, candidate_context, open_run
+from dasflow.release.ledger_archive import archive_ledger
+from dasflow.release.stage import release_stage
 from tasks.reports import artifact_key, product_validation_artifact, release_reports
 
 
@@ -124,7 +125,7 @@ def release_task(release_id: str, store_uri: str) -> dict[str, Any]:
     set; the reports (certificate, accuracy and validation summaries, ledger with totals, per-stage timings) as
     artifacts readable in the Prefect UI."""
     ctx = open_run(release_id, store_uri)
-    manifest = stages.release_stage(ctx)
+    manifest = release_stage(ctx)
     archive = os.environ.get("DASFLOW_LEDGER_ARCHIVE")  # e.g. s3://<LedgerBucket> (infra/aws/dasflow.yaml)
     if archive:
         archived = archive_ledger(ctx, archive)

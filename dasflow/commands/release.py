@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from dasflow.pipeline import stages
-from dasflow.pipeline.operator import rerun_postprocess
+from dasflow.release.operator import rerun_postprocess
 from dasflow.pipeline.run import open_run
 from dasflow.release.publish import publish
 

@@ -24,10 +24,9 @@ import numpy as np
 import pandas as pd
 
 from dasflow.release.accuracy import SIZE_BINS, SIZE_LABELS
+from dasflow.release.experiments import COLUMNS as COLUMNS
 
 GROUP = ("product", "table", "geolevel", "pop_bin", "budget_scale")
-COLUMNS = ("product", "table", "geolevel", "pop_bin", "budget_scale", "runs", "cells", "mae", "rmse",
-           "mean_relative_error", "bias", "within_moe", "q90_abs_error")
 ALL_BIN = "all"
 BIN_ORDER = (*SIZE_LABELS, ALL_BIN)
 

@@ -3,32 +3,28 @@
 ``DIR/metrics.csv`` (the issue's columns, comma-separated), ``DIR/report.html`` and ``DIR/experiment.json``
 (what was run: config and method SHA-256, runs, seed, scales, timings). The same three files are recorded in
 the config's store under ``experiments/{method_sha256}/`` — the method being the universe and the product
-configs (:func:`dasflow.experiment.runner.method_sha256`) — and the accuracy report of any release with that
-method shows them (``dasflow.release.accuracy``). They are computed from synthetic inputs only (the experiment
-refuses any other input), so a production release may show them.
+configs (:func:`dasflow.release.experiments.method_sha256`) — and the accuracy report of any release with that
+method shows them (``dasflow.release.accuracy``). The store layout and its lookup (``prefix``, ``recorded``)
+live in :mod:`dasflow.release.experiments`, below the report. They are computed from synthetic inputs only (the
+experiment refuses any other input), so a production release may show them.
 """
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
 
 from dasflow.experiment.metrics import COLUMNS
 from dasflow.experiment.report import experiment_report
 from dasflow.experiment.runner import SPLIT_COLUMNS, Experiment
-from dasflow.io.store import ObjectStore, StoreError
+from dasflow.io.store import ObjectStore
+from dasflow.release.experiments import prefix, recorded
+
+__all__ = ["FILES", "SPLIT_FILE", "prefix", "recorded", "write_outputs"]
 
 FILES = ("metrics.csv", "report.html", "experiment.json")
 #: written with ``--budget-split`` only: ``SPLIT_COLUMNS`` per product, candidate split, table, geolevel, bin
 SPLIT_FILE = "split_metrics.csv"
-
-
-def prefix(method_sha256: str) -> str:
-    return f"experiments/{method_sha256}/"
 
 
 def _payloads(exp: Experiment) -> dict[str, bytes]:
@@ -55,17 +51,3 @@ def write_outputs(exp: Experiment, out_dir: Path, store: ObjectStore | None = No
         for name in (*(n for n in payloads if n not in FILES), *FILES):   # experiment.json last
             store.put(prefix(exp.meta["method_sha256"]) + name, payloads[name])
     return paths
-
-
-def recorded(store: ObjectStore, method_sha256: str) -> tuple[dict[str, Any], pd.DataFrame] | None:
-    """The experiment recorded in ``store`` for a method (its experiment.json and metrics), if any and
-    complete; ``None`` otherwise."""
-    key = prefix(method_sha256)
-    try:
-        meta = json.loads(store.get(key + "experiment.json"))
-        table = pd.read_csv(io.BytesIO(store.get(key + "metrics.csv")))
-    except (StoreError, ValueError):
-        return None
-    if meta.get("method_sha256") != method_sha256 or list(table.columns) != list(COLUMNS):
-        return None
-    return meta, table

@@ -1,7 +1,7 @@
 """Repeated seeded runs of a release's products on synthetic inputs, measured against the truth.
 
 The confidential part runs once per product: inputs are read, prepared (the stable tabulations) and the
-ground-truth twin computed (``dasflow.release.accuracy.TRUTH``). Then, for each budget scale and each run, the
+ground-truth twin computed (the plugin's ``truth``). Then, for each budget scale and each run, the
 product's plan is scaled (:mod:`dasflow.experiment.scaling`), every key measured with independent seeded test
 noise, post-processed and turned into the published tables, which are compared with the truth in memory.
 
@@ -13,9 +13,6 @@ output — errors against the truth — would disclose real confidential data.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,11 +25,9 @@ import pandas as pd
 
 from dasflow.config import ReleaseConfig
 from dasflow.errors import InputError
-from dasflow.experiment import safetab_moe
 from dasflow.experiment.metrics import COLUMNS, metrics
 from dasflow.experiment.scaling import Split, scale_label, scale_plan, split_plan
 from dasflow.io.store import open_store
-from dasflow.pipeline.adapters import Adapter
 from dasflow.pipeline.inputs import check_not_empty, check_synthetic
 from dasflow.pipeline.run import RunContext
 from dasflow.pipeline.stages import measure_one
@@ -40,18 +35,14 @@ from dasflow.privacy import accounting, rng
 from dasflow.privacy.ledger import Ledger
 from dasflow.privacy.measurement import MeasurementSpec
 from dasflow.products.base import Product
-from dasflow.release.accuracy import NON_KEY, TRUTH, Z90, ZERO_FILLED
+from dasflow.products.plugin import ProductPlugin, overrides
+from dasflow.release.accuracy import NON_KEY, Z90
+from dasflow.release.experiments import method_sha256
+
+__all__ = ["SPLIT_COLUMNS", "Experiment", "PreparedProduct", "TruthIndex", "experiment_context", "geolevel_of",
+           "method_sha256", "observe", "prepare_product", "run_experiment", "stated_moe", "stated_moes", "variant"]
 
 Progress = Callable[[str], None]
-
-
-def method_sha256(config: ReleaseConfig) -> str:
-    """SHA-256 of what decides a release's accuracy: the universe and every product with its config text
-    (budgets, splits, parameters) — not the inputs, store, release id or randomness. An experiment on synthetic
-    inputs and a production release with the same method share it (see ``dasflow.experiment.record``)."""
-    method = {"universe": config.universe,
-              "products": [{"name": p.name, "config_text": p.config_text} for p in config.products]}
-    return hashlib.sha256(json.dumps(method, sort_keys=True).encode()).hexdigest()
 
 
 # ------------------------------------------------------------------------------------------------ truth lookup
@@ -149,7 +140,7 @@ def observe(file: str, product: str, released: pd.DataFrame, truth: TruthIndex,
     product's per-row stated MOE, where given; else Z90·√VARIANCE where the file publishes a variance, else the
     stated analytic MOE of the cell's level, else NaN), geolevel.
 
-    ``zero_fill`` (a product whose files list nonzero cells only, ``accuracy.ZERO_FILLED``): a true cell the run
+    ``zero_fill`` (a product whose files list nonzero cells only, its plugin's ``zero_filled``): a true cell the run
     did not publish was published as 0, so it is observed with error −true; a published cell absent from the
     truth is true 0. The observed cells are those nonzero in the published or the true table (a cell zero in
     both has error 0 exactly and is not counted)."""
@@ -185,31 +176,14 @@ def observe(file: str, product: str, released: pd.DataFrame, truth: TruthIndex,
 
 
 # ------------------------------------------------------------------------------------------------- products
-def _safetab_moes(state: PreparedProduct, specs: Sequence[MeasurementSpec], published: Mapping[str, pd.DataFrame],
-                  universe: str) -> dict[str, np.ndarray]:
-    """SafeTab-P: the stated MOE of every published t1/t2 row (:mod:`dasflow.experiment.safetab_moe`)."""
-    names = {t: state.adapter.file_name(t, universe) for t in ("t1", "t2")}
-    if not all(n in published for n in names.values()):
-        return {}
-    cache_key = ("safetab_keys", tuple((s.key, s.noise, s.detail.get("total_only_noise")) for s in specs))
-    if cache_key not in state.cache:
-        state.cache[cache_key] = safetab_moe.key_table(specs, state.public)
-    t1, t2 = safetab_moe.cell_moes(published[names["t1"]], published[names["t2"]], state.cache[cache_key])
-    return {names["t1"]: t1, names["t2"]: t2}
-
-
-#: products whose release files carry no VARIANCE but whose plan determines each published cell's MOE
-CELL_MOES: dict[str, Callable[[PreparedProduct, Sequence[MeasurementSpec], Mapping[str, pd.DataFrame], str],
-                              dict[str, np.ndarray]]] = {}
-
-
 @dataclass
 class PreparedProduct:
     """A product with its confidential part done once: prepared tabulations and truth (kept in memory only)."""
 
     name: str
-    adapter: Adapter
-    product: Product
+    plugin: ProductPlugin[Any]
+    config: Any
+    product: Product[Any]
     public: Mapping[str, Any]
     prepared: Mapping[str, pd.DataFrame]
     plan: list[MeasurementSpec]
@@ -227,18 +201,15 @@ class PreparedProduct:
         return self._index[(file, keys)]
 
     def publish(self, specs: Sequence[MeasurementSpec], g: rng.Generator, universe: str,
-                product: Product | None = None) -> dict[str, pd.DataFrame]:
+                product: Product[Any] | None = None) -> dict[str, pd.DataFrame]:
         """One run: measure every key (``g.spawn(key)``), post-process, and the published tables by file name
-        (``product``: a budget-scaled twin of the product, :data:`CONFIG_SCALED`)."""
+        (``product``: a budget-scaled twin of the product, the plugin's ``scaled_config``)."""
         prod = product if product is not None else self.product
         done: dict[str, Any] = {}
         for s in specs:
             done[s.key] = measure_one(prod, self.prepared, s, g.spawn(s.key), done)
         estimates = prod.postprocess(done, self.public)
-        return {self.adapter.file_name(n, universe): f for n, f in prod.tables(estimates).items()}
-
-
-CELL_MOES["safetab-p"] = _safetab_moes
+        return {self.plugin.file_name(n, universe): f for n, f in prod.tables(estimates).items()}
 
 
 def experiment_context(config: ReleaseConfig) -> RunContext:
@@ -251,14 +222,17 @@ def experiment_context(config: ReleaseConfig) -> RunContext:
 
 def prepare_product(ctx: RunContext, name: str) -> PreparedProduct:
     """Read, prepare and compute the truth of one product (the only steps that read confidential inputs)."""
-    adapter = ctx.plugin(name)
+    plugin = ctx.plugin(name)
     cfg = ctx.product_config(name)
-    product = adapter.product(cfg)
-    public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, cfg)
-    confidential = adapter.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
+    product = plugin.product(cfg)
+    public = plugin.public_inputs(ctx.post_store(), ctx.config.inputs, cfg)
+    confidential = plugin.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
     prepared = product.prepare(confidential, public)
     plan = list(product.plan(cfg, public))
-    return PreparedProduct(name, adapter, product, public, prepared, plan, TRUTH[name](ctx))
+    truth = plugin.truth(ctx.store, ctx.config.inputs, cfg, ctx.config.universe)
+    if truth is None:
+        raise InputError(f"{name}: the product has no ground-truth twin (its plugin's truth)", column="--products")
+    return PreparedProduct(name, plugin, cfg, product, public, prepared, plan, truth)
 
 
 # ----------------------------------------------------------------------------------------------- experiment
@@ -276,42 +250,30 @@ class Experiment:
     splits: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(SPLIT_COLUMNS)))
 
 
-def _topdown_scaled(state: PreparedProduct, factor: Fraction) -> tuple[Product, list[MeasurementSpec]]:
-    """TopDown draws its noise from its strategy (budget ρ·β·α per key and the spine's γ), not from the spec: a
-    budget scale is a TopDown with the strategy's budget × factor — its own plan, through the accountant. The
-    spine does not depend on the budget, so the prepared tabulation is reused."""
-    from dasflow.products.topdown.product import TopDown
-
-    product = state.product
-    assert isinstance(product, TopDown)
-    cfg = product.config
-    scaled = dataclasses.replace(cfg, strategy=dataclasses.replace(cfg.strategy, budget=cfg.strategy.budget * factor))
-    twin = TopDown(scaled)
-    return twin, list(twin.plan(scaled, state.public))
-
-
-#: products whose measurement noise comes from their own config rather than the planned key: a scaled run uses
-#: the product this returns (budget × factor) and its plan; budget splits of them are refused
-CONFIG_SCALED: dict[str, Callable[[PreparedProduct, Fraction], tuple[Product, list[MeasurementSpec]]]] = {
-    "topdown": _topdown_scaled}
+def _config_scaled(state: PreparedProduct) -> bool:
+    """Whether the product draws its noise from its config rather than the planned keys (``scaled_config``)."""
+    return overrides(state.plugin, "scaled_config")
 
 
 def variant(state: PreparedProduct, factor: Fraction = Fraction(1),
-            split: Split | None = None) -> tuple[Product, list[MeasurementSpec]]:
+            split: Split | None = None) -> tuple[Product[Any], list[MeasurementSpec]]:
     """The product and plan of one sweep point: the plan scaled by ``factor`` or re-weighted by ``split``."""
     if split is not None:
-        if state.name in CONFIG_SCALED:
+        if _config_scaled(state):
             raise InputError(f"{state.name}: budget splits are not simulated (its level shares shape its "
                              "geography spine; run one experiment per candidate config)", column="--budget-split")
         return state.product, split_plan(state.plan, split)
     if factor == 1:
         return state.product, list(state.plan)
-    if state.name in CONFIG_SCALED:
-        return CONFIG_SCALED[state.name](state, factor)
+    scaled = state.plugin.scaled_config(state.config, factor)
+    if scaled is not None:
+        # its own plan through the accountant; the prepared tabulation does not depend on the budget
+        twin = state.plugin.product(scaled)
+        return twin, list(twin.plan(scaled, state.public))
     return state.product, scale_plan(state.plan, factor)
 
 
-def _observe_runs(state: PreparedProduct, product: Product, specs: Sequence[MeasurementSpec], runs: int,
+def _observe_runs(state: PreparedProduct, product: Product[Any], specs: Sequence[MeasurementSpec], runs: int,
                   base: rng.Generator, label: str, universe: str, say: Progress) -> pd.DataFrame | None:
     """``runs`` seeded runs of one sweep point (generator ``base.spawn(f"{product}/{label}/run={r}")``): every
     published cell that has a truth cell, with its run and table."""
@@ -320,12 +282,12 @@ def _observe_runs(state: PreparedProduct, product: Product, specs: Sequence[Meas
     for r in range(runs):
         g = base.spawn(f"{state.name}/{label}/run={r}")
         published = state.publish(specs, g, universe, product)
-        moes = CELL_MOES[state.name](state, specs, published, universe) if state.name in CELL_MOES else {}
+        moes = state.plugin.cell_moes(specs, published, state.public, universe, state.cache)
         for file, frame in sorted(published.items()):
             if file not in state.truth:
                 continue
             obs = observe(file, state.name, frame, state.truth_index(file, frame), stated,
-                          zero_fill=state.name in ZERO_FILLED, moes=moes.get(file))
+                          zero_fill=state.plugin.zero_filled, moes=moes.get(file))
             parts.append(obs.assign(run=r, table=file))
         say(f"{state.name}: {label}: run {r + 1}/{runs}")
     return pd.concat(parts, ignore_index=True) if parts else None
@@ -354,13 +316,13 @@ def run_experiment(config: ReleaseConfig, *, runs: int, scales: Sequence[Fractio
     hashes = ctx.confidential_hashes()
     check_not_empty(ctx.store, hashes)
     check_synthetic(ctx.store, hashes)  # refuses anything the synthetic census did not generate
-    skipped = {n: "no ground-truth twin registered (dasflow.release.accuracy.register_truth)"
-               for n in wanted if n not in TRUTH}
+    twins = {n for n in wanted if overrides(ctx.plugin(n), "truth")}
+    skipped = {n: "no ground-truth twin (its product plugin has no truth)" for n in wanted if n not in twins}
     timing: dict[str, float] = {}
     frames: list[pd.DataFrame] = []
     split_frames: list[pd.DataFrame] = []
     base = rng.seeded(seed).spawn("dasflow-experiment")
-    for name in (n for n in wanted if n in TRUTH):
+    for name in (n for n in wanted if n in twins):
         t0 = time.perf_counter()
         state = prepare_product(ctx, name)
         timing[f"{name}: prepare + truth (once)"] = time.perf_counter() - t0
@@ -388,7 +350,7 @@ def run_experiment(config: ReleaseConfig, *, runs: int, scales: Sequence[Fractio
     meta = {"release_id": config.release_id, "universe": config.universe, "config_sha256": config.sha256(),
             "method_sha256": method_sha256(config), "runs": runs, "seed": seed,
             "budget_scales": [scale_label(f) for f in scales], "budget_splits": [sp.label for sp in splits],
-            "products": [n for n in wanted if n in TRUTH],
+            "products": [n for n in wanted if n in twins],
             "skipped": skipped, "inputs": "synthetic census (checked against its manifest)",
             "noise": "rng.seeded test noise, independent per run, sweep point and key; no ledger, no account",
             "seconds": {k: round(v, 2) for k, v in timing.items()}}

@@ -33,7 +33,7 @@ from dasflow.privacy.composition import PlanTotal
 from dasflow.privacy.ledger import frac_str, stored_record
 from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
 from dasflow.products.partition import PartitionedPostprocess
-from validation import run_product_suite, store_results, validate_outputs
+from validation import run_product_suite, store_results
 
 Progress = Callable[[int, int, str], None]
 
@@ -330,43 +330,6 @@ def _compute_part(split: PartitionedPostprocess, parts: StoredParts, step: str, 
     return record
 
 
-def release_stage(ctx: RunContext) -> dict[str, Any]:
-    """Write every product's release files and the ledger audit, then (``dasflow.release``) the PHSafe
-    estimates, the privacy certificate, the accuracy report, and the validated release manifest (last). Its
-    metrics go to the stage manifest under ``manifests/``, never into ``release/``."""
-    from dasflow.release.stage import finalize_release
-
-    meter = StageMeter.start()
-    post = ctx.post_store()
-    ctx.ledger.verify(deep=False)  # the NMFs themselves are verified as post-processing loads them
-    upstream: dict[str, str] = {}
-    written: dict[str, pd.DataFrame] = {}
-    for p in ctx.config.products:
-        record = manifest_if_current(ctx, "postprocess", p.name, _measurement_hashes(ctx, p.name))
-        if record is None:
-            raise InputError(f"{p.name}: no current post-processed estimates; run postprocess first")
-        estimates = {out["name"]: post.get_parquet(key) for key, out in record["outputs"].items()}
-        upstream.update({k: v["sha256"] for k, v in record["outputs"].items()})
-        plugin = ctx.plugin(p.name)
-        for name, frame in sorted(plugin.product(ctx.product_config(p.name)).tables(estimates).items()):
-            rel = f"{p.name}/{plugin.file_name(name, ctx.config.universe)}"
-            key = f"{ctx.root}/release/{rel}"
-            post.put(key, _table_bytes(key, frame))
-            written[rel] = frame
-    # output validation before anything else is derived: schemas, integer counts, VARIANCE as planned, no
-    # confidential column, consistency where a product promises it (validation/outputs.py)
-    configs = {p.name: ctx.product_config(p.name) for p in ctx.config.products}
-    validate_outputs(written, ctx.ledger.plan_record(), configs).raise_for_failure()
-    audit_key = f"{ctx.root}/release/ledger.csv"
-    post.put(audit_key, ledger_csv(ctx).encode())
-    faults.point("stage:release:before-manifest")
-    # PHSafe estimates, certificate (md + html), accuracy report, then output validation and MANIFEST.json last
-    manifest = finalize_release(ctx)
-    key = f"{ctx.root}/release/MANIFEST.json"
-    write_manifest(ctx, "release", "all", upstream, {key: {"sha256": post.sha256(key)}}, {"metrics": meter.read()})
-    return manifest
-
-
 def verify_release(ctx: RunContext, *, deep: bool = True) -> None:
     """Verify the frozen chain of a release: the ledger (plan binding, commits, ``deep``: NMF bytes), and that the
     measure, post-processing and release manifests were built from exactly the committed measurements and the
@@ -446,5 +409,5 @@ def status(ctx: RunContext) -> dict[str, Any]:
 
 
 __all__ = ["STAGES", "frac_str", "measure_stage", "plan_stage", "postprocess_part", "postprocess_stage",
-           "postprocess_steps", "preprocess_stage", "release_stage", "status", "validate_stage",
+           "postprocess_steps", "preprocess_stage", "status", "validate_stage",
            "verify_release"]

@@ -16,6 +16,8 @@ What a plugin carries:
   measure, post-process, tables) and ``partitioned`` (post-processing as independent parts, optional);
 * **release and reports** — ``file_name``, ``invariants`` (certificate), ``extra_release_files`` (derived
   published files), ``truth`` and ``consistency`` (accuracy report), ``zero_filled`` / ``may_be_empty``;
+* **accuracy experiments** — ``cell_moes`` (stated per-cell MOEs) and ``scaled_config`` (budget scales of a
+  product whose noise comes from its config);
 * **synthetic data and the demo** — ``synth_format`` (the synthetic census's writer), ``demo`` (inputs,
   config and public files of the product in ``dasflow demo``) and ``demo_public`` (public files the demo
   derives from the synthetic census for the product);
@@ -33,17 +35,19 @@ from __future__ import annotations
 
 import argparse
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
+import numpy as np
 import pandas as pd
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
 from dasflow.privacy import accounting
+from dasflow.privacy.measurement import MeasurementSpec
 from dasflow.products.base import Product
 from dasflow.products.partition import PartitionedPostprocess
 
@@ -186,8 +190,9 @@ class ProductPlugin(ABC, Generic[C]):
 
     # ----------------------------------------------------------------------------------- release, reports
     def invariants(self, public: Mapping[str, Any], config: C) -> list[str]:
-        """What the product holds invariant (public statements or public values), for the certificate."""
-        return [f"{self.name}: none declared by the product"]
+        """What the product holds invariant (public statements or public values), for the certificate; ``public``
+        comes from :meth:`public_inputs` through the post-processing store view."""
+        return [f"{self.name}: not declared by the product (treat as none)"]
 
     def extra_release_files(self, tables: Mapping[str, pd.DataFrame], config: C) -> dict[str, bytes]:
         """Derived files published beside the tables (path relative to ``release/{name}/`` -> bytes), computed
@@ -204,6 +209,22 @@ class ProductPlugin(ABC, Generic[C]):
                     config: C) -> list[dict[str, Any]]:
         """Consistency diagnostics of the released values (rows: check, cells, inconsistent, max_abs_diff)."""
         return []
+
+    # ------------------------------------------------------------------------------- accuracy experiment
+    def cell_moes(self, specs: Sequence[MeasurementSpec], published: Mapping[str, pd.DataFrame],
+                  public: Mapping[str, Any], universe: str, cache: dict[Any, Any]) -> dict[str, np.ndarray]:
+        """The 90 % MOE the plan states for every published row (file -> one value per row), for a product whose
+        release files carry no VARIANCE but whose plan determines each cell's MOE (``dasflow experiment``);
+        default: none (the experiment uses VARIANCE or the plan level's MOE). Computed from the plan, public
+        inputs and the published tables only; ``cache`` persists across the runs of one experiment."""
+        return {}
+
+    def scaled_config(self, config: C, factor: Fraction) -> C | None:
+        """The config whose budget is ``factor`` × the config's, for a product that draws its noise from its own
+        config rather than from the planned keys (``dasflow experiment`` then runs that config's product and
+        plan, and refuses budget splits); default None: noise comes from the planned keys, so the experiment
+        scales the plan itself."""
+        return None
 
     # ---------------------------------------------------------------------------------------- the demo
     def demo_public(self, store: ObjectStore, census: DemoCensus) -> None:
@@ -225,6 +246,11 @@ class ProductPlugin(ABC, Generic[C]):
     def cli(self) -> CliCommand | None:
         """A standalone subcommand with the Census production file formats (None: none)."""
         return None
+
+
+def overrides(plugin: ProductPlugin[Any], hook: str) -> bool:
+    """Whether a plugin implements an optional hook itself (callers skip the inputs a default would ignore)."""
+    return getattr(type(plugin), hook) is not getattr(ProductPlugin, hook)
 
 
 class InputChecks(NamedTuple):

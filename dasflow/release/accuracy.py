@@ -9,7 +9,8 @@ Contents:
   safe to publish with a production release.
 * **Observed error** (test releases only): released counts against the ground-truth twin of each product,
   by population size (the true count of the cell), with the share of cells within the noise's 90 % MOE where
-  a VARIANCE is published. Ground truth comes from the confidential inputs (:func:`truth_frames`), so it is
+  a VARIANCE is published, and a product's published estimates (``estimates/``: ESTIMATE and a 90 % credible
+interval) against the truth. Ground truth comes from the confidential inputs (:func:`truth_frames`), so it is
   computed **only in test mode**: the report of a production release contains expected MOEs and the
   consistency diagnostics only, never anything derived from confidential data.
 * **Error of the published tables, measured by an accuracy experiment** (every release, where one is recorded
@@ -17,18 +18,20 @@ Contents:
   :mod:`dasflow.experiment`) found in the store under ``experiments/{method_sha256}/``. Computed from
   synthetic inputs only, so a production release may show them; without one the report says the published
   tables' error is not measured.
-* **Consistency diagnostics** (every release): for hierarchical products — group sizes (nation ⊇ states ⊇
-  counties per household size, and the nation total against the public invariant n) and TopDown (each
-  standard geolevel against the sum of its children) — the number of cells whose released value differs from
-  the sum of the released values below it. These use released values only.
+* **Consistency diagnostics** (every release): for hierarchical products (their plugin's ``consistency``; group
+  sizes: nation ⊇ states ⊇ counties per household size, and the nation total against the public invariant n;
+  TopDown: each standard geolevel against the sum of its children) — the number of cells whose released value
+  differs from the sum of the released values below it. These use released values and public inputs only.
+
+Products are reached only through their plugins (``dasflow.registry``): ``truth``, ``zero_filled``,
+``consistency``; plots are in :mod:`dasflow.release.accuracy_plots`.
 """
+
 
 from __future__ import annotations
 
-import base64
 import io
-import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -38,18 +41,33 @@ import pandas as pd
 from dasflow.errors import DasflowError
 from dasflow.pipeline.run import RunContext
 from dasflow.privacy import accounting
+from dasflow.products.plugin import overrides
+from dasflow.products.reporting import hierarchy_check
+from dasflow.registry import get_plugin
+from dasflow.release.accuracy_plots import (
+    SIZE_LABELS,
+    plot_consistency,
+    plot_error_by_size,
+    plot_moes,
+    plot_scatter,
+)
 from dasflow.release.certificate import TEST_BANNER
 from dasflow.release.document import Block, Bullets, Heading, Image, Para, Table, to_html
+from dasflow.release.experiments import method_sha256, recorded
+
+__all__ = ["ESTIMATES", "NON_KEY", "SIZE_BINS", "SIZE_LABELS", "Z90", "TruthFrames", "TruthRefused",
+           "accuracy_blocks", "accuracy_report", "compare", "consistency", "error_by_size", "estimate_checks",
+           "expected_moes", "experiment_blocks", "hierarchy_check", "observed_errors", "release_frames",
+           "truth_frames"]
 
 #: product -> release file (relative to ``release/{product}/``) -> frame with the file's key columns + COUNT
 TruthFrames = Mapping[str, Mapping[str, pd.DataFrame]]
-TruthFn = Callable[[RunContext], dict[str, pd.DataFrame]]
 NON_KEY = ("COUNT", "NOISE_DISTRIBUTION", "VARIANCE", "ESTIMATE", "NOISY")
 SIZE_BINS = (0, 1, 10, 100, 1_000, 10_000)
-SIZE_LABELS = ("0", "1–9", "10–99", "100–999", "1,000–9,999", "10,000+")
 Z90 = 1.6448536269514722  # two-sided 90 % normal quantile (for published-variance MOEs)
-#: products whose release files list only nonzero cells (an absent cell is published as 0): TopDown
-ZERO_FILLED = frozenset({"topdown"})
+#: where a product publishes derived estimates (``extra_release_files``, relative to ``release/{product}/``):
+#: not tables of counts, so not compared as such; :func:`estimate_checks` compares them with the truth
+ESTIMATES = "estimates/"
 
 
 class TruthRefused(DasflowError):
@@ -85,7 +103,7 @@ def release_frames(ctx: RunContext) -> dict[str, dict[str, pd.DataFrame]]:
         prefix = f"{ctx.root}/release/{p.name}/"
         for key in store.list(prefix):
             rel = key[len(prefix):]
-            if rel.startswith("estimates/"):
+            if rel.startswith(ESTIMATES):
                 continue
             if rel.endswith(".parquet"):
                 frame = pd.read_parquet(io.BytesIO(store.get(key)))
@@ -104,7 +122,7 @@ def _key_columns(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
 
 def compare(released: pd.DataFrame, truth: pd.DataFrame, zero_fill: bool = False) -> pd.DataFrame:
     """Released vs true count per cell (inner join on the shared key columns; with ``zero_fill``, for files
-    that omit zero cells (``ZERO_FILLED``), an outer join with an absent cell counted as 0): TRUE, RELEASED,
+    that omit zero cells (a plugin's ``zero_filled``), an outer join with an absent cell counted as 0): TRUE, RELEASED,
     ERROR, MOE90 (from VARIANCE when published, else NaN), LEVEL (the geography level: REGION_TYPE, or "all").
     Key columns are compared as text. The released value is the file's COUNT column, or ESTIMATE for products
     that publish estimates under that name. A one-cell file without key columns (a total) is compared with a
@@ -164,19 +182,24 @@ def observed_errors(release: Mapping[str, Mapping[str, pd.DataFrame]],
     for product, files in truth.items():
         for rel, frame in files.items():
             if rel in release.get(product, {}):
-                out[(product, rel)] = compare(release[product][rel], frame, zero_fill=product in ZERO_FILLED)
+                zero_fill = get_plugin(product).zero_filled
+                out[(product, rel)] = compare(release[product][rel], frame, zero_fill=zero_fill)
     return out
 
 
-def estimate_checks(ctx: RunContext, truth: TruthFrames) -> pd.DataFrame:
-    """Test mode: PHSafe's count estimates (``release/phsafe/estimates/``) against the ground truth, per table
-    and for true zeros vs positive counts: RMSE of the published noisy count and of the posterior mean, mean
-    error of the posterior mean, and the share of true counts inside [LOWER_90, UPPER_90]."""
+
+
+def estimate_checks(ctx: RunContext, product: str, truth: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Test mode: a product's published estimates (``release/{product}/estimates/``, files with ESTIMATE,
+    LOWER_90, UPPER_90 and the published COUNT, named as the release file they estimate) against the ground
+    truth, per file and for true zeros vs positive counts: RMSE of the published noisy count and of the
+    posterior mean, mean error of the posterior mean, and the share of true counts inside [LOWER_90, UPPER_90].
+    Empty for a product that publishes no estimates."""
     cols = ["file", "true count", "cells", "rmse_noisy", "rmse_estimate", "bias_estimate", "interval_coverage"]
     rows: list[dict[str, Any]] = []
     store = ctx.post_store()
-    prefix = f"{ctx.root}/release/phsafe/estimates/"
-    for rel, frame in truth.get("phsafe", {}).items():
+    prefix = f"{ctx.root}/release/{product}/{ESTIMATES}"
+    for rel, frame in truth.items():
         if not store.exists(prefix + rel):
             continue
         est = pd.read_csv(io.BytesIO(store.get(prefix + rel)), sep="|", dtype=str, keep_default_na=False)
@@ -202,168 +225,23 @@ def estimate_checks(ctx: RunContext, truth: TruthFrames) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
+
 # -------------------------------------------------------------------------------------------- consistency
-def hierarchy_check(parent: pd.DataFrame, child: pd.DataFrame, parent_keys: list[str],
-                    child_parent: pd.DataFrame, attrs: list[str]) -> tuple[int, int, float]:
-    """Compare each parent cell with the sum of its children: (cells compared, cells differing, max |diff|).
-
-    ``child_parent`` holds, row-aligned with ``child``, the parent key columns of each child row.
-    """
-    kids = child_parent.copy()
-    for a in attrs:
-        kids[a] = child[a].astype(str).to_numpy()
-    kids["COUNT"] = pd.to_numeric(child["COUNT"]).to_numpy(np.float64)
-    sums = kids.groupby([*parent_keys, *attrs], as_index=False)["COUNT"].sum()
-    par = parent[[*parent_keys, *attrs]].astype(str)
-    par["PARENT"] = pd.to_numeric(parent["COUNT"]).to_numpy(np.float64)
-    merged = par.merge(sums, on=[*parent_keys, *attrs], how="left").fillna({"COUNT": 0.0})
-    diff = np.abs(merged["PARENT"].to_numpy() - merged["COUNT"].to_numpy())
-    return len(merged), int((diff > 0).sum()), float(diff.max() if len(diff) else 0.0)
-
-
-def _groupsize_consistency(files: Mapping[str, pd.DataFrame], n: int | None) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    nation, state, county = (files.get(f"groupsize_{x}.csv") for x in ("nation", "state", "county"))
-    if nation is not None and state is not None:
-        link = pd.DataFrame({"STATE": ["US"] * len(state)})
-        c, d, m = hierarchy_check(nation, state, ["STATE"], link, ["HOUSEHOLD_SIZE"])
-        rows.append({"product": "groupsize", "check": "nation = Σ states (per size)", "cells": c,
-                     "inconsistent": d, "max_abs_diff": m})
-    if state is not None and county is not None:
-        link = pd.DataFrame({"STATE": county["STATE"].astype(str).to_numpy()})
-        c, d, m = hierarchy_check(state, county, ["STATE"], link, ["HOUSEHOLD_SIZE"])
-        rows.append({"product": "groupsize", "check": "state = Σ counties (per size)", "cells": c,
-                     "inconsistent": d, "max_abs_diff": m})
-    if nation is not None and n is not None:
-        total = float(pd.to_numeric(nation["COUNT"]).sum())
-        rows.append({"product": "groupsize", "check": f"Σ nation = invariant n ({n})", "cells": 1,
-                     "inconsistent": int(total != n), "max_abs_diff": abs(total - n)})
-    return rows
-
-
-#: TopDown's standard geolevels and GEOID widths (as ``dasflow.products.topdown.product.STANDARD_LEVELS``)
-TOPDOWN_LEVELS = (("US", 0), ("state", 2), ("county", 5), ("tract", 11), ("block_group", 12), ("block", 15))
-
-
-def _topdown_consistency(files: Mapping[str, pd.DataFrame]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    present = [(name, w) for name, w in TOPDOWN_LEVELS if f"topdown_{name}.csv" in files
-               or f"topdown_{name}.parquet" in files]
-    for (pname, pw), (cname, _cw) in itertools.pairwise(present):
-        parent = files.get(f"topdown_{pname}.csv", files.get(f"topdown_{pname}.parquet"))
-        child = files.get(f"topdown_{cname}.csv", files.get(f"topdown_{cname}.parquet"))
-        assert parent is not None and child is not None
-        attrs = [c for c in child.columns if c not in ("GEOID", "COUNT")]
-        geo = child["GEOID"].astype(str)
-        link = pd.DataFrame({"GEOID": (geo.str[:pw] if pw else pd.Series(["US"] * len(child))).to_numpy()})
-        parent = parent.assign(GEOID=parent["GEOID"].astype(str))
-        c, d, m = hierarchy_check(parent, child, ["GEOID"], link, attrs)
-        rows.append({"product": "topdown", "check": f"{pname} = Σ {cname}", "cells": c, "inconsistent": d,
-                     "max_abs_diff": m})
-    return rows
-
-
 def consistency(ctx: RunContext, release: Mapping[str, Mapping[str, pd.DataFrame]]) -> pd.DataFrame:
-    """The group-size and TopDown consistency diagnostics (released values and public invariants only)."""
+    """Every released product's consistency diagnostics (its plugin's ``consistency``: released values and
+    public inputs, read through the post-processing view; public inputs that cannot be read are passed as
+    none, and the product omits the checks that need them)."""
     rows: list[dict[str, Any]] = []
-    if "groupsize" in release:
-        n = None
+    for name, files in release.items():
+        plugin = ctx.plugin(name)
+        if not overrides(plugin, "consistency"):
+            continue
         try:
-            adapter = ctx.plugin("groupsize")
-            public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, ctx.product_config("groupsize"))
-            n = int(public["n_groups"])
+            public: Mapping[str, Any] = ctx.post_public(name)
         except DasflowError:
-            n = None
-        rows += _groupsize_consistency(release["groupsize"], n)
-    for product, files in release.items():
-        if any(k.startswith("topdown_") for k in files):
-            rows += [r | {"product": product} for r in _topdown_consistency(files)]
+            public = {}
+        rows += [r | {"product": name} for r in plugin.consistency(files, public, ctx.product_config(name))]
     return pd.DataFrame(rows, columns=["product", "check", "cells", "inconsistent", "max_abs_diff"])
-
-
-# ------------------------------------------------------------------------------------------------- plots
-def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, metadata={"Software": None})
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
-
-
-def _plot_moes(moes: pd.DataFrame) -> str:
-    import matplotlib.pyplot as plt
-
-    levels = moes.groupby(["product", "level"], sort=False)["moe90"].agg(["min", "max"]).reset_index()
-    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.28 * len(levels) + 1)))
-    y = np.arange(len(levels))
-    colors = {p: f"C{i % 10}" for i, p in enumerate(dict.fromkeys(levels["product"]))}
-    ax.barh(y, np.maximum(levels["max"], 0.5), color=[colors[p] for p in levels["product"]])
-    ax.scatter(np.maximum(levels["min"], 0.5), y, color="black", s=10, zorder=3, label="smallest key MOE")
-    ax.set_yticks(y, [f"{p} · {lv}" for p, lv in zip(levels["product"], levels["level"], strict=True)],
-                  fontsize=7)
-    ax.set_xscale("log")
-    ax.invert_yaxis()
-    ax.set_xlabel("90 % MOE of one noisy cell (persons; bar = largest key of the level)")
-    ax.legend(loc="lower right", fontsize=7)
-    fig.tight_layout()
-    return _png(fig)
-
-
-def _plot_error_by_size(tables: Mapping[tuple[str, str], pd.DataFrame]) -> str:
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for i, ((product, rel), table) in enumerate(tables.items()):
-        if table.empty:
-            continue
-        x = [SIZE_LABELS.index(s) for s in table["size"]]
-        ax.plot(x, np.maximum(table["rmse"], 0.1), marker="o", color=f"C{i % 10}", label=f"{product}/{rel}")
-    ax.set_xticks(range(len(SIZE_LABELS)), SIZE_LABELS)
-    ax.set_yscale("log")
-    ax.set_xlabel("true count of the cell (population size)")
-    ax.set_ylabel("RMSE of the released count")
-    ax.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    return _png(fig)
-
-
-def _plot_scatter(cells: Mapping[tuple[str, str], pd.DataFrame], product: str) -> str:
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    for i, ((p, rel), frame) in enumerate(cells.items()):
-        if p != product or frame.empty:
-            continue
-        step = max(1, len(frame) // 5000)  # deterministic thinning for large tables
-        part = frame.iloc[::step]
-        ax.scatter(part["TRUE"], part["ERROR"], s=4, alpha=0.5, color=f"C{i % 10}", label=rel)
-    ax.axhline(0, color="black", lw=0.8)
-    ax.set_xscale("symlog", linthresh=10)
-    ax.set_xlim(left=-0.5)
-    ax.set_xlabel("true count")
-    ax.set_ylabel("released − true")
-    ax.set_title(product)
-    ax.legend(fontsize=6, ncol=3, markerscale=3)
-    fig.tight_layout()
-    return _png(fig)
-
-
-def _plot_consistency(diag: pd.DataFrame) -> str:
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, max(2.0, 0.4 * len(diag) + 1)))
-    y = np.arange(len(diag))
-    share = diag["inconsistent"] / diag["cells"].clip(lower=1)
-    ax.barh(y, share * 100, color="C3")
-    ax.scatter(np.zeros(len(diag)), y, color="C2", marker="|", s=200, label="0 % = fully consistent")
-    ax.set_yticks(y, [f"{p}: {c}" for p, c in zip(diag["product"], diag["check"], strict=True)], fontsize=7)
-    ax.set_xlim(-2, 102)
-    ax.invert_yaxis()
-    ax.set_xlabel("cells differing from the sum of their children (%)")
-    ax.legend(loc="lower right", fontsize=7)
-    fig.tight_layout()
-    return _png(fig)
 
 
 # -------------------------------------------------------------------------------------------------- report
@@ -407,7 +285,7 @@ def accuracy_blocks(ctx: RunContext, truth: TruthFrames | None) -> list[Block]:
                        "post-processed (consistency, non-negativity, thresholds, truncation), so their error "
                        "can be larger or smaller: it is shown under 'observed error' (test releases) and "
                        "'measured by repeated runs' (an accuracy experiment)."))
-    blocks.append(Image(_plot_moes(moes), "Expected 90 % MOE of one noisy cell, per product and level"))
+    blocks.append(Image(plot_moes(moes), "Expected 90 % MOE of one noisy cell, per product and level"))
     per_level = moes.groupby(["product", "level", "mechanism"], sort=False).agg(
         keys=("key", "size"), cells=("cells", "sum"), moe90_min=("moe90", "min"), moe90_max=("moe90", "max"),
         moe95_max=("moe95", "max")).reset_index()
@@ -423,9 +301,9 @@ def accuracy_blocks(ctx: RunContext, truth: TruthFrames | None) -> list[Block]:
         blocks.append(Heading("Observed error against the ground truth of the published tables (this run), by "
                               "population size"))
         if by_size:
-            blocks.append(Image(_plot_error_by_size(by_size), "RMSE of released counts by true cell size"))
+            blocks.append(Image(plot_error_by_size(by_size), "RMSE of released counts by true cell size"))
             for product in dict.fromkeys(p for p, _ in cells):
-                blocks.append(Image(_plot_scatter(cells, product), f"{product}: released − true vs true count"))
+                blocks.append(Image(plot_scatter(cells, product), f"{product}: released − true vs true count"))
             by_level = {(p, rel, str(lv)): error_by_size(part) for (p, rel), frame in cells.items()
                         for lv, part in frame.groupby("LEVEL", sort=False)}
             blocks.append(Table(
@@ -439,9 +317,12 @@ def accuracy_blocks(ctx: RunContext, truth: TruthFrames | None) -> list[Block]:
                                "ground truth); the MOE covers noise only."))
         else:
             blocks.append(Para("no release file has a ground-truth frame"))
-        checks = estimate_checks(ctx, truth)
-        if not checks.empty:
-            blocks.append(Heading("PHSafe statistical post-processing against the ground truth"))
+        for product, files in truth.items():
+            checks = estimate_checks(ctx, product, files)
+            if checks.empty:
+                continue
+            blocks.append(Heading(f"{ctx.plugin(product).title} statistical post-processing against the ground "
+                                  "truth"))
             blocks.append(Table(
                 ("file", "true count", "cells", "RMSE noisy count", "RMSE estimate", "mean error of estimate",
                  "true count inside 90 % interval"),
@@ -459,7 +340,7 @@ def accuracy_blocks(ctx: RunContext, truth: TruthFrames | None) -> list[Block]:
     if diag.empty:
         blocks.append(Para("no hierarchical product (group sizes, TopDown) in this release"))
     else:
-        blocks.append(Image(_plot_consistency(diag), "Share of cells inconsistent with their children"))
+        blocks.append(Image(plot_consistency(diag), "Share of cells inconsistent with their children"))
         blocks.append(Table(("product", "check", "cells", "inconsistent", "max |difference|"),
                             tuple((*_cells(r, "product", "check", "cells", "inconsistent"),
                                    _fmt(float(r["max_abs_diff"]))) for r in _records(diag))))
@@ -470,9 +351,6 @@ def experiment_blocks(ctx: RunContext) -> list[Block]:
     """The published tables' error from the accuracy experiment recorded for this release's method (same
     universe and product configs), or a statement that none was run. The experiment ran on synthetic inputs
     only (it refuses others), so nothing here is derived from this release's confidential inputs."""
-    from dasflow.experiment.record import recorded
-    from dasflow.experiment.runner import method_sha256
-
     method = method_sha256(ctx.config)
     found = recorded(ctx.post_store(), method)
     blocks: list[Block] = [Heading("Error of the published tables, measured by repeated runs (accuracy "
@@ -511,110 +389,8 @@ def accuracy_report(ctx: RunContext, truth: TruthFrames | None = None) -> str:
 
 
 # -------------------------------------------------------------------------------------------- ground truth
-def _phsafe_truth(ctx: RunContext) -> dict[str, pd.DataFrame]:
-    """PHSafe's non-private twin (no noise, no truncation: phsafe.md §3 implementation notes)."""
-    from dasflow.products.phsafe.product import run_non_private
-
-    adapter = ctx.plugin("phsafe")
-    cfg = ctx.product_config("phsafe")
-    public = adapter.public_inputs(ctx.store, ctx.config.inputs, cfg)
-    conf = adapter.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
-    frames = run_non_private(conf["persons"], conf["units"], public["geo"], cfg)
-    return {adapter.file_name(t, ctx.config.universe): f for t, f in frames.items()}
-
-
-def _safetab_truth(ctx: RunContext) -> dict[str, pd.DataFrame]:
-    """SafeTab-P's ground-truth twin: every tabulated level at infinite budget (no noise, same adaptivity)."""
-    from dasflow.privacy import rng
-    from dasflow.products.safetab_p.product import ground_truth_config, run_universe
-
-    adapter = ctx.plugin("safetab-p")
-    cfg = ground_truth_config(ctx.product_config("safetab-p"))
-    public = adapter.public_inputs(ctx.store, ctx.config.inputs, cfg)
-    conf = adapter.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
-    result = run_universe(public, conf, rng.seeded(0))  # σ² = 0 everywhere: the generator is never used
-    return {adapter.file_name(n, ctx.config.universe): f for n, f in result.tables.items()}
-
-
-def _groupsize_truth(ctx: RunContext) -> dict[str, pd.DataFrame]:
-    """Group sizes by exact tabulation: households per (geography, size) in the release layout."""
-    adapter = ctx.plugin("groupsize")
-    cfg = ctx.product_config("groupsize")
-    public = adapter.public_inputs(ctx.store, ctx.config.inputs, cfg)
-    hh = adapter.confidential_inputs(ctx.store, ctx.config.inputs, cfg)["households"]
-    k = int(cfg.k)
-    size = np.minimum(hh["SIZE"].to_numpy(np.int64), k)
-    labels = [str(s) if s < k else f"{k}+" for s in range(1, k + 1)]
-    geo = public["geography"][["STATE", "COUNTY"]].astype(str)
-    out: dict[str, pd.DataFrame] = {}
-    for level, cols in (("nation", []), ("state", ["STATE"]), ("county", ["STATE", "COUNTY"])):
-        dom = geo[cols].drop_duplicates() if cols else pd.DataFrame({"STATE": ["US"]})
-        dom = dom.merge(pd.DataFrame({"SIZE": np.arange(1, k + 1)}), how="cross")
-        tab = pd.DataFrame({c: hh[c].astype(str).to_numpy() for c in cols} | {"SIZE": size})
-        if not cols:
-            tab["STATE"] = "US"
-        keys = cols or ["STATE"]
-        counts = tab.groupby([*keys, "SIZE"], as_index=False).size().rename(columns={"size": "COUNT"})
-        frame = dom.merge(counts, on=[*keys, "SIZE"], how="left").fillna({"COUNT": 0})
-        frame["HOUSEHOLD_SIZE"] = [labels[s - 1] for s in frame["SIZE"]]
-        out[adapter.file_name(f"groupsize_{level}", ctx.config.universe)] = \
-            frame[[*keys, "HOUSEHOLD_SIZE", "COUNT"]].astype({"COUNT": np.int64})
-    return out
-
-
-def _topdown_truth(ctx: RunContext) -> dict[str, pd.DataFrame]:
-    """TopDown's published tables computed from the true block histogram: the product's own ``prepare()``
-    (persons tabulated onto the spine's blocks, vectorised) fed to its own ``tables()`` in place of the
-    estimated blocks — so the truth has exactly the published files, geolevels and key columns, nonzero cells
-    only (as published: an absent cell is 0, ``ZERO_FILLED``)."""
-    from dasflow.products.topdown.product import TopDown
-
-    adapter = ctx.plugin("topdown")
-    cfg = ctx.product_config("topdown")
-    product = adapter.product(cfg)
-    assert isinstance(product, TopDown)
-    public = adapter.public_inputs(ctx.store, ctx.config.inputs, cfg)
-    conf = adapter.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
-    spine = product.spine(public)
-    hist = product.prepare(conf, public)[f"hist/{spine.levels[-1]}"]
-    block = pd.DataFrame({"GEOID": spine.block_geoid[hist["UNIT"].to_numpy(np.int64)].astype(str),
-                          "CELL": hist["CELL"].to_numpy(np.int64), "COUNT": hist["COUNT"].to_numpy(np.int64)})
-    return {adapter.file_name(t, ctx.config.universe): f for t, f in product.tables({"block": block}).items()}
-
-
-def _matrix_truth(ctx: RunContext) -> dict[str, pd.DataFrame]:
-    """The matrix product's workload tables of the true histogram (the product's own tabulation): attribute
-    codes + COUNT per cell, in the release layout (``{level}_{table}``)."""
-    from dasflow.products.matrix.estimate import marginal_of
-    from dasflow.products.matrix.product import MatrixProduct
-
-    adapter = ctx.plugin("matrix")
-    cfg = ctx.product_config("matrix")
-    product = adapter.product(cfg)
-    assert isinstance(product, MatrixProduct)
-    conf = adapter.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
-    hist = product.histogram(conf["records"], str(conf["records_source"]))
-    names = list(cfg.schema)
-    out: dict[str, pd.DataFrame] = {}
-    for table, attrs in cfg.workload.items():
-        counts = marginal_of(hist, [names.index(a) for a in attrs]).astype(np.int64).reshape(-1)
-        grid = np.indices([cfg.schema[a] for a in attrs]).reshape(len(attrs), -1) if attrs else ()
-        frame = pd.DataFrame({a: grid[i] for i, a in enumerate(attrs)} | {"COUNT": counts})
-        out[adapter.file_name(f"{cfg.level}_{table}", ctx.config.universe)] = frame
-    return out
-
-
-TRUTH: dict[str, TruthFn] = {"phsafe": _phsafe_truth, "safetab-p": _safetab_truth, "groupsize": _groupsize_truth,
-                             "topdown": _topdown_truth, "matrix": _matrix_truth}
-
-
-def register_truth(product: str, fn: TruthFn) -> None:
-    """Declare the ground-truth twin of a (plug-in) product, in its release-file layout."""
-    TRUTH[product] = fn
-
-
 def truth_frames(ctx: RunContext) -> dict[str, dict[str, pd.DataFrame]]:
-    """Ground-truth frames of every product with a registered twin — TEST releases only.
+    """Ground-truth frames of every product whose plugin has a twin (``truth``) — TEST releases only.
 
     Reads the confidential inputs (it is the only release-stage function that does), so it refuses a
     production release (:class:`TruthRefused`): a production accuracy report never contains anything
@@ -623,4 +399,10 @@ def truth_frames(ctx: RunContext) -> dict[str, dict[str, pd.DataFrame]]:
     if not ctx.config.is_test:
         raise TruthRefused(f"release {ctx.release_id} is a production release: ground truth is never computed "
                            "for it (its accuracy report shows expected MOEs only)")
-    return {p.name: TRUTH[p.name](ctx) for p in ctx.config.products if p.name in TRUTH}
+    out: dict[str, dict[str, pd.DataFrame]] = {}
+    for p in ctx.config.products:
+        frames = ctx.plugin(p.name).truth(ctx.store, ctx.config.inputs, ctx.product_config(p.name),
+                                          ctx.config.universe)
+        if frames is not None:
+            out[p.name] = frames
+    return out

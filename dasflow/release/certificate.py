@@ -16,7 +16,7 @@ No conversion is re-implemented here.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -29,36 +29,12 @@ from dasflow.release.document import Block, Bullets, Heading, Para, Table, to_ht
 DELTA = Fraction(1, 10**10)
 TEST_BANNER = "TEST RELEASE — seeded randomness; not a production release and never publishable as one."
 
-#: Product name -> what the product holds invariant (public, data-independent statements or public values).
-InvariantsFn = Callable[[RunContext], list[str]]
-
-
-def _groupsize_invariants(ctx: RunContext) -> list[str]:
-    """Group sizes hold the number of occupied housing units n invariant (public, from the MAF)."""
-    adapter = ctx.plugin("groupsize")
-    public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, ctx.product_config("groupsize"))
-    return [f"groupsize: number of occupied housing units n = {int(public['n_groups'])} (public, from the "
-            "MAF; held invariant by the product)"]
-
-
-INVARIANTS: dict[str, InvariantsFn] = {
-    "phsafe": lambda ctx: ["phsafe: none (phsafe.md §2: no consistency is imposed; PH5_num = PH4 and PH8_num "
-                           "from PH7 are exact post-processing copies)"],
-    "safetab-p": lambda ctx: ["safetab-p: none (every count is noisy; no totals are held invariant)"],
-    "groupsize": _groupsize_invariants,
-}
-
-
-def register_invariants(product: str, fn: InvariantsFn) -> None:
-    """Declare what a (plug-in) product holds invariant, for its certificate."""
-    INVARIANTS[product] = fn
-
-
 def invariants(ctx: RunContext) -> list[str]:
+    """What each product holds invariant (its plugin's ``invariants``: public statements or public values,
+    given the public inputs read through the post-processing view, which cannot resolve confidential keys)."""
     out = []
     for p in ctx.config.products:
-        fn = INVARIANTS.get(p.name)
-        out += fn(ctx) if fn else [f"{p.name}: not declared by the product (treat as none)"]
+        out += ctx.plugin(p.name).invariants(ctx.post_public(p.name), ctx.product_config(p.name))
     return out
 
 

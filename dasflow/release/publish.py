@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import io
 import json
-import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -82,27 +80,12 @@ def _check_table(key: str, data: bytes) -> None:
             raise OutputInvalid(f"{key}: row {row + 2}, column COUNT: not an integer: {frame['COUNT'].iloc[row]!r}")
 
 
-def _validate_phsafe(ctx: RunContext, files: Mapping[str, bytes]) -> None:
-    """The PHSafe production output check (schema, public domain, VARIANCE = formula; phsafe.md R16)."""
-    from dasflow.products.phsafe.outputs import validate_output
-
-    prefix = f"{release_prefix(ctx)}phsafe/"
-    with tempfile.TemporaryDirectory(prefix="dasflow-phsafe-out-") as tmp:
-        for key, data in files.items():
-            rest = key[len(prefix):]
-            if key.startswith(prefix) and "/" not in rest and rest.endswith(".csv"):
-                (Path(tmp) / rest).write_bytes(data)
-        try:
-            validate_output(tmp, ctx.product_config("phsafe"))
-        except DasflowError as exc:
-            raise OutputInvalid(f"phsafe release files: {exc}".replace(tmp, prefix.rstrip("/"))) from None
-
-
 def validate_release(ctx: RunContext) -> dict[str, bytes]:
     """Validate every file under ``runs/{id}/release/`` (except the manifest and publication record).
 
-    Every product has files; every table parses, and a COUNT column holds integers; PHSafe's files pass its
-    production output validator. Returns the files (key -> bytes). Raises :class:`OutputInvalid`.
+    Every product has files; every table parses, and a COUNT column holds integers; each product's files pass
+    its plugin's production output validator (``check_release_files``). Returns the files (key -> bytes).
+    Raises :class:`OutputInvalid`.
     """
     store = ctx.post_store()
     prefix = release_prefix(ctx)
@@ -116,8 +99,13 @@ def validate_release(ctx: RunContext) -> dict[str, bytes]:
             _check_table(key, data)
         elif not data:
             raise OutputInvalid(f"{key}: empty file")
-    if any(p.name == "phsafe" for p in ctx.config.products):
-        _validate_phsafe(ctx, files)
+    for p in ctx.config.products:  # each product's own production output validator (PHSafe: R16)
+        own = f"{prefix}{p.name}/"
+        try:
+            ctx.plugin(p.name).check_release_files({k[len(own):]: d for k, d in files.items() if k.startswith(own)},
+                                                   ctx.product_config(p.name))
+        except DasflowError as exc:
+            raise OutputInvalid(f"{p.name} release files: {exc}") from None
     return files
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from dasflow.errors import LedgerRefusal
 from dasflow.io.store import LocalStore
-from dasflow.pipeline.ledger_archive import archive_ledger
+from dasflow.release.ledger_archive import archive_ledger
 from dasflow.pipeline.run import freeze_config
 from dasflow.release.publish import PublicationRefused
 from tests.dag import counts_product  # noqa: F401  (registers the product)

@@ -14,6 +14,7 @@ from dasflow.pipeline import stages
 from dasflow.pipeline.inputs import mark_synthetic
 from dasflow.pipeline.run import freeze_config, open_run
 from dasflow.privacy.ledger import encode_nmf
+from dasflow.release.stage import release_stage
 from tests.dag import counts_product
 from tests.dag.helpers import local_release, release_config, release_files
 
@@ -27,7 +28,7 @@ def run_all(ctx) -> dict:  # type: ignore[no-untyped-def]
         stages.preprocess_stage(ctx, p.name)
         out[p.name] = stages.measure_stage(ctx, p.name)
         stages.postprocess_stage(ctx, p.name)
-    stages.release_stage(ctx)
+    release_stage(ctx)
     return out
 
 
@@ -227,7 +228,7 @@ def test_local_store_default_directory_is_created(tmp_path: Path) -> None:
 
 
 def test_rerun_postprocess_uses_stored_measurements_and_leaves_the_ledger_unchanged(tmp_path: Path) -> None:
-    from dasflow.pipeline.operator import ledger_snapshot, rerun_postprocess
+    from dasflow.release.operator import ledger_snapshot, rerun_postprocess
 
     store, cfg = local_release(tmp_path)
     ctx = freeze_config(cfg, store)
@@ -240,7 +241,7 @@ def test_rerun_postprocess_uses_stored_measurements_and_leaves_the_ledger_unchan
 
 
 def test_rerun_postprocess_refuses_an_unmeasured_release(tmp_path: Path) -> None:
-    from dasflow.pipeline.operator import rerun_postprocess
+    from dasflow.release.operator import rerun_postprocess
 
     store, cfg = local_release(tmp_path)
     ctx = freeze_config(cfg, store)

@@ -15,6 +15,7 @@ from dasflow.config import parse_release_config
 from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import freeze_config, open_run
+from dasflow.release.stage import release_stage
 from tests.dag.helpers import release_files, topdown_release
 from tests.dag.test_pipeline import run_all
 
@@ -58,7 +59,7 @@ def test_parts_are_checkpoints_a_rerun_reuses(tmp_path: Path) -> None:
     again = {k: (tmp_path / "store" / k).stat().st_mtime_ns for k in stamp}
     assert again == stamp
     assert parts.done(last["step"], last["parts"][0]) is not None
-    stages.release_stage(open_run("reuse", str(tmp_path / "store")))
+    release_stage(open_run("reuse", str(tmp_path / "store")))
     assert release_files(tmp_path / "store", "reuse") == before
 
 

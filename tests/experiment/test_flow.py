@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,17 +12,10 @@ from prefect.client.orchestration import get_client
 from prefect.testing.utilities import prefect_test_harness
 
 from dasflow.experiment import COLUMNS
-from dasflow.release import accuracy
-from tests.dag import counts_product
 from tests.dag.helpers import release_dict, seed_inputs
+from tests.release.helpers import give_counts_truth
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("prefect-harness")]
-
-
-def _counts_truth(ctx: object) -> dict[str, pd.DataFrame]:
-    persons = pd.read_csv(io.BytesIO(ctx.store.get(counts_product.PERSONS)), dtype=str)  # type: ignore[attr-defined]
-    return {"state.csv": persons.groupby("STATE").size().rename("COUNT").reset_index(),
-            "state_sex.csv": persons.groupby(["STATE", "SEX"]).size().rename("COUNT").reset_index()}
 
 
 @pytest.fixture(scope="module")
@@ -32,18 +24,16 @@ def harness() -> Iterator[None]:
         yield
 
 
-def test_experiment_flow_writes_outputs_and_artifacts(harness: None, tmp_path: Path) -> None:
+def test_experiment_flow_writes_outputs_and_artifacts(harness: None, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     from dasflow.io.store import LocalStore
     from flows.experiment import experiment_flow
 
-    accuracy.register_truth("counts", _counts_truth)
-    try:
-        seed_inputs(LocalStore(tmp_path / "store"))
-        config = tmp_path / "release.json"
-        config.write_text(json.dumps(release_dict(str(tmp_path / "store"), release_id="exp-flow")))
-        result = experiment_flow(str(config), runs=3, out=str(tmp_path / "out"), budget_scales="1,2", seed=4)
-    finally:
-        accuracy.TRUTH.pop("counts", None)
+    give_counts_truth(monkeypatch)
+    seed_inputs(LocalStore(tmp_path / "store"))
+    config = tmp_path / "release.json"
+    config.write_text(json.dumps(release_dict(str(tmp_path / "store"), release_id="exp-flow")))
+    result = experiment_flow(str(config), runs=3, out=str(tmp_path / "out"), budget_scales="1,2", seed=4)
     metrics = pd.read_csv(result["paths"]["metrics.csv"])
     assert list(metrics.columns) == list(COLUMNS) and set(metrics["budget_scale"]) == {1.0, 2.0}
     assert result["meta"]["runs"] == 3 and not (tmp_path / "store" / "runs").exists()

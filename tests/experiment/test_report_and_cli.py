@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import io
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -14,25 +12,15 @@ import pytest
 from dasflow.cli import main
 from dasflow.experiment import COLUMNS, method_sha256, run_experiment
 from dasflow.experiment.record import recorded, write_outputs
-from dasflow.pipeline.run import RunContext
 from dasflow.release import accuracy
 from dasflow.release.accuracy import accuracy_report
-from tests.dag import counts_product
 from tests.dag.helpers import release_config
-from tests.release.helpers import released_context
-
-
-def _counts_truth(ctx: RunContext) -> dict[str, pd.DataFrame]:
-    persons = pd.read_csv(io.BytesIO(ctx.store.get(counts_product.PERSONS)), dtype=str)
-    return {"state.csv": persons.groupby("STATE").size().rename("COUNT").reset_index(),
-            "state_sex.csv": persons.groupby(["STATE", "SEX"]).size().rename("COUNT").reset_index()}
+from tests.release.helpers import give_counts_truth, released_context
 
 
 @pytest.fixture
-def counts_truth() -> Iterator[None]:
-    accuracy.register_truth("counts", _counts_truth)
-    yield
-    accuracy.TRUTH.pop("counts", None)
+def counts_truth(monkeypatch: pytest.MonkeyPatch) -> None:
+    give_counts_truth(monkeypatch)
 
 
 def _text(page: str) -> str:

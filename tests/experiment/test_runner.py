@@ -6,8 +6,6 @@ for a new seed; the seed is fixed, so the outcome is deterministic)."""
 
 from __future__ import annotations
 
-import io
-from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 
@@ -18,29 +16,22 @@ import pytest
 from dasflow.config import ReleaseConfig
 from dasflow.errors import InputError
 from dasflow.experiment import run_experiment
-from dasflow.io.store import LocalStore
+from dasflow.io.store import LocalStore, ObjectStore
 from dasflow.release import accuracy
 from tests.dag import counts_product
 from tests.dag.helpers import release_config, seed_inputs
+from tests.release.helpers import counts_truth_frames, give_counts_truth, take_counts_truth
 
 Z = 3.29
 RUNS = 300
 
 
-def _counts_truth(ctx: object) -> dict[str, pd.DataFrame]:
-    store = ctx.store  # type: ignore[attr-defined]
-    persons = pd.read_csv(io.BytesIO(store.get(counts_product.PERSONS)), dtype=str)
-    return {"state.csv": persons.groupby("STATE").size().rename("COUNT").reset_index(),
-            "state_sex.csv": persons.groupby(["STATE", "SEX"]).size().rename("COUNT").reset_index()}
-
-
 @pytest.fixture
-def counts_config(tmp_path: Path) -> Iterator[ReleaseConfig]:
-    accuracy.register_truth("counts", _counts_truth)
+def counts_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ReleaseConfig:
+    give_counts_truth(monkeypatch)
     store = LocalStore(tmp_path / "store")
     seed_inputs(store)
-    yield release_config(str(tmp_path / "store"))   # ρ: state 1/2 (σ² = 1), state_sex 1/4 (σ² = 2)
-    accuracy.TRUTH.pop("counts", None)
+    return release_config(str(tmp_path / "store"))   # ρ: state 1/2 (σ² = 1), state_sex 1/4 (σ² = 2)
 
 
 def _dgauss(sigma2: float) -> tuple[np.ndarray, np.ndarray]:
@@ -78,12 +69,12 @@ def test_confidential_part_runs_once(counts_config: ReleaseConfig, monkeypatch: 
         calls["prepare"] += 1
         return prepare(self, *args)  # type: ignore[arg-type]
 
-    def counting_truth(ctx: object) -> dict[str, pd.DataFrame]:
+    def counting_truth(store: ObjectStore) -> dict[str, pd.DataFrame]:
         calls["truth"] += 1
-        return _counts_truth(ctx)
+        return counts_truth_frames(store)
 
     monkeypatch.setattr(counts_product.CountsProduct, "prepare", counting_prepare)
-    monkeypatch.setitem(accuracy.TRUTH, "counts", counting_truth)
+    give_counts_truth(monkeypatch, counting_truth)
     exp = run_experiment(counts_config, runs=4, scales=(Fraction(1, 2), Fraction(1)), seed=1)
     assert calls == {"prepare": 1, "truth": 1}
     assert set(exp.metrics["budget_scale"]) == {0.5, 1.0}
@@ -105,11 +96,12 @@ def test_refuses_inputs_the_synthetic_census_did_not_generate(counts_config: Rel
     assert not (tmp_path / "store" / "runs").exists()      # no release, no ledger, nothing spent
 
 
-def test_bad_arguments_and_products_without_truth(counts_config: ReleaseConfig) -> None:
+def test_bad_arguments_and_products_without_truth(counts_config: ReleaseConfig,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(InputError, match="--runs"):
         run_experiment(counts_config, runs=0)
     with pytest.raises(InputError, match="not in the config"):
         run_experiment(counts_config, runs=1, products=["phsafe"])
-    accuracy.TRUTH.pop("counts")
+    take_counts_truth(monkeypatch)
     exp = run_experiment(counts_config, runs=1)
     assert exp.metrics.empty and "counts" in exp.meta["skipped"]

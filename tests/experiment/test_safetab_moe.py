@@ -17,8 +17,8 @@ import pytest
 
 from dasflow.demo import prepare_demo
 from dasflow.experiment import run_experiment
-from dasflow.experiment.safetab_moe import cell_moes, sum_moe90
 from dasflow.privacy import accounting
+from dasflow.products.safetab_p.moe import cell_moes, sum_moe90
 
 SIGMA2 = Fraction(9, 2)
 TO_SIGMA2 = Fraction(7, 3)

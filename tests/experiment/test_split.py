@@ -7,9 +7,7 @@ seed; the seed is fixed, so the outcome is deterministic)."""
 
 from __future__ import annotations
 
-import io
 import json
-from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -28,9 +26,8 @@ from dasflow.experiment.scaling import Split, parse_split, scale_plan, split_fac
 from dasflow.io.store import LocalStore
 from dasflow.privacy import accounting
 from dasflow.privacy.measurement import MeasurementSpec
-from dasflow.release import accuracy
-from tests.dag import counts_product
 from tests.dag.helpers import release_config, seed_inputs, topdown_release
+from tests.release.helpers import give_counts_truth
 
 Z = 3.29
 
@@ -143,16 +140,10 @@ def test_topdown_scaled_twin_and_split_refused(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def counts_config(tmp_path: Path) -> Iterator[ReleaseConfig]:
-    def truth(ctx: Any) -> dict[str, pd.DataFrame]:
-        persons = pd.read_csv(io.BytesIO(ctx.store.get(counts_product.PERSONS)), dtype=str)
-        return {"state.csv": persons.groupby("STATE").size().rename("COUNT").reset_index(),
-                "state_sex.csv": persons.groupby(["STATE", "SEX"]).size().rename("COUNT").reset_index()}
-
-    accuracy.register_truth("counts", truth)
+def counts_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ReleaseConfig:
+    give_counts_truth(monkeypatch)
     seed_inputs(LocalStore(tmp_path / "store"))
-    yield release_config(str(tmp_path / "store"))   # ρ: state 1/2 (σ² = 1), state_sex 1/4 (σ² = 2)
-    accuracy.TRUTH.pop("counts", None)
+    return release_config(str(tmp_path / "store"))   # ρ: state 1/2 (σ² = 1), state_sex 1/4 (σ² = 2)
 
 
 def test_split_sweep_end_to_end(counts_config: ReleaseConfig, tmp_path: Path) -> None:

@@ -1,13 +1,25 @@
-"""A small but complete release (the DAG's counts test product) for the release-stage tests."""
+"""A small but complete release (the DAG's counts test product) for the release-stage tests, and the counts
+product's ground-truth twin (given to its plugin by the tests that need one)."""
 
 from __future__ import annotations
 
+import io
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+import pytest
+
+from dasflow.io.store import ObjectStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import RunContext, freeze_config
+from dasflow.registry import get_plugin
+from dasflow.release.stage import release_stage
+from tests.dag import counts_product
 from tests.dag.helpers import local_release
+
+TruthFn = Callable[[ObjectStore], dict[str, pd.DataFrame]]
 
 
 def released_context(tmp: Path, **kw: Any) -> RunContext:
@@ -21,5 +33,29 @@ def released_context(tmp: Path, **kw: Any) -> RunContext:
         stages.preprocess_stage(ctx, p.name)
         stages.measure_stage(ctx, p.name)
         stages.postprocess_stage(ctx, p.name)
-    stages.release_stage(ctx)
+    release_stage(ctx)
     return ctx
+
+
+def counts_truth_frames(store: ObjectStore) -> dict[str, pd.DataFrame]:
+    """Exact tabulation of the counts test product (its ground-truth twin), in its release layout."""
+    persons = pd.read_csv(io.BytesIO(store.get(counts_product.PERSONS)), dtype=str)
+    return {"state.csv": persons.groupby("STATE").size().rename("COUNT").reset_index(),
+            "state_sex.csv": persons.groupby(["STATE", "SEX"]).size().rename("COUNT").reset_index()}
+
+
+def give_counts_truth(monkeypatch: pytest.MonkeyPatch, fn: TruthFn = counts_truth_frames) -> None:
+    """Give the counts product's plugin a ground-truth twin (its ``truth`` hook) until the test ends."""
+
+    def truth(self: Any, store: ObjectStore, inputs: Mapping[str, str], config: Any,
+              universe: str) -> dict[str, pd.DataFrame]:
+        return fn(store)
+
+    monkeypatch.setattr(type(get_plugin("counts")), "truth", truth)
+
+
+def take_counts_truth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counts product without a ground-truth twin (the plugin's default ``truth``) until the test ends."""
+    cls = type(get_plugin("counts"))
+    if "truth" in cls.__dict__:
+        monkeypatch.delattr(cls, "truth")

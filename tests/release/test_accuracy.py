@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 
@@ -21,7 +20,8 @@ from PIL import Image as PILImage
 
 from dasflow.pipeline.run import RunContext
 from dasflow.privacy import accounting
-from dasflow.release import accuracy
+from dasflow.products.groupsize.reporting import groupsize_consistency
+from dasflow.products.topdown.reporting import topdown_consistency
 from dasflow.release.accuracy import (
     TruthRefused,
     accuracy_report,
@@ -31,27 +31,17 @@ from dasflow.release.accuracy import (
     hierarchy_check,
     truth_frames,
 )
-from tests.dag import counts_product
-from tests.release.helpers import released_context
+from tests.release.helpers import give_counts_truth, released_context
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--host-resolver-rules=MAP * ~NOTFOUND")
 
 
-def _counts_truth(ctx: RunContext) -> dict[str, pd.DataFrame]:
-    """Exact tabulation of the counts test product (its ground-truth twin), in its release layout."""
-    persons = pd.read_csv(io.BytesIO(ctx.store.get(counts_product.PERSONS)), dtype=str)
-    state = persons.groupby("STATE").size().rename("COUNT").reset_index()
-    sex = persons.groupby(["STATE", "SEX"]).size().rename("COUNT").reset_index()
-    return {"state.csv": state, "state_sex.csv": sex}
-
-
 @pytest.fixture
-def test_release(tmp_path: Path) -> Iterator[RunContext]:
-    accuracy.register_truth("counts", _counts_truth)
-    yield released_context(tmp_path)
-    accuracy.TRUTH.pop("counts", None)
+def test_release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RunContext:
+    give_counts_truth(monkeypatch)
+    return released_context(tmp_path)
 
 
 def test_expected_moes_come_from_the_plan_via_accounting(test_release: RunContext) -> None:
@@ -86,13 +76,13 @@ def test_hierarchy_check_counts_inconsistent_cells() -> None:
 def test_topdown_and_groupsize_diagnostics() -> None:
     us = pd.DataFrame({"GEOID": ["US", "US"], "SEX": [0, 1], "COUNT": [10, 7]})
     st = pd.DataFrame({"GEOID": ["01", "01", "02", "02"], "SEX": [0, 1, 0, 1], "COUNT": [4, 3, 6, 4]})
-    rows = accuracy._topdown_consistency({"topdown_US.csv": us, "topdown_state.csv": st})
+    rows = topdown_consistency({"topdown_US.csv": us, "topdown_state.csv": st})
     assert rows == [{"product": "topdown", "check": "US = Σ state", "cells": 2, "inconsistent": 0,
                      "max_abs_diff": 0.0}]
     nation = pd.DataFrame({"STATE": ["US", "US"], "HOUSEHOLD_SIZE": ["1", "2+"], "COUNT": [5, 6]})
     state = pd.DataFrame({"STATE": ["01", "02", "01", "02"], "HOUSEHOLD_SIZE": ["1", "1", "2+", "2+"],
                           "COUNT": [2, 3, 1, 4]})
-    gs = accuracy._groupsize_consistency({"groupsize_nation.csv": nation, "groupsize_state.csv": state}, n=12)
+    gs = groupsize_consistency({"groupsize_nation.csv": nation, "groupsize_state.csv": state}, n=12)
     assert [(r["inconsistent"], r["max_abs_diff"]) for r in gs] == [(1, 1.0), (1, 1.0)]
 
 

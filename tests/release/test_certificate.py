@@ -8,9 +8,12 @@ import hashlib
 import html.parser
 from pathlib import Path
 
+import pytest
+
 from dasflow.pipeline.run import code_version
 from dasflow.privacy import accounting
-from dasflow.release.certificate import TEST_BANNER, certificate, register_invariants
+from dasflow.registry import get_plugin
+from dasflow.release.certificate import TEST_BANNER, certificate
 from tests.release.helpers import released_context
 
 
@@ -71,14 +74,12 @@ def test_test_release_certificate_contents(tmp_path: Path) -> None:
     assert certificate(ctx) == (md, page)
 
 
-def test_production_release_certificate_and_declared_invariants(tmp_path: Path) -> None:
+def test_production_release_certificate_and_declared_invariants(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     ctx = released_context(tmp_path, seed=None)
-    register_invariants("counts", lambda c: ["counts: the number of states (public)"])
-    try:
-        md, page = certificate(ctx)
-    finally:
-        from dasflow.release.certificate import INVARIANTS
-        INVARIANTS.pop("counts")
+    monkeypatch.setattr(type(get_plugin("counts")), "invariants",
+                        lambda self, public, config: ["counts: the number of states (public)"])
+    md, page = certificate(ctx)
     assert md.startswith("# Privacy certificate: release `r1`")
     assert "TEST RELEASE" not in md and "TEST RELEASE" not in page
     assert "OS CSPRNG — production mode" in md

@@ -9,14 +9,14 @@ import pytest
 
 from dasflow.errors import InputError
 from dasflow.io.store import LocalStore
-from dasflow.release.phsafe_estimates import (
+from dasflow.postprocess.posterior import count_posterior, ratio_posterior
+from dasflow.products.phsafe.estimates import (
     estimate_file_name,
     estimates_bytes,
     parse_release_file,
     phsafe_estimates,
     read_release_frames,
 )
-from dasflow.release.posterior import count_posterior, ratio_posterior
 
 GROUPS = [("1", "USA", "*"), ("1", "USA", "A"), ("06", "STATE", "*")]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dasflow.release.posterior import count_posterior, log_diff_ndtr, ratio_posterior
+from dasflow.postprocess.posterior import count_posterior, log_diff_ndtr, ratio_posterior
 
 Z5 = 5.0
 

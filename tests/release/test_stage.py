@@ -20,8 +20,9 @@ from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import RunContext, freeze_config
 from dasflow.privacy import account
+from dasflow.release.accuracy import estimate_checks, truth_frames
 from dasflow.release.publish import MANIFEST, OutputInvalid, publish, write_release_manifest
-from dasflow.release.stage import finalize_release
+from dasflow.release.stage import finalize_release, release_stage
 
 
 def phsafe_release(tmp: Path, seed: int | None = 4) -> RunContext:
@@ -45,7 +46,7 @@ def phsafe_release(tmp: Path, seed: int | None = 4) -> RunContext:
     stages.preprocess_stage(ctx, "phsafe")
     stages.measure_stage(ctx, "phsafe")
     stages.postprocess_stage(ctx, "phsafe")
-    stages.release_stage(ctx)
+    release_stage(ctx)
     return ctx
 
 
@@ -77,8 +78,7 @@ def test_finalize_a_phsafe_test_release_and_publish_it(tmp_path: Path) -> None:
     assert "<title>TEST RELEASE" in report and "Observed error against the ground truth" in report
     assert "PH3.csv" in report
     assert "PHSafe statistical post-processing against the ground truth" in report
-    from dasflow.release.accuracy import estimate_checks, truth_frames
-    checks = estimate_checks(ctx, truth_frames(ctx))
+    checks = estimate_checks(ctx, "phsafe", truth_frames(ctx)["phsafe"])
     assert set(checks["file"]) >= {"PH2.csv", "PH3.csv", "PH1_num.csv"}
     zeros = checks[checks["true count"] == "0"]
     assert (zeros["interval_coverage"] == 0).all()  # the lower end of a flat-prior interval is > 0

@@ -15,6 +15,7 @@ from dasflow.errors import DasflowError, InputError, LedgerRefusal
 from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import freeze_config
+from dasflow.release.stage import release_stage
 from tests.synthetic import mark_inputs
 
 
@@ -65,7 +66,7 @@ def run_release(store: LocalStore, raw: dict[str, Any], *, full: bool = False,
                 stages.preprocess_stage(ctx, p.name)
                 stages.measure_stage(ctx, p.name)
                 stages.postprocess_stage(ctx, p.name)
-            stages.release_stage(ctx)
+            release_stage(ctx)
         return EXIT_OK
     except InputError as exc:
         if errors is not None:

@@ -24,6 +24,7 @@ from dasflow.io.store import ObjectStore, StoreError
 from dasflow.privacy import accounting
 from dasflow.products.groupsize import checks
 from dasflow.products.groupsize.product import GroupSizeConfig, GroupSizeProduct
+from dasflow.products.groupsize.reporting import groupsize_consistency, groupsize_truth
 from dasflow.products.plugin import DemoCensus, DemoEntry, InputChecks, InputDeclaration, ProductPlugin
 from dasflow.synth.reference import counties as synth_counties
 from validation.configs import check_infinity, check_keys
@@ -118,6 +119,25 @@ class GroupSizePlugin(ProductPlugin[GroupSizeConfig]):
 
     def check_outputs(self, frames: Mapping[str, pd.DataFrame]) -> InputError | None:
         return checks.check_outputs(frames)
+
+    def invariants(self, public: Mapping[str, Any], config: GroupSizeConfig) -> list[str]:
+        """Group sizes hold the number of occupied housing units n invariant (public, from the MAF)."""
+        return [f"groupsize: number of occupied housing units n = {int(public['n_groups'])} (public, from the "
+                "MAF; held invariant by the product)"]
+
+    def truth(self, store: ObjectStore, inputs: Mapping[str, str], config: GroupSizeConfig,
+              universe: str) -> dict[str, pd.DataFrame]:
+        """Group sizes by exact tabulation: households per (geography, size) in the release layout."""
+        public = self.public_inputs(store, inputs, config)
+        households = self.confidential_inputs(store, inputs, config)["households"]
+        frames = groupsize_truth(households, public["geography"], int(config.k))
+        return {self.file_name(f"groupsize_{level}", universe): f for level, f in frames.items()}
+
+    def consistency(self, files: Mapping[str, pd.DataFrame], public: Mapping[str, Any],
+                    config: GroupSizeConfig) -> list[dict[str, Any]]:
+        """nation ⊇ states ⊇ counties per size, and Σ nation against the public n (when it could be read)."""
+        n = int(public["n_groups"]) if "n_groups" in public else None
+        return groupsize_consistency(files, n)
 
 
 PLUGIN = GroupSizePlugin()

@@ -8,9 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from dasflow.io.files import input_prefix, read_parquet_records
 from dasflow.io.store import ObjectStore
 from dasflow.products.matrix.config import MatrixConfig, parse_config
+from dasflow.products.matrix.estimate import marginal_of
 from dasflow.products.matrix.product import MatrixProduct
 from dasflow.products.plugin import InputDeclaration, ProductPlugin, config_json
 
@@ -45,6 +49,21 @@ class MatrixPlugin(ProductPlugin[MatrixConfig]):
 
     def file_name(self, table: str, universe: str) -> str:
         return f"{table}.csv"
+
+    def truth(self, store: ObjectStore, inputs: Mapping[str, str], config: MatrixConfig,
+              universe: str) -> dict[str, pd.DataFrame]:
+        """The workload tables of the true histogram (the product's own tabulation): attribute codes + COUNT per
+        cell, in the release layout (``{level}_{table}``)."""
+        conf = self.confidential_inputs(store, inputs, config)
+        hist = MatrixProduct(config).histogram(conf["records"], str(conf["records_source"]))
+        names = list(config.schema)
+        out: dict[str, pd.DataFrame] = {}
+        for table, attrs in config.workload.items():
+            counts = marginal_of(hist, [names.index(a) for a in attrs]).astype(np.int64).reshape(-1)
+            grid = np.indices([config.schema[a] for a in attrs]).reshape(len(attrs), -1) if attrs else ()
+            frame = pd.DataFrame({a: grid[i] for i, a in enumerate(attrs)} | {"COUNT": counts})
+            out[self.file_name(f"{config.level}_{table}", universe)] = frame
+        return out
 
 
 PLUGIN = MatrixPlugin()

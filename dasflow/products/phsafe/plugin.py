@@ -7,12 +7,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from dasflow.errors import InputError
 from dasflow.io.files import input_prefix, local_file
 from dasflow.io.store import ObjectStore
 from dasflow.products.phsafe import PHSAFE, PHSafe, PHSafeConfig, checks, load_config, parse_config, plan
 from dasflow.products.phsafe import cli as phsafe_cli
+from dasflow.products.phsafe.estimates import checked_frame, estimate_file_name, estimates_bytes, phsafe_estimates
 from dasflow.products.phsafe.inputs import Inputs, check_cross_file, read_table
+from dasflow.products.phsafe.product import run_non_private
 from dasflow.products.plugin import (
     BudgetPlan,
     CliCommand,
@@ -87,6 +91,26 @@ class PHSafePlugin(ProductPlugin[PHSafeConfig]):
     def check_release_files(self, files: Mapping[str, bytes], config: PHSafeConfig) -> None:
         """R16: schema, public domain and VARIANCE = the formula (:func:`checks.check_release_files`)."""
         checks.check_release_files(files, config)
+
+    def invariants(self, public: Mapping[str, Any], config: PHSafeConfig) -> list[str]:
+        return ["phsafe: none (phsafe.md §2: no consistency is imposed; PH5_num = PH4 and PH8_num from PH7 are "
+                "exact post-processing copies)"]
+
+    def extra_release_files(self, tables: Mapping[str, pd.DataFrame], config: PHSafeConfig) -> dict[str, bytes]:
+        """``estimates/{PH1,PH5,PH8,PH1_num,…}.csv``: the statistical post-processing of every released table
+        (:mod:`dasflow.products.phsafe.estimates`; published counts and variances only, so no budget)."""
+        frames = {rel[:-4]: checked_frame(frame, rel) for rel, frame in tables.items()
+                  if "/" not in rel and rel.endswith(".csv")}
+        return {estimate_file_name(name): estimates_bytes(frame)
+                for name, frame in sorted(phsafe_estimates(frames).items())}
+
+    def truth(self, store: ObjectStore, inputs: Mapping[str, str], config: PHSafeConfig,
+              universe: str) -> dict[str, pd.DataFrame]:
+        """PHSafe's non-private twin (no noise, no truncation: phsafe.md §3 implementation notes)."""
+        public = self.public_inputs(store, inputs, config)
+        conf = self.confidential_inputs(store, inputs, config)
+        frames = run_non_private(conf["persons"], conf["units"], public["geo"], config)
+        return {self.file_name(t, universe): f for t, f in frames.items()}
 
     def budget_format(self, raw: Mapping[str, Any] | None) -> bool:
         """A PHSafe production ``config.json`` carries ``privacy_budget`` and ``tau``."""

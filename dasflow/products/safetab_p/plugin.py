@@ -10,15 +10,18 @@ plan lists every stage-1 key before any stage-2 key, and every budget is fixed i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+import pandas as pd
+
 from dasflow.errors import InputError
 from dasflow.io.files import input_prefix, local_dir, local_file
 from dasflow.io.store import ObjectStore
-from dasflow.privacy import accounting
+from dasflow.privacy import accounting, rng
 from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
 from dasflow.products.base import Prepared
 from dasflow.products.plugin import (
@@ -31,10 +34,10 @@ from dasflow.products.plugin import (
     budget_text,
     config_json,
 )
-from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, checks, load_public, parse_config, with_stage1
+from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, checks, load_public, moe, parse_config, with_stage1
 from dasflow.products.safetab_p import cli as safetab_cli
 from dasflow.products.safetab_p import load_config as load_safetab_config
-from dasflow.products.safetab_p.product import PERSON_DIR, person_files
+from dasflow.products.safetab_p.product import PERSON_DIR, ground_truth_config, person_files, run_universe
 from dasflow.products.safetab_p.records import GRFC_FILE, PERSON_COLUMNS, PERSON_FILE, encode_persons, read_pipe_file
 from validation.configs import check_infinity, check_keys
 
@@ -151,6 +154,31 @@ class SafeTabPPlugin(ProductPlugin[SafeTabPConfig]):
 
     def output_header(self, file: str) -> list[str] | None:
         return checks.output_header(file)
+
+    def invariants(self, public: Mapping[str, Any], config: SafeTabPConfig) -> list[str]:
+        return ["safetab-p: none (every count is noisy; no totals are held invariant)"]
+
+    def truth(self, store: ObjectStore, inputs: Mapping[str, str], config: SafeTabPConfig,
+              universe: str) -> dict[str, pd.DataFrame]:
+        """SafeTab-P's ground-truth twin: every tabulated level at infinite budget (no noise, same adaptivity)."""
+        cfg = ground_truth_config(config)
+        public = self.public_inputs(store, inputs, cfg)
+        conf = self.confidential_inputs(store, inputs, cfg)
+        result = run_universe(public, conf, rng.seeded(0))  # σ² = 0 everywhere: the generator is never used
+        return {self.file_name(n, universe): f for n, f in result.tables.items()}
+
+    def cell_moes(self, specs: Sequence[MeasurementSpec], published: Mapping[str, pd.DataFrame],
+                  public: Mapping[str, Any], universe: str, cache: dict[Any, Any]) -> dict[str, np.ndarray]:
+        """The stated MOE of every published t1/t2 row (:mod:`dasflow.products.safetab_p.moe`: from the plan,
+        the public iteration index and the published tables only)."""
+        names = {t: self.file_name(t, universe) for t in ("t1", "t2")}
+        if not all(n in published for n in names.values()):
+            return {}
+        cache_key = ("safetab_keys", tuple((s.key, s.noise, s.detail.get("total_only_noise")) for s in specs))
+        if cache_key not in cache:
+            cache[cache_key] = moe.key_table(specs, public)
+        t1, t2 = moe.cell_moes(published[names["t1"]], published[names["t2"]], cache[cache_key])
+        return {names["t1"]: t1, names["t2"]: t2}
 
     def budget_format(self, raw: Mapping[str, Any] | None) -> bool:
         """A SafeTab-P ``PARAMETERS_DIR`` (a directory) or a ``config.json`` with ``privacy_budget_p_*`` keys."""

@@ -18,9 +18,11 @@ Config (JSON)::
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
 import pandas as pd
@@ -40,6 +42,7 @@ from dasflow.products.topdown.invariants import (
 )
 from dasflow.products.topdown.partitioned import PartitionedTopDown
 from dasflow.products.topdown.product import TopDown, TopDownConfig
+from dasflow.products.topdown.reporting import topdown_consistency, topdown_truth
 from dasflow.products.topdown.spine import GEOGRAPHY_COLUMNS, preset
 from dasflow.products.topdown.strategy import (
     PL94_GEOLEVEL_SHARES,
@@ -96,6 +99,7 @@ class TopDownPlugin(ProductPlugin[TopDownConfig]):
 
     name = "topdown"
     synth_format = "topdown"
+    zero_filled = True
     input_declarations = (
         InputDeclaration("topdown", "confidential/topdown/", confidential=True),
         InputDeclaration("topdown_public", "public/topdown/", confidential=False),
@@ -177,6 +181,26 @@ class TopDownPlugin(ProductPlugin[TopDownConfig]):
     def input_checks(self, confidential: Mapping[str, Any], public: Mapping[str, Any],
                      config: TopDownConfig) -> InputChecks:
         return checks.input_checks(confidential, public, config)
+
+    def truth(self, store: ObjectStore, inputs: Mapping[str, str], config: TopDownConfig,
+              universe: str) -> dict[str, pd.DataFrame]:
+        """The published tables of the true block histogram (:func:`reporting.topdown_truth`)."""
+        product = self.product(config)
+        public = self.public_inputs(store, inputs, config)
+        conf = self.confidential_inputs(store, inputs, config)
+        return {self.file_name(t, universe): f for t, f in topdown_truth(product, conf, public).items()}
+
+    def consistency(self, files: Mapping[str, pd.DataFrame], public: Mapping[str, Any],
+                    config: TopDownConfig) -> list[dict[str, Any]]:
+        """Each standard geolevel against the sum of its children (released values only)."""
+        return topdown_consistency(files)
+
+    def scaled_config(self, config: TopDownConfig, factor: Fraction) -> TopDownConfig:
+        """TopDown draws its noise from its strategy (budget ρ·β·α per key and the spine's γ), not from the
+        planned key: a budget scale is the strategy's budget × factor (its own plan, through the accountant).
+        The spine does not depend on the budget."""
+        return dataclasses.replace(config, strategy=dataclasses.replace(config.strategy,
+                                                                        budget=config.strategy.budget * factor))
 
     def partitioned(self, product: Product[TopDownConfig]) -> PartitionedTopDown:
         """Post-processing in parts (root, then per state / partition unit and level): the Dask scale-out."""

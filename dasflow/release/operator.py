@@ -7,6 +7,7 @@ from typing import Any
 from dasflow.errors import LedgerRefusal
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import RunContext
+from dasflow.release.stage import release_stage
 
 
 def ledger_snapshot(ctx: RunContext) -> dict[str, Any]:
@@ -27,7 +28,7 @@ def rerun_postprocess(ctx: RunContext) -> dict[str, Any]:
         stages.load_measurements(ctx, p.name)  # refuses if any planned key is not committed
     for p in ctx.config.products:
         stages.postprocess_stage(ctx, p.name, force=True)
-    manifest = stages.release_stage(ctx)
+    manifest = release_stage(ctx)
     after = ledger_snapshot(ctx)
     if after != before:
         raise LedgerRefusal("the ledger changed during a post-processing rerun; investigate before publishing")

@@ -6,10 +6,10 @@ iteration × cell with ``COUNT``, ``NOISE_DISTRIBUTION`` and ``VARIANCE``). Outp
 
 * one **count** frame per input table (same keys): ``COUNT`` and ``VARIANCE`` as published, then
   ``ESTIMATE``/``LOWER_90``/``UPPER_90`` — the truncated-normal posterior mean and 90 % equal-tailed credible
-  interval of the true count (:func:`dasflow.release.posterior.count_posterior`);
+  interval of the true count (:func:`dasflow.postprocess.posterior.count_posterior`);
 * one **average** frame per ratio table, ``PH1``, ``PH5`` and ``PH8`` (cell 1 = total, then the shell's
   lines), with ``ESTIMATE``/``LOWER_90``/``UPPER_90`` of the average and the posterior means of its numerator
-  and denominator (:func:`dasflow.release.posterior.ratio_posterior`).
+  and denominator (:func:`dasflow.postprocess.posterior.ratio_posterior`).
 
 Privacy: this reads only the published noisy counts and their public variances, so it is post-processing of a
 DP release and costs no budget (phsafe.md §3 "Statistical postprocessing"). The intervals cover DA noise only,
@@ -38,7 +38,7 @@ import pandas as pd
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
-from dasflow.release.posterior import count_posterior, ratio_posterior
+from dasflow.postprocess.posterior import count_posterior, ratio_posterior
 
 KEYS = ("REGION_ID", "REGION_TYPE", "ITERATION_CODE")
 #: κ: the upper bound of every average (the truncation threshold τ of the person tables)
