@@ -1,112 +1,12 @@
-"""A small but complete product used to exercise the DAG: noisy person counts per (state, sex).
-
-It is a real product (exact discrete Gaussian via the privacy core, sensitivity 1 per level: adding or removing
-one person changes one cell by one), small enough that the DAG tests run in seconds. Inputs:
-``confidential/counts/persons.csv`` (columns STATE, SEX) and a public ``public/counts/states.csv`` listing the
-states of the universe.
-"""
+"""The DAG tests' product ``counts`` (the plugin package ``tests.plugin_product``), registered for this process
+with the one line an agency adds for its own product; importing this module registers it."""
 
 from __future__ import annotations
 
-import io
-import json
-from collections.abc import Mapping
-from fractions import Fraction
-from typing import Any
+from dasflow import registry
+from tests.plugin_product.plugin import PLUGIN, CountsPlugin
+from tests.plugin_product.product import LEVELS, PERSONS, STATES, CountsProduct
 
-import numpy as np
-import pandas as pd
+registry.register("counts", "tests.plugin_product.plugin")
 
-from dasflow.errors import InputError
-from dasflow.io.store import ObjectStore
-from dasflow.pipeline.adapters import register
-from dasflow.privacy import accounting, relations, samplers
-from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
-from dasflow.products.base import Prepared
-
-PERSONS = "confidential/counts/persons.csv"
-STATES = "public/counts/states.csv"
-LEVELS = ("state", "state_sex")
-
-
-class CountsProduct:
-    name = "counts"
-
-    def plan(self, config: Any, public: Mapping[str, Any]) -> list[MeasurementSpec]:
-        n_states = len(public["states"])
-        specs = []
-        for level in LEVELS:
-            rho = accounting.parse_budget(config["rho"][level], f"rho.{level}")
-            sigma2 = Fraction(0) if rho is None else accounting.gaussian_sigma2(rho, 1)
-            specs.append(MeasurementSpec(
-                product=self.name, key=level, level=level, privacy_defn="zcdp",
-                mechanism="discrete_gaussian" if sigma2 else "none", budget=rho, sensitivity=Fraction(1),
-                noise=sigma2, cells=n_states * (1 if level == "state" else 2), variance=sigma2))
-        return specs
-
-    def prepare(self, inputs: Mapping[str, Any], public: Mapping[str, Any]) -> Prepared:
-        persons: pd.DataFrame = inputs["persons"]
-        states = list(public["states"])
-        idx = pd.Categorical(persons["STATE"], categories=states).codes.astype(np.int64)
-        sex = persons["SEX"].to_numpy(np.int64) - 1
-        by_state = np.bincount(idx, minlength=len(states))
-        by_sex = np.bincount(idx * 2 + sex, minlength=2 * len(states))
-        return {
-            "state": pd.DataFrame({"STATE": states, "COUNT": by_state}),
-            "state_sex": pd.DataFrame({"STATE": np.repeat(states, 2), "SEX": np.tile([1, 2], len(states)),
-                                       "COUNT": by_sex}),
-        }
-
-    def measure(self, prepared: Prepared, spec: MeasurementSpec, rng: Any) -> NoisyMeasurement:
-        frame = prepared[spec.level].copy()
-        noise = samplers.discrete_gaussian(spec.noise, len(frame), rng)
-        frame["NOISY"] = frame.pop("COUNT").to_numpy(np.int64) + noise
-        frame["VARIANCE"] = float(spec.variance)
-        frame["NOISE_DISTRIBUTION"] = "Discrete Gaussian"
-        return NoisyMeasurement(spec=spec, table=frame, rng_mode=rng.mode)
-
-    def postprocess(self, measurements: Mapping[str, NoisyMeasurement],
-                    public: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
-        return {m.spec.level: m.table.assign(ESTIMATE=m.table["NOISY"].clip(lower=0))
-                for m in measurements.values()}
-
-    def tables(self, estimates: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-        return {f"{level}.csv": frame for level, frame in estimates.items()}
-
-
-class CountsAdapter:
-    name = "counts"
-
-    def product(self, config: Any) -> CountsProduct:
-        return CountsProduct()
-
-    def load_config(self, text: str, universe: str) -> Any:
-        return json.loads(text)
-
-    def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
-        states = pd.read_csv(io.BytesIO(store.get(STATES)), dtype=str)["STATE"].tolist()
-        return {"states": states}
-
-    def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: Any) -> dict[str, Any]:
-        return {"persons": pd.read_csv(io.BytesIO(store.get(PERSONS)), dtype={"STATE": str})}
-
-    def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any], config: Any) -> dict[str, Any]:
-        persons = confidential["persons"]
-        bad_sex = ~persons["SEX"].isin([1, 2])
-        if bad_sex.any():
-            row = int(np.flatnonzero(bad_sex.to_numpy())[0]) + 2
-            raise InputError(f"SEX must be 1 or 2, got {persons['SEX'].iloc[row - 2]!r}", file=PERSONS, row=row,
-                             column="SEX")
-        bad_state = ~persons["STATE"].isin(public["states"])
-        if bad_state.any():
-            row = int(np.flatnonzero(bad_state.to_numpy())[0]) + 2
-            raise InputError("STATE not in the public state list", file=PERSONS, row=row, column="STATE")
-        return {"persons": len(persons)}
-
-    def file_name(self, table: str, universe: str) -> str:
-        return table
-
-
-ADAPTER = CountsAdapter()
-register("counts", __name__)
-relations.declare("counts", relations.add_remove_product())  # one person moves one cell of each level by 1
+__all__ = ["LEVELS", "PERSONS", "PLUGIN", "STATES", "CountsPlugin", "CountsProduct"]

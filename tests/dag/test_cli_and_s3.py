@@ -220,7 +220,7 @@ def test_a_refused_run_prints_no_traceback(tmp_path: Path) -> None:
     local_release(tmp_path)
     path = tmp_path / "refused.json"
     path.write_text(json.dumps(release_dict(str(tmp_path / "store"), cap="1/2")))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "DASFLOW_PRODUCTS": "counts=tests.dag.counts_product",
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DASFLOW_PRODUCTS": "counts=tests.plugin_product.plugin",
            "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90"}
     env.pop("PREFECT_API_URL", None)

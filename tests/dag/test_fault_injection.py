@@ -71,7 +71,7 @@ def prefect_api() -> Iterator[dict[str, str]]:
         time.sleep(0.5)
     client_env = {**os.environ, "PREFECT_HOME": home, "PREFECT_API_URL": url,
                   "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DASFLOW_TEST_MODE": "1",
-                  "DASFLOW_PRODUCTS": "counts=tests.dag.counts_product",
+                  "DASFLOW_PRODUCTS": "counts=tests.plugin_product.plugin",
                   "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     client_env.pop("DASFLOW_FAULT_AT", None)
     try:

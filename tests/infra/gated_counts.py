@@ -1,5 +1,5 @@
-"""The DAG test product ``counts`` (tests/dag/counts_product.py) with a gate in measurement, so an integration
-test can kill the worker at a known point in the middle of a run.
+"""The DAG test product ``counts`` (tests/plugin_product) with a gate in measurement, so an integration test can
+kill the worker at a known point in the middle of a run (``DASFLOW_PRODUCTS=counts=tests.infra.gated_counts``).
 
 When ``DASFLOW_TEST_GATE`` names a directory, measuring the ``state_sex`` level (after ``state`` was committed)
 writes ``waiting`` (holding the flow-run process id) there and blocks until a file ``open`` exists. Without the
@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dasflow.pipeline.adapters import register
 from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
-from tests.dag.counts_product import CountsAdapter, CountsProduct
+from tests.plugin_product.plugin import CountsPlugin
+from tests.plugin_product.product import CountsProduct
 
 GATED_LEVEL = "state_sex"
 
@@ -34,10 +34,9 @@ class GatedCountsProduct(CountsProduct):
         return super().measure(prepared, spec, rng)
 
 
-class GatedCountsAdapter(CountsAdapter):
+class GatedCountsPlugin(CountsPlugin):
     def product(self, config: Any) -> GatedCountsProduct:
         return GatedCountsProduct()
 
 
-ADAPTER = GatedCountsAdapter()
-register("counts", __name__)  # importing tests.dag.counts_product registered the ungated module; take it back
+PLUGIN = GatedCountsPlugin()

@@ -1,0 +1,1 @@
+"""A product plugin package outside dasflow (the ``counts`` test product)."""
