@@ -19,6 +19,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from dasflow.io.store import StoreError
 from dasflow.pipeline.metrics import stage_metrics
 from dasflow.pipeline.run import RunContext
+from dasflow.release.accuracy import expected_moes
 
 
 def artifact_key(*parts: str) -> str:
@@ -53,8 +54,6 @@ def certificate_artifact(ctx: RunContext) -> None:
 
 def accuracy_rows(ctx: RunContext) -> list[dict[str, Any]]:
     """Per product and level: keys, cells and the analytic 90 % / 95 % MOE of one noisy cell (plan only)."""
-    from dasflow.release.accuracy import expected_moes
-
     moes = expected_moes(ctx)
     if moes.empty:
         return []
