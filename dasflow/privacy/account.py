@@ -176,6 +176,17 @@ def read_chain(store: ObjectStore, name: str) -> list[Slot]:
     return chain
 
 
+def require_fits(account: Account, head: Fraction, amount: Fraction, who: str) -> Fraction:
+    """The one lifetime-cap check: ``head + amount`` within the account's cap, or ``LedgerRefusal`` (nothing is
+    drawn). Returns the new cumulative."""
+    cumulative = head + amount
+    if cumulative > account.cap:
+        raise LedgerRefusal(
+            f"account {account.name!r}: {who} needs {account.unit} = {amount} but only {account.cap - head} of the "
+            f"lifetime cap {account.cap} remains; nothing drawn")
+    return cumulative
+
+
 def _append(store: ObjectStore, account: Account, build: Any) -> Slot:
     """Claim the next slot: ``build(chain)`` returns the slot's record fields (or a Slot already in the chain,
     or raises); the cap check and the create-only claim are repeated until this process wins a slot."""
@@ -186,11 +197,7 @@ def _append(store: ObjectStore, account: Account, build: Any) -> Slot:
             return fields
         amount = Fraction(fields["amount"])
         head = chain[-1].cumulative if chain else Fraction(0)
-        cumulative = head + amount
-        if cumulative > account.cap:
-            raise LedgerRefusal(
-                f"account {account.name!r}: release {fields['release_id']!r} needs {account.unit} = {amount} but "
-                f"only {account.cap - head} of the lifetime cap {account.cap} remains; nothing drawn")
+        cumulative = require_fits(account, head, amount, f"release {fields['release_id']!r}")
         seq = len(chain)
         record = {**fields, "amount": str(amount), "seq": seq, "cumulative": str(cumulative),
                   "prev_sha256": chain[-1].sha256 if chain else "", "time": time.time()}
@@ -274,10 +281,7 @@ def check_fits(store: ObjectStore, name: str, universe: str, specs: Sequence[Mea
     res, ret = reservation(chain, release_id)
     if res is not None and ret is None and res.amount == amount:
         return amount
-    head = chain[-1].cumulative if chain else Fraction(0)
-    if head + amount > acct.cap:
-        raise LedgerRefusal(f"account {name!r}: the plan needs {acct.unit} = {amount} but only {acct.cap - head} "
-                            f"of the lifetime cap {acct.cap} remains")
+    require_fits(acct, chain[-1].cumulative if chain else Fraction(0), amount, "the plan")
     return amount
 
 

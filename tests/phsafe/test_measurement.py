@@ -182,6 +182,13 @@ def test_r12_refuses_over_cap_before_any_noise() -> None:
         measure_all(prepared, [*specs, specs[0]], _NoSpawn(), None)
     with pytest.raises(LedgerRefusal):
         measure_all(prepared, plan(parse_config(config_with(budget="Infinity"))), _NoSpawn(), Fraction(5))
+    # puredp: the cap is in ε and the plan's ε add (the ledger's one check, ``check_plan``)
+    pure = plan(parse_config(config_with(defn="puredp")))
+    eps = sum((s.budget or Fraction(0) for s in pure), Fraction(0))
+    with pytest.raises(LedgerRefusal, match="epsilon"):
+        measure_all(prepared, pure, _NoSpawn(), eps - Fraction(1, 10**6))
+    with pytest.raises(LedgerRefusal, match="more than once"):
+        measure_all(prepared, [*pure, pure[0]], _NoSpawn(), eps)
     ms = measure_all(prepared, specs, rng.seeded(5), Fraction("1.257281"))
     assert sum((m.spec.budget or 0 for m in ms.values()), Fraction(0)) == Fraction("1.257281")
     assert {m.rng_mode for m in ms.values()} == {"test"}

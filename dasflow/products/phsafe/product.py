@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dasflow.errors import InputError, LedgerRefusal
+from dasflow.errors import InputError
 from dasflow.privacy import rng as rng_mod
+from dasflow.privacy.ledger import Cap, check_plan
 from dasflow.products.base import Estimates, MeasurementSpec, NoisyMeasurement, Prepared
 from dasflow.products.phsafe import measure as measure_mod
 from dasflow.products.phsafe import outputs
@@ -103,27 +104,23 @@ class PHSafe:
 PHSAFE = PHSafe()
 
 
+def execution_cap(specs: list[MeasurementSpec], cap: Fraction | None) -> Cap:
+    """The execution's cap in the plan's own unit: ρ for a zcdp plan, ε for a puredp one (``None``: no cap)."""
+    if cap is not None and specs and all(s.privacy_defn == "puredp" for s in specs):
+        return Cap(rho=None, epsilon=cap)
+    return Cap(rho=cap)
+
+
 def measure_all(prepared: Prepared, specs: list[MeasurementSpec], generator: Any,
                 cap: Fraction | None) -> dict[str, NoisyMeasurement]:
     """Measure every planned key once, charging its budget against the execution's cap (R12).
 
-    ``cap`` None means an unlimited (infinite-budget) execution. Refuses (before drawing anything) a plan
-    whose
-    total exceeds the cap or that lists a key twice; each key's noise comes from
-    ``generator.spawn("phsafe/key")``.
+    ``cap`` (ρ under zcdp, ε under puredp) None means an unlimited (infinite-budget) execution. Before drawing
+    anything the plan goes through the ledger's one cap check (``ledger.check_plan``: duplicate keys, the exact
+    sequential total within the cap, an infinite budget over any cap), which raises ``LedgerRefusal``; each
+    key's noise comes from ``generator.spawn("phsafe/key")``.
     """
-    keys = [s.key for s in specs]
-    if len(set(keys)) != len(keys):
-        raise LedgerRefusal("the plan lists a measurement key twice")
-    spent: Fraction = Fraction(0)
-    infinite = False
-    for s in specs:
-        if s.budget is None:
-            infinite = True
-        else:
-            spent += s.budget
-    if cap is not None and (infinite or spent > cap):
-        raise LedgerRefusal(f"planned PHSafe spend {'infinite' if infinite else spent} exceeds the cap {cap}")
+    check_plan(specs, execution_cap(specs, cap))
     return {s.key: PHSAFE.measure(prepared, s, generator.spawn(f"phsafe/{s.key}")) for s in specs}
 
 
