@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 from fractions import Fraction
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,8 @@ def demo_plugins() -> list[tuple[ProductPlugin[Any], DemoEntry]]:
 
 
 def _config_text(name: str) -> str:
-    return resources.files("dasflow.demo_data").joinpath(name).read_text(encoding="utf-8")
+    """A packaged demo config (``dasflow/demo_data/``, package data beside this module)."""
+    return (Path(__file__).with_name("demo_data") / name).read_text(encoding="utf-8")
 
 
 def ensure_synthetic_census(store: LocalStore, persons: int, seed: int) -> None:
