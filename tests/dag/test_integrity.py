@@ -20,9 +20,9 @@ import pytest
 
 from dasflow.config import parse_release_config
 from dasflow.errors import InputError, IntegrityError
+from dasflow.io.files import cache_dir, local_file
 from dasflow.io.store import ForbiddenKey, LocalStore, ObjectStore
 from dasflow.pipeline import stages
-from dasflow.pipeline.adapters.files import cache_dir, local_file
 from dasflow.pipeline.inputs import inputs_digest, mark_synthetic
 from dasflow.pipeline.run import candidate_context, freeze_config, open_run
 from dasflow.release.publish import publish
