@@ -13,7 +13,6 @@ import pandas as pd
 import pytest
 
 from dasflow.errors import InputError
-from dasflow.pipeline.adapters.topdown import parse_topdown_config
 from dasflow.privacy import rng
 from dasflow.products.topdown.estimate import (
     Constraints,
@@ -29,6 +28,7 @@ from dasflow.products.topdown.invariants import (
     check_state_invariants,
     state_units,
 )
+from dasflow.products.topdown.plugin import parse_topdown_config
 from dasflow.products.topdown.product import TopDown, TopDownConfig
 from dasflow.products.topdown.solvers import coupled_projection, round_network, weighted_simplex_projection
 from dasflow.products.topdown.spine import preset
