@@ -11,7 +11,7 @@ import pytest
 
 from dasflow.errors import InputError
 from dasflow.io.store import LocalStore
-from dasflow.pipeline.adapters.safetab_p import ADAPTER
+from dasflow.products.safetab_p.plugin import PLUGIN
 from dasflow.products.safetab_p.tabulate import merged
 from tests.safetab_p.helpers import TOY, TOY_ZCDP
 
@@ -36,11 +36,11 @@ def _store(root: Path, split: bool, bad_row: bool = False) -> LocalStore:
 
 
 def _prepared(store: LocalStore) -> tuple[dict, dict]:  # type: ignore[type-arg]
-    cfg = ADAPTER.load_config((TOY_ZCDP / "config.json").read_text(), "US")
-    public = ADAPTER.public_inputs(store, INPUTS, cfg)
-    conf = ADAPTER.confidential_inputs(store, INPUTS, cfg)
-    summary = ADAPTER.validate(conf, public, cfg)
-    return conf | {"summary": summary}, ADAPTER.product(cfg).prepare(conf, public)
+    cfg = PLUGIN.load_config((TOY_ZCDP / "config.json").read_text(), "US")
+    public = PLUGIN.public_inputs(store, INPUTS, cfg)
+    conf = PLUGIN.confidential_inputs(store, INPUTS, cfg)
+    summary = PLUGIN.validate(conf, public, cfg)
+    return conf | {"summary": summary}, PLUGIN.product(cfg).prepare(conf, public)
 
 
 def test_split_input_prepares_the_same_counts(tmp_path: Path) -> None:
@@ -58,16 +58,16 @@ def test_split_input_prepares_the_same_counts(tmp_path: Path) -> None:
 
 def test_split_input_bad_row_names_file(tmp_path: Path) -> None:
     store = _store(tmp_path, split=True, bad_row=True)
-    cfg = ADAPTER.load_config((TOY_ZCDP / "config.json").read_text(), "US")
-    conf = ADAPTER.confidential_inputs(store, INPUTS, cfg)
+    cfg = PLUGIN.load_config((TOY_ZCDP / "config.json").read_text(), "US")
+    conf = PLUGIN.confidential_inputs(store, INPUTS, cfg)
     with pytest.raises(InputError, match="QAGE") as exc:
-        ADAPTER.validate(conf, ADAPTER.public_inputs(store, INPUTS, cfg), cfg)
+        PLUGIN.validate(conf, PLUGIN.public_inputs(store, INPUTS, cfg), cfg)
     assert exc.value.file == "person-records/02.txt" and exc.value.row == 3
 
 
 def test_both_person_inputs_refused(tmp_path: Path) -> None:
     store = _store(tmp_path, split=True)
     store.put("confidential/safetab-p/person-records.txt", (TOY / "person-records.txt").read_bytes())
-    cfg = ADAPTER.load_config((TOY_ZCDP / "config.json").read_text(), "US")
+    cfg = PLUGIN.load_config((TOY_ZCDP / "config.json").read_text(), "US")
     with pytest.raises(InputError, match="both"):
-        ADAPTER.confidential_inputs(store, INPUTS, cfg)
+        PLUGIN.confidential_inputs(store, INPUTS, cfg)
