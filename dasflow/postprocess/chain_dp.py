@@ -12,8 +12,7 @@ the inequalities non-negativity, y_N = n faithfulness.
 
 Two exact solvers of Model 3:
 
-* ``solve_chain_tables``: the chain DP as the paper describes it -- C_i = (v - target_i)^2 + Phi_i with Phi_i
-the
+* ``solve_chain_tables``: the chain DP as the paper describes it -- C_i = (v - target_i)^2 + Phi_i with Phi_i the
   prefix-min of C_{i-1} (inequality) or C_{i-1} itself (equality), over domain windows widened until interior,
   O(d) per table; sequential, used on small instances and as the reference.
 * ``solve_chain_isotonic`` (production): merging every equality block turns Model 3 into a weighted integer

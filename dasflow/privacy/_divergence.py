@@ -194,8 +194,7 @@ def rdp_to_approx_dp(curve: Callable[[Fraction], Decimal], delta: RationalLike =
 
     ``float_curve`` (optional, the same curve vectorised in float64) makes the search fast: it ranks the
     whole grid in float and only the α within 1e-6 of the float minimum are evaluated with ``curve`` at 50
-    digits. Every α yields a valid bound, so the reported (ε, α) is always a sound 50-digit value; the
-    pre-pass
+    digits. Every α yields a valid bound, so the reported (ε, α) is always a sound 50-digit value; the pre-pass
     can only matter if two grid points tie within 1e-6, and those are all re-evaluated exactly. A non-finite
     float value disables the pre-pass.
     """

@@ -2,14 +2,12 @@
 
 This is the public face of the privacy accountant; the implementation lives in small helper modules:
 
-``_exact``        exact parsing of budgets (``parse_budget``, ``load_json_exact``), explicit rounding, the
-50-digit
+``_exact``        exact parsing of budgets (``parse_budget``, ``load_json_exact``), explicit rounding, the 50-digit
                   decimal context used for every transcendental evaluation;
 ``_composition``  the plan model (``Spend``, ``Sequential``, ``Parallel``) and ``compose`` → ``Total``; noise
                   calibrations ``gaussian_sigma2`` (Δ²/(2ρ)), ``geometric_scale`` (Δ/ε); stability scaling,
                   generalized parallel composition, pure → zCDP, unbounded → bounded neighbours;
-``_divergence``   RDP of the geometric mechanism (the paper's τ and the exact discrete divergence), the α
-grid,
+``_divergence``   RDP of the geometric mechanism (the paper's τ and the exact discrete divergence), the α grid,
                   CKS and Bun–Steinke conversions to (ε, δ);
 ``_moe``          noise variances, MOE formulas and MOE ↔ budget calibrations (SafeTab 95 %, PHSafe 90 %).
 

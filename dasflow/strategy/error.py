@@ -2,10 +2,8 @@
 
 Conventions (spec §1, inconsistency 0(b)): ``tse`` is the TOTAL squared error over the workload rows,
 ``TSE = P · Δ(A)² · trace(G (AᵀA)⁺)``, and ``rms = sqrt(TSE / m)``. ``P`` is the noise constant of the privacy
-definition: ``p_gaussian`` (ε, δ) = 2 ln(2/δ)/ε² (the paper's Prop. 2), ``p_laplace`` = 2/ε² (Laplace variance
-2b²,
-b = Δ₁/ε), ``p_zcdp`` = 1/(2ρ) (Gaussian σ² = Δ₂²/(2ρ)). These floats are for analysis and display; budgets
-that
+definition: ``p_gaussian`` (ε, δ) = 2 ln(2/δ)/ε² (the paper's Prop. 2), ``p_laplace`` = 2/ε² (Laplace variance 2b²,
+b = Δ₁/ε), ``p_zcdp`` = 1/(2ρ) (Gaussian σ² = Δ₂²/(2ρ)). These floats are for analysis and display; budgets that
 decide noise stay exact Fractions in the products.
 
 Neighbours: ``add_remove`` (the paper's: x and x' differ by one in one cell) makes Δ the maximum column norm;

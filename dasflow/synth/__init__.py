@@ -1,5 +1,4 @@
-"""Synthetic CEF-like census at any scale (DESIGN.md §5): persons, housing units, group quarters and a
-synthetic
+"""Synthetic CEF-like census at any scale (DESIGN.md §5): persons, housing units, group quarters and a synthetic
 tabulation geography on the real state and county FIPS codes, with writers for every product's input format.
 
 Public API::
@@ -8,8 +7,7 @@ Public API::
     m = synth.generate(out_dir, persons=1_000_000, seed=7, states=["06", "72"],
                        formats=("parquet", "phsafe", "safetab_p", "topdown", "groupsize"))   # -> Manifest
     persons_df, units_df, geo_df = synth.generate_frames(20_000, seed=7, states="11,44")      # in memory
-    sd = synth.generate_state("44", 50_000, seed=7)   # StateData: .geo, .chunks, .persons(), .units(),
-    .geo_units()
+    sd = synth.generate_state("44", 50_000, seed=7)   # StateData: .geo, .chunks, .persons(), .units(), .geo_units()
     for ctx, chunk in synth.iter_state_chunks("06", 5_000_000, seed=7): ...                   # streaming
 
 Synthetic data is not privacy noise: numpy generators seeded by SHA-256(seed, state, ...) (``seeding.py``).

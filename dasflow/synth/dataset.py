@@ -1,10 +1,8 @@
 """Orchestration: validate the request, stream state by state and chunk by chunk into the writers, publish
 atomically (staging directory, then renames, ``manifest.json`` last).
 
-Determinism: state ``s`` is a function of (seed, s, persons in s) only. ``persons`` is the total over the
-selected
-states, apportioned by 2020 population (largest remainder); pass the same per-state size
-(``generate_state``) to
+Determinism: state ``s`` is a function of (seed, s, persons in s) only. ``persons`` is the total over the selected
+states, apportioned by 2020 population (largest remainder); pass the same per-state size (``generate_state``) to
 reproduce a state's data bit for bit whatever else is generated.
 """
 

@@ -1,12 +1,9 @@
-"""Synthetic tabulation geography of one state: real counties, synthetic tracts / block groups / blocks,
-places,
+"""Synthetic tabulation geography of one state: real counties, synthetic tracts / block groups / blocks, places,
 county subdivisions and AIANNH areas (the public GRF-C of the synthetic census).
 
 Sizes follow the persons to generate, so fan-outs stay realistic at every scale: about one tract per 3,940
-persons, one block group per 1,380 and one block per 41 (about 84 K tracts, 240 K block groups and 8 M
-blocks at
-full US scale). County sizes are lognormal (heavy-tailed), tracts moderately even, blocks heavy-tailed with
-about
+persons, one block group per 1,380 and one block per 41 (about 84 K tracts, 240 K block groups and 8 M blocks at
+full US scale). County sizes are lognormal (heavy-tailed), tracts moderately even, blocks heavy-tailed with about
 30 % empty blocks. Every county has at least one tract, every tract at least one block with positive weight.
 """
 
@@ -206,8 +203,7 @@ def build_state_geography(state: str, persons: int, seed: int) -> StateGeography
 
 
 def chunk_tract_ranges(geo: StateGeography, chunk_persons: int = prm.CHUNK_PERSONS) -> list[tuple[int, int]]:
-    """Split the tracts into consecutive runs of at most ``chunk_persons`` persons (a tract is never split;
-    one
+    """Split the tracts into consecutive runs of at most ``chunk_persons`` persons (a tract is never split; one
     tract holds at most a few tens of thousands of persons at any realistic scale)."""
     tp = geo.tract_hh_persons + geo.tract_gq_persons
     T = tp.size

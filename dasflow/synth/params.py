@@ -1,8 +1,7 @@
 """Distribution targets of the synthetic census (2020-like shapes; see ``docs/synth.md``).
 
 These are the numbers the marginal-distribution tests check against. They are rounded public 2020 Census
-figures or plausible stand-ins where no public figure was to hand (marked "approx."); synthetic data only
-needs
+figures or plausible stand-ins where no public figure was to hand (marked "approx."); synthetic data only needs
 realistic *shapes*, never the real values.
 """
 

@@ -1,7 +1,6 @@
 """Housing units, group-quarters facilities and persons for a run of tracts (one streaming chunk).
 
-Everything is vectorised over the chunk's units and persons; the only Python loops run over races, GQ types
-and
+Everything is vectorised over the chunk's units and persons; the only Python loops run over races, GQ types and
 fill rounds. Per household the generator draws a size (2020-like shares, geometric tail to 40), a kind (alone,
 married couple, cohabiting couple, other family, nonfamily), the householder's sex and age, and each member's
 relationship, sex, age, Hispanic origin and race; the unit's FINAL_POP, NPF, HHT, HHT2, CPLT, TEN, HHRACE and
@@ -113,8 +112,7 @@ _GQ_TYPE_CODE_START = np.cumsum([0] + [len(t) for t in prm.GQ_TYPE_CODES])
 
 
 def fill_groups(g: np.random.Generator, totals: I64, mean: float, sampler: Callable[[I64], I64]) -> tuple[I64, I64]:
-    """Split each ``totals[i]`` into positive sizes drawn by ``sampler(group ids)``; the last size of a
-    group is
+    """Split each ``totals[i]`` into positive sizes drawn by ``sampler(group ids)``; the last size of a group is
     trimmed so the sizes sum to the total exactly. Returns (group id, size) sorted by group."""
     totals = np.asarray(totals, dtype=np.int64)
     remaining = totals.copy()
@@ -158,8 +156,7 @@ def _householder_ages(bits: Bits, alone: B) -> I64:
 
 
 def _within_tract_keys(bits: Bits, tract: I64) -> F64:
-    """Sorted sampling keys tract + u for units listed in tract order: sorting keeps each unit in its tract
-    and
+    """Sorted sampling keys tract + u for units listed in tract order: sorting keeps each unit in its tract and
     puts the units of a tract in block order (so MAFIDs follow the geography)."""
     return np.sort(tract + bits.g.random(tract.size))
 

@@ -2,8 +2,7 @@
 code list.
 
 A person's major-race combination (CENRACE 01-63) is drawn first, from a county table conditional on Hispanic
-origin; then one detailed code per major race in the combination (a head of common checkbox codes plus a
-Zipf tail
+origin; then one detailed code per major race in the combination (a head of common checkbox codes plus a Zipf tail
 over every other 2020 code of that race), occasionally a second code of the same race. CENRACE is therefore
 consistent with the detailed codes by construction: the set of major races of QRACE1..8 is exactly CENRACE's.
 """
@@ -119,8 +118,7 @@ CLASS_LUT_SIZE = 1 << CLASS_LUT_BITS
 
 @dataclass(frozen=True)
 class RaceTables:
-    """Per-state race sampling tables: per (county, Hispanic) a lookup table over 7 classes (the six races
-    alone,
+    """Per-state race sampling tables: per (county, Hispanic) a lookup table over 7 classes (the six races alone,
     then "two or more"), and per Hispanic status a table over the 57 multiracial CENRACE codes (07..63)."""
 
     county_class: npt.NDArray[np.int8]  # (K*2*CLASS_LUT_SIZE,) row = 2*county + hispanic

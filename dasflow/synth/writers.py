@@ -10,8 +10,7 @@
   inputs;
                  GRF-C carries TABBLKGRPCE and COUSUBFP after the six standard columns).
 * ``topdown``  : ``topdown/persons/{SS}/part-NNNNN.parquet`` (block + PL 94-171 histogram attributes, 0-based:
-                 HHGQ 0 household / 1-7 GQ major type, VOTINGAGE 0 under 18 / 1 18+, HISPANIC 0/1, CENRACE
-                 0-62)
+                 HHGQ 0 household / 1-7 GQ major type, VOTINGAGE 0 under 18 / 1 18+, HISPANIC 0/1, CENRACE 0-62)
                  and ``topdown/units/{SS}/...`` (block, HHGQ, OCCUPIED); public: ``topdown/public/GRF-C.txt``,
                  ``block_facts.csv`` (GEOID|HU|GQ1..GQ7 per block) and ``invariants.json`` (total, state).
 * ``groupsize``: ``groupsize/units/{SS}/part-NNNNN.parquet``: every unit (occupied, vacant = size 0, GQ)

@@ -40,8 +40,7 @@ _ROWS = [(t, c, *row) for t, (c, rows) in TABLE10.items() for row in rows]
 
 @pytest.mark.parametrize("row", _ROWS, ids=[f"{r[0]}-{r[2]}" for r in _ROWS])
 def test_r13_table10_every_row(row: tuple[str, int, str, int, str, str]) -> None:
-    """R13: round((1.645·c)²/(2·MOE²), 6) == the printed unbounded ρ; bounded == 2 × unbounded (PHSafe Thm
-    3-4,
+    """R13: round((1.645·c)²/(2·MOE²), 6) == the printed unbounded ρ; bounded == 2 × unbounded (PHSafe Thm 3-4,
     ``unbounded_to_bounded(method='phsafe')``) == the printed bounded ρ."""
     _table, c, _level, moe, unbounded, bounded = row
     exact = acc.phsafe_rho_for_moe(c, moe)
@@ -149,8 +148,7 @@ def test_r12_zero_budget_level_draws_no_noise() -> None:
 
 
 def test_pitfall_sensitivity_one_on_join_underestimates_loss() -> None:
-    """Spec §8: calibrating to sensitivity 1 on the joined view inflates the real loss by (2τ+2)²: ×484
-    (τ=10),
+    """Spec §8: calibrating to sensitivity 1 on the joined view inflates the real loss by (2τ+2)²: ×484 (τ=10),
     ×196 (τ=6)."""
     for tau, factor in ((10, 484), (6, 196)):
         c = 2 * tau + 2

@@ -61,8 +61,7 @@ def test_st16_table2_zcdp_experimental_12_2(dgauss_total: acc.Total) -> None:
 
 
 def test_st15_table2_geometric_rdp_paper_recipe_does_not_give_13_2(geometric_total: acc.Total) -> None:
-    """ST15 / W3: the paper's recipe (τ of eq. 29, Theorem 2, eq. 40, Table 4 Totals) gives 13.546 at α =
-    7.36,
+    """ST15 / W3: the paper's recipe (τ of eq. 29, Theorem 2, eq. 40, Table 4 Totals) gives 13.546 at α = 7.36,
     not the printed 13.2; the result is flagged unsound (τ understates the discrete divergence)."""
     conv = geometric_total.rdp_conversion(divergence="paper")
     assert round(conv.epsilon, 3) == Decimal("13.546") and conv.alpha == Fraction("7.36")
@@ -182,8 +181,7 @@ def _worst_log_ratio_geometric(sets: list[set[int]], record: int, eps: Fraction,
 
 
 def test_st13_generalized_parallel_composition_brute_force() -> None:
-    """ST13 (Lemma 9): on random small set families of maximum degree z, the worst-case log-likelihood ratio
-    of
+    """ST13 (Lemma 9): on random small set families of maximum degree z, the worst-case log-likelihood ratio of
     independent geometric counts equals j·ε (j ≤ z = the number of sets holding the changed record), and the
     accountant's bound z·ε (``parallel_compose``) dominates it. Deterministic (seeded); cannot flake."""
     rnd = random.Random(20201)

@@ -81,8 +81,7 @@ def test_st18_exact_calibration_values() -> None:
 
 
 def test_st18_table4_rounding_is_mixed() -> None:
-    """W5 / §6.2: the printed Totals are the exact values rounded with *different* rules — geometric MOE 6 and
-    11
+    """W5 / §6.2: the printed Totals are the exact values rounded with *different* rules — geometric MOE 6 and 11
     truncated, MOE 50 rounded half-up; discrete Gaussian rounded up. The calculator never guesses: it rounds
     with a named rule, and each printed cell is reproduced by exactly the rule named here."""
     cases = [  # (mechanism, moe, printed, decimals, rule that reproduces it, a rule that does not)
@@ -141,8 +140,7 @@ def test_st19_exact_half_width_is_minimal() -> None:
 
 
 def test_w1_geometric_coverage_at_corollary2() -> None:
-    """W1 / §5.1: with Corollary 2's ε = ln20/(MOE+1), ±MOE covers only 93.95 %, 94.38 %, 94.85 %; the true 95
-    %
+    """W1 / §5.1: with Corollary 2's ε = ln20/(MOE+1), ±MOE covers only 93.95 %, 94.38 %, 94.85 %; the true 95 %
     half-widths are 7, 12, 51; ε with exactly 95 % is 0.456902, 0.259767, 0.0593127 (×9: 4.1121, 2.3379,
     0.53381; /0.9: 4.5690, 2.5977, 0.59313)."""
     want = {6: ("0.9395", 7, "0.456902", "4.1121", "4.5690"),

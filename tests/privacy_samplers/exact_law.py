@@ -4,8 +4,7 @@ floats).
 * :func:`gaussian_law` — N_Z(0, σ²) weights exp(-k²/(2σ²)) for k = 0..K (K where the weight < 1e-45), the
   normaliser Z = w_0 + 2 Σ w_k, the variance 2 Σ k² w_k / Z and the 4th moment.
 * :func:`geometric_law` — two-sided geometric P(k) = (1-a)/(1+a) a^|k|, a = exp(-1/b), variance 2a/(1-a)².
-* :func:`chi_square` — Pearson goodness of fit of integer samples against such a law, with contiguous bins
-merged
+* :func:`chi_square` — Pearson goodness of fit of integer samples against such a law, with contiguous bins merged
   until each expects >= max(50, n/1000) samples (tail mass folded into the two end bins).
 """
 

@@ -111,8 +111,7 @@ def _household_truth(persons: pd.DataFrame) -> pd.DataFrame:
 
 
 def test_household_type_coherence(frames: Frames) -> None:
-    """HHT, HHT2, CPLT, NPF agree with the unit's persons; at most one spouse/partner; NIU codes for
-    vacant/GQ;
+    """HHT, HHT2, CPLT, NPF agree with the unit's persons; at most one spouse/partner; NIU codes for vacant/GQ;
     TEN 1-4 for occupied units (code 4 occurs), 0 otherwise; HHRACE/HHSPAN = the householder's."""
     persons, units, _ = frames
     small = persons[persons["TABBLKST"] == "11"]

@@ -80,8 +80,7 @@ def test_age_distribution(frames: Frames) -> None:
 
 
 def test_race_and_hispanic_match_county_tables(frames: Frames) -> None:
-    """Puerto Rico (78 municipios): Hispanic share and CENRACE class shares (six races alone, two or more)
-    agree
+    """Puerto Rico (78 municipios): Hispanic share and CENRACE class shares (six races alone, two or more) agree
     with the population-weighted county tables the generator drew from."""
     persons, _, geo = frames
     split = synth.apportion(PERSONS, synth.parse_states(STATES))

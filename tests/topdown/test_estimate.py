@@ -193,8 +193,7 @@ def test_detailed_only_equals_tree_dp_optimum() -> None:
 
 def test_estimates_beat_noisy_answers_upper_levels(setup) -> None:  # type: ignore[no-untyped-def]
     """At the upper levels (US, state, county) the estimate's L1 error (summed over 6 repetitions) is below
-    that of the raw noisy detailed answers. Ratios measured: 0.27 (US), 0.72 (state), 0.43 (county); seeds are
-    fixed, so
+    that of the raw noisy detailed answers. Ratios measured: 0.27 (US), 0.72 (state), 0.43 (county); seeds are fixed, so
     the outcome is deterministic (false-failure rate 0 for this code; a regression would show as a ratio
     near or above 1)."""
     td, blocks, persons = setup

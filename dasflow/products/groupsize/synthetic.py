@@ -9,10 +9,9 @@ Census-like (spec 3.5; Kuo et al.'s construction): 1 nation, 52 states, 3,144 co
 by a Dirichlet-multinomial (each state >= 1 county); county household totals lognormal(0, ``county_sigma``)
 rescaled by largest remainder to sum to n; size shares 1..6 and 7+ from 2010 SF1 table H13
 (26.7/33.6/15.8/13.2/6.1/2.5/2.1 %, rounded from the published national counts), perturbed per county by a
-Dirichlet of concentration
-1,000; the 7+ households spread over 7..k by a geometric tail of ratio rho = share(7+)/share(6) (multinomial
-per county); then ``gq_fraction`` of the households are replaced by group-quarters outliers with sizes uniform
-in [``gq_low``, ``gq_high``] (paper's bounds stripped; our choice [50, 1000], recorded).
+Dirichlet of concentration 1,000; the 7+ households spread over 7..k by a geometric tail of ratio rho =
+share(7+)/share(6) (multinomial per county); then ``gq_fraction`` of the households are replaced by group-quarters
+outliers with sizes uniform in [``gq_low``, ``gq_high``] (paper's bounds stripped; our choice [50, 1000], recorded).
 
 Taxi-like: 1 city, 6 boroughs, 263 zones (TLC zone lookup counts: EWR 1, Staten Island 20, Bronx 43, Brooklyn
 61, Queens 69, Manhattan 69); 13,282 taxis; pickups per taxi lognormal with mean 24,489,743/13,282 ~ 1,844 and

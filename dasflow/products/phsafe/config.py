@@ -8,10 +8,8 @@ Shape::
      "tau": {"PH1_num": 10, "PH2": 10, "PH3": 6, "PH4": 10, "PH6": 6, "PH7": 10},
      "state_filter": ["01", ...], "reader": "csv" | "cef", "privacy_defn": "zcdp" | "puredp"}
 
-Budgets are ρ (zcdp) or ε (puredp) per (table, level); they are parsed exactly (decimal text -> Fraction)
-by the
-privacy core; ``Infinity`` means an infinite budget (no noise, VARIANCE 0); 0 means the level is not
-tabulated.
+Budgets are ρ (zcdp) or ε (puredp) per (table, level); they are parsed exactly (decimal text -> Fraction) by the
+privacy core; ``Infinity`` means an infinite budget (no noise, VARIANCE 0); 0 means the level is not tabulated.
 US (state codes from 01–56) and PR (exactly ``["72"]``) are separate executions with separate plans and
 ledgers.
 """

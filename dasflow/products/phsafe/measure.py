@@ -64,8 +64,7 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 def derive(measurements: Mapping[str, NoisyMeasurement]) -> dict[str, pd.DataFrame]:
     """Post-processing of noisy measurements only (R14, R18): per output table, all levels stacked.
 
-    PH5_num copies PH4 (same cells 2/3, COUNT and VARIANCE). PH8_num: owner (cell 2) = PH7[2] + PH7[3] with
-    the
+    PH5_num copies PH4 (same cells 2/3, COUNT and VARIANCE). PH8_num: owner (cell 2) = PH7[2] + PH7[3] with the
     two variances summed, renter (cell 3) = PH7[4]. Columns: domain + NOISY + VARIANCE + NOISE_DISTRIBUTION.
     """
     by_table: dict[str, list[pd.DataFrame]] = {}

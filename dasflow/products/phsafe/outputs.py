@@ -5,8 +5,7 @@ Private output, one pipe-delimited file per table (``PH1_num.csv`` … ``PH8_den
     REGION_ID|REGION_TYPE|ITERATION_CODE|<TABLE>_DATA_CELL|NOISE_DISTRIBUTION|VARIANCE|COUNT
 
 (no ITERATION_CODE for PH2 and PH6). The non-private ground truth has the same layout without
-NOISE_DISTRIBUTION and VARIANCE. VARIANCE is written as Python's shortest round-trip float text, so the
-validator
+NOISE_DISTRIBUTION and VARIANCE. VARIANCE is written as Python's shortest round-trip float text, so the validator
 compares it bit-exactly with ``float(σ²)`` recomputed from the config.
 
 Files are written to ``<name>.tmp`` first and renamed only after every table is written, so an interrupted run

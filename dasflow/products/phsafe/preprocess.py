@@ -49,8 +49,7 @@ def occupied_units(u: Columns) -> np.ndarray:
 def geo_state_index(geo: Columns, state_filter: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """The PUBLIC map MAFID -> state index (position in sorted ``state_filter``).
 
-    Keeps geo rows of housing units (RTYPE not 4/5) in ``state_filter``; a MAFID with more than one such
-    row is
+    Keeps geo rows of housing units (RTYPE not 4/5) in ``state_filter``; a MAFID with more than one such row is
     dropped (the map must be a function). Returns (sorted MAFIDs, state index).
     """
     states = np.array(sorted(int(s) for s in state_filter), dtype=np.int64)

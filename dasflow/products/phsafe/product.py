@@ -3,8 +3,7 @@
 Interface for the DAG::
 
     from dasflow.products.phsafe import PHSAFE            # name = "phsafe"
-    specs = PHSAFE.plan(config, public)                   # config: PHSafeConfig or a path/dict;
-    data-independent
+    specs = PHSAFE.plan(config, public)                   # config: PHSafeConfig or path/dict; data-independent
     prepared = PHSAFE.prepare({"persons": cols, "units": cols}, {"config": config, "geo": geo_cols})
     m = PHSAFE.measure(prepared, spec, rng.spawn("phsafe/" + spec.key))   # ONE key; measure does not spawn
     estimates = PHSAFE.postprocess({spec.key: m, ...}, public)            # adds PH5_num, PH8_num

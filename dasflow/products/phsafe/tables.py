@@ -91,8 +91,7 @@ def level_parts(level_key: str) -> tuple[str, str]:
 def regions(geo_level: str, state_filter: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """The public regions (REGION_ID, REGION_TYPE) of a geography level, from the config only.
 
-    Decision: the state domain is the config's ``state_filter`` (sorted), so a state with no records still
-    gets
+    Decision: the state domain is the config's ``state_filter`` (sorted), so a state with no records still gets
     its rows (zero counts plus noise) and the row count never depends on the data.
     """
     if geo_level == "usa":

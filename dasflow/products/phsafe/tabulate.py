@@ -1,12 +1,9 @@
 """Exact tabulation of every (table, level) over its public domain (Algorithms 1–2 up to the noise step).
 
-For each table the stable transformation (filters, ``truncate_and_join`` for join tables) runs once; every
-level
+For each table the stable transformation (filters, ``truncate_and_join`` for join tables) runs once; every level
 then maps each record to (region, iteration, basis cell) — at most one per level — and counts with
-``np.bincount`` over the full public domain, so zero cells are present (R11). Within a level the groups and
-cells
-are disjoint, so adding or removing one row of the transformed data changes the level vector by 1 in L1 and
-L2:
+``np.bincount`` over the full public domain, so zero cells are present (R11). Within a level the groups and cells
+are disjoint, so adding or removing one row of the transformed data changes the level vector by 1 in L1 and L2:
 the level's sensitivity is the transformation's stability c (2τ+2 join tables, 2 unit tables).
 """
 

@@ -2,17 +2,14 @@
 
 Privacy argument (Lemma 6). Person truncation keeps, for each MAFID, the first τ person records under a FIXED
 total order on the universe of records; adding or removing one person record can then change the kept set by
-at most 2 records (the record itself and the one it displaces), so the truncation is 2-stable and leaves a
-MAFID
+at most 2 records (the record itself and the one it displaces), so the truncation is 2-stable and leaves a MAFID
 multiplicity ≤ τ. ``DropNonUnique`` removes every unit record whose MAFID occurs more than once: 1-stable on
 unit records, multiplicity ≤ 1; since one person's change re-derives their unit record (old out, new in) the
 unit side is 2-stable in base persons. The inner join is therefore (τ·2 + 1·2) = (2τ+2)-stable.
 
-The order is content-based, never positional: records are sorted by (MAFID, h(record), record fields),
-where h is
+The order is content-based, never positional: records are sorted by (MAFID, h(record), record fields), where h is
 a fixed, unsalted 64-bit mixing hash (splitmix64 finaliser, fixed key) of the record's fields. The kept set
-therefore depends only on the multiset of records: it is invariant to row order and partitioning, and
-identical
+therefore depends only on the multiset of records: it is invariant to row order and partitioning, and identical
 records are interchangeable, so which copy is kept cannot be observed. Python's per-process salted ``hash()``
 is not used anywhere. Hashing (rather than sorting by, e.g., age) makes the truncated persons a pseudo-random
 subset of a large household, so truncation bias is not systematically concentrated on one age or relationship.
@@ -156,8 +153,7 @@ def truncate_and_join(p_mafid: np.ndarray, p_fields: Sequence[np.ndarray], u_maf
                       order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Algorithm 3: returns matching (person row, unit row) index arrays of the (2τ+2)-stable join.
 
-    ``p_fields`` are the person record's fields (besides MAFID) that define its content order; ``order``
-    may be
+    ``p_fields`` are the person record's fields (besides MAFID) that define its content order; ``order`` may be
     passed precomputed (``content_order`` restricted to these rows, in order) to share one sort across tables.
     """
     if order is None:

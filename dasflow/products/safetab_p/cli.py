@@ -1,14 +1,12 @@
 """``dasflow safetab-p {validate,execute} PARAMETERS_DIR DATA_DIR [OUTPUT_DIR]``.
 
-PARAMETERS_DIR holds ``config.json`` and, optionally, the four iteration files (else they are read from
-DATA_DIR,
+PARAMETERS_DIR holds ``config.json`` and, optionally, the four iteration files (else they are read from DATA_DIR,
 else the packaged real 2020 files are used). DATA_DIR holds ``person-records.txt`` and ``GRF-C.txt``.
 
 ``validate``: config, iteration files, GRF-C and every person row are checked; the plan (exact budgets per
 (region type, level, stage)) is printed; nothing is measured. ``execute``: the same validation, then for each
 enabled universe (US, PR — separate runs with separate budgets) stage 1, stage 2, post-processing, and
-``OUTPUT_DIR/t1/t1_<U>.csv``, ``OUTPUT_DIR/t2/t2_<U>.csv`` (pipe-delimited) plus ``manifest.json`` (Γ, ρ_i,
-γ, s,
+``OUTPUT_DIR/t1/t1_<U>.csv``, ``OUTPUT_DIR/t2/t2_<U>.csv`` (pipe-delimited) plus ``manifest.json`` (Γ, ρ_i, γ, s,
 θ per level, TotalOnly iterations, rng mode). Files are written under a temporary name and renamed; the
 manifest is written last. Noise comes from the OS CSPRNG (production mode).
 

@@ -1,12 +1,9 @@
 """The SafeTab-P production ``config.json``: load, validate, and hold it with exact budgets.
 
 Budget values are ρ (zCDP) or ε (pure DP) per (region type, iteration level); they are parsed with
-``accounting.parse_budget`` into exact Fractions (``None`` = infinite budget = no noise, used by the
-ground-truth
-twin); 0 means the (region type, level) is not tabulated. Every tabulated (region type, level) must have a
-threshold
-triple θ1 < θ2 < θ3 in ``thresholds_p`` keyed ``"(REGION_TYPE, LEVEL)"``; a missing key is rejected before
-any data
+``accounting.parse_budget`` into exact Fractions (``None`` = infinite budget = no noise, used by the ground-truth
+twin); 0 means the (region type, level) is not tabulated. Every tabulated (region type, level) must have a threshold
+triple θ1 < θ2 < θ3 in ``thresholds_p`` keyed ``"(REGION_TYPE, LEVEL)"``; a missing key is rejected before any data
 is read.
 """
 
@@ -41,10 +38,8 @@ PrivacyDefn = Literal["zcdp", "puredp"]
 class SafeTabPConfig:
     """A validated SafeTab-P configuration.
 
-    ``budgets[(region_type, level)]``: the level budget ρ_i (zcdp) or ε_i (puredp); ``None`` = infinite (no
-    noise);
-    ``Fraction(0)`` = not tabulated. ``gamma`` is the stage-1 fraction. ``thresholds[(region_type,
-    level)]`` holds
+    ``budgets[(region_type, level)]``: the level budget ρ_i (zcdp) or ε_i (puredp); ``None`` = infinite (no noise);
+    ``Fraction(0)`` = not tabulated. ``gamma`` is the stage-1 fraction. ``thresholds[(region_type, level)]`` holds
     θ1 < θ2 < θ3 as exact Fractions. ``zero_suppression_chance`` is exact. ``ignore_region_granularity``
     (config key of the same name, default false) turns the Census region-granularity rule off: every level-L
     iteration at every region type (the pre-issue-23 dasflow behaviour; stated in every plan key's level).

@@ -9,10 +9,8 @@ A person's iterations at iteration level L (the flat map g of the paper, per geo
   and
   race and ethnicity iteration codes are required to be distinct).
 
-Stability (W7, ST4): :func:`stability_bound` computes from the files an upper bound on |g_L(r)| over the
-whole record
-domain (every combination of ≤ max_race_codes distinct codes and every QSPAN code), and it is exact when
-every code maps
+Stability (W7, ST4): :func:`stability_bound` computes from the files an upper bound on |g_L(r)| over the whole record
+domain (every combination of ≤ max_race_codes distinct codes and every QSPAN code), and it is exact when every code maps
 to at most one alone and one alone-or-in-combination iteration per level (true of the 2020 files; tested).
 """
 
@@ -62,8 +60,7 @@ def _bad(df: pd.DataFrame, mask: pd.Series, path: Path, column: str, what: str) 
 class LevelIndex:
     """Iterations of one iteration level and each code's maps into them (CSR over code indices).
 
-    ``iteration_codes`` lists the level's race iterations then its ethnicity iterations; ``total_only``
-    marks the
+    ``iteration_codes`` lists the level's race iterations then its ethnicity iterations; ``total_only`` marks the
     DETAILED_ONLY iterations (the paper's TotalOnly set), ``coarse_only`` the COARSE_ONLY ones (None = none).
     """
 

@@ -1,10 +1,8 @@
 """Noise for one planned key (Algorithms 2-5), exact integer samplers only.
 
-Stage 1 (``…/stage1``): a noisy total of every non-TotalOnly group of the (region type, level) — its whole
-public
+Stage 1 (``…/stage1``): a noisy total of every non-TotalOnly group of the (region type, level) — its whole public
 domain, zeros included (W6). Stage 2 (``…/stage2``) reads the committed stage-1 noisy totals from
-``prepared[<stage-1 key>]`` (the DAG adds them with :func:`with_stage1` after committing stage 1); its
-query SHAPE
+``prepared[<stage-1 key>]`` (the DAG adds them with :func:`with_stage1` after committing stage 1); its query SHAPE
 comes from ``stat_level = digitize(noisy_total, (θ1, θ2, θ3))`` (strict <: a total equal to θ_k goes up), its
 budget is fixed by the plan:
 

@@ -7,10 +7,8 @@
   row with
   AGESTART = AGEEND = ``*`` holding the sum of that sex's cells.
 - Zero suppression (production): for region types other than USA, STATE, PR-STATE a T1 count ≤ t is dropped, t
-  the smallest integer with P(noise ≤ t) ≥ ``zero_suppression_chance`` for THAT count's noise distribution
-  (a single
-  draw for TotalOnly/stat-0 totals, the sum of 2·n_bins i.i.d. draws for a summed T1); no thresholding when
-  the
+  the smallest integer with P(noise ≤ t) ≥ ``zero_suppression_chance`` for THAT count's noise distribution (a single
+  draw for TotalOnly/stat-0 totals, the sum of 2·n_bins i.i.d. draws for a summed T1); no thresholding when the
   chance is 0 (t = −∞) or noise is off. Suppression uses the noisy value before any clamping.
 - ``allow_negative_counts = false`` clamps every released count at 0 (after sums and suppression).
 Nothing here reads private data: inputs are NoisyMeasurements and the public config.

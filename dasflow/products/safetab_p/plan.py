@@ -20,11 +20,9 @@ composition over the partition = generalized parallel composition over groups; L
 
 Privacy argument (Theorems 1 and 3, generalized parallel composition, Lemmas 9/10): every group's calls cost
 ρ_i/s in total (two-stage: γρ_i/s + (1−γ)ρ_i/s by adaptive sequential composition; the Step-2 Sex × Age cells
-are disjoint; TotalOnly: one call), and one person is in at most s groups of the level, so the pair of keys
-costs
+are disjoint; TotalOnly: one call), and one person is in at most s groups of the level, so the pair of keys costs
 ρ_i. Stage 1 alone costs at most γρ_i (a person is in ≤ s non-TotalOnly groups). Stage 2 is only measurable
-after stage 1 (it needs its noisy totals), so the ledger's running sum is always an upper bound. Levels
-compose
+after stage 1 (it needs its noisy totals), so the ledger's running sum is always an upper bound. Levels compose
 sequentially: the run costs Σ ρ_i.
 
 Noise per count (Alg. 3-5): discrete Gaussian σ² = 1/(2·budget) (zcdp); two-sided geometric b = 1/budget

@@ -1,9 +1,7 @@
 """SafeTab-P as a dasflow Product (DESIGN §3), plus helpers that run one universe end to end.
 
-``public`` (a plain mapping) holds ``config`` (:class:`SafeTabPConfig`), ``iterations``
-(:class:`IterationIndex`),
-``geography`` (:class:`Geography`, from the public GRF-C) and ``universe`` ("US" | "PR");
-:func:`load_public` builds
+``public`` (a plain mapping) holds ``config`` (:class:`SafeTabPConfig`), ``iterations`` (:class:`IterationIndex`),
+``geography`` (:class:`Geography`, from the public GRF-C) and ``universe`` ("US" | "PR"); :func:`load_public` builds
 it. ``inputs`` holds either ``persons`` (the person-records table, all columns strings) or ``person_files``
 (paths of a person-records input split into several files, e.g. one per state: the partitioned path), and
 ``source`` (the file or folder name).
@@ -17,10 +15,8 @@ region spanning several files) is summed BEFORE noise: each population group sti
 count, never a sum of per-file noisy counts, so the privacy analysis is unchanged. Every file is validated
 before ``prepare`` returns, i.e. before any noise.
 
-Adaptive stage: ``measure(prepared, spec_stage2, rng)`` reads the committed stage-1 NoisyMeasurement's
-table from
-``prepared[<stage-1 key>]`` — add it with :func:`~dasflow.products.safetab_p.measure.with_stage1` after
-committing
+Adaptive stage: ``measure(prepared, spec_stage2, rng)`` reads the committed stage-1 NoisyMeasurement's table from
+``prepared[<stage-1 key>]`` — add it with :func:`~dasflow.products.safetab_p.measure.with_stage1` after committing
 stage 1. The stage-2 budget is fixed in the plan; only its query shape depends on the stage-1 noisy totals.
 """
 

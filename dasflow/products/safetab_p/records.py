@@ -2,8 +2,7 @@
 arrays.
 
 Everything is vectorised (pyarrow/numpy); the first offending row of each check is reported with file, row
-(1-based, header = row 1) and column. Validation completes before any noise can be drawn:
-:func:`encode_persons`
+(1-based, header = row 1) and column. Validation completes before any noise can be drawn: :func:`encode_persons`
 is called by ``prepare`` and raises :class:`~dasflow.errors.InputError` on the first violation.
 """
 
@@ -99,10 +98,8 @@ class Geography:
     """The public GRF-C of one run: per block its region index for each region type, and each region type's
     IDs.
 
-    ``block_keys`` are the numeric 15-digit block IDs (state+county+tract+block); ``region_of[rt][b]`` is the
-    index of
-    block b's region of type rt in ``region_ids[rt]`` (−1: the block is in no region of that type, e.g.
-    PLACEFP
+    ``block_keys`` are the numeric 15-digit block IDs (state+county+tract+block); ``region_of[rt][b]`` is the index of
+    block b's region of type rt in ``region_ids[rt]`` (−1: the block is in no region of that type, e.g. PLACEFP
     99999 or AIANNHCE 9999).
     """
 

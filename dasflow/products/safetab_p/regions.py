@@ -1,7 +1,6 @@
 """SafeTab-P region types: the geography levels of the US and Puerto Rico runs (public facts, no data).
 
-REGION_ID conventions (production): "1" for USA; 2-digit state FIPS; state+county (5); state+county+tract
-(11);
+REGION_ID conventions (production): "1" for USA; 2-digit state FIPS; state+county (5); state+county+tract (11);
 state+place (7); AIANNHCE (4). Puerto Rico (state 72) is a separate run with its own budget and region types.
 """
 
