@@ -12,6 +12,7 @@ import pytest
 
 from dasflow.pipeline.run import code_version
 from dasflow.privacy import accounting
+from dasflow.products.plugin import ProductPlugin
 from dasflow.registry import get_plugin
 from dasflow.release.certificate import TEST_BANNER, certificate
 from tests.release.helpers import released_context
@@ -62,7 +63,11 @@ def test_test_release_certificate_contents(tmp_path: Path) -> None:
     assert "confidential/counts/persons.csv" not in md
     text = ctx.config.products[0].config_text.encode()
     assert hashlib.sha256(text).hexdigest() in md
-    assert "counts: not declared by the product" in md
+    for line in get_plugin("counts").invariants({}, None):  # what the product's plugin declares
+        assert f"- {line}" in md
+    # a product that declares nothing is listed as such (the plugin default)
+    assert ProductPlugin.invariants(get_plugin("counts"), {}, None) == \
+        ["counts: not declared by the product (treat as none)"]
     # HTML: same content, test notice first, self-contained (no external resources)
     parser = _Text()
     parser.feed(page)
