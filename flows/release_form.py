@@ -8,31 +8,42 @@ stack (``infra/local/stack seed``). Every run these flows start pauses after pla
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
 from prefect import flow
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dasflow import demo, registry
 from dasflow.config import RELEASE_ID, ReleaseConfig, parse_release_config
 from dasflow.errors import InputError
 from dasflow.pipeline.run import open_run
 from flows.approval import end_stale_release_runs, exit_with_worker, release_slot
 from flows.release import run_release
 
-#: the synthetic census layout that ``dasflow demo`` and ``infra/local/stack seed`` write into a store
-SYNTH_INPUTS = {"phsafe": "confidential/synth/phsafe/", "phsafe_geo": "public/phsafe/",
-                "safetab-p": "confidential/synth/safetab_p/", "safetab-p_public": "public/safetab-p/",
-                "groupsize": "confidential/synth/groupsize/", "groupsize_public": "public/groupsize/"}
+#: the form's data defaults (the demo's synthetic census layout, the products and their packaged configs): data
+#: beside the demo configs, so no code here names a product
+FORM_DEFAULTS: dict[str, Any] = json.loads((Path(demo.__file__).with_name("demo_data") / "release-form.json")
+                                           .read_text(encoding="utf-8"))
+#: the registered products (the form's product menu)
+PRODUCT_NAMES = registry.names()
 
 
 class ProductChoice(BaseModel):
     """One product of the release and where its config file is (read on the worker, kept verbatim)."""
 
     model_config = ConfigDict(extra="forbid")
-    name: Literal["phsafe", "safetab-p", "groupsize", "topdown", "matrix"] = Field(description="the product")
+    name: str = Field(description="the product", json_schema_extra={"enum": list[Any](PRODUCT_NAMES)})
     config_file: str = Field(description="its config (Census production format as-is): a path on the worker, "
                                          "relative to the dasflow checkout ($DASFLOW_HOME) or absolute")
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        if name not in registry.names():
+            raise ValueError(f"unknown product {name!r}; known: {registry.names()}")
+        return name
 
 
 class ReleaseParameters(BaseModel):
@@ -45,12 +56,10 @@ class ReleaseParameters(BaseModel):
     account: str | None = Field(default="synth-us", description="the privacy-loss account the plan is reserved "
                                 "from (dasflow account open); required in production RNG mode")
     store: str = Field(default="s3://das-runs/prod", description="the release store (s3://bucket/prefix)")
-    inputs: dict[str, str] = Field(default_factory=lambda: dict(SYNTH_INPUTS),
+    inputs: dict[str, str] = Field(default_factory=lambda: dict(FORM_DEFAULTS["inputs"]),
                                    description="input name -> key prefix in the store")
     products: list[ProductChoice] = Field(
-        default_factory=lambda: [ProductChoice(name="phsafe", config_file="dasflow/demo_data/phsafe-us-config.json"),
-                                 ProductChoice(name="safetab-p",
-                                               config_file="dasflow/demo_data/safetab-p-config.json")],
+        default_factory=lambda: [ProductChoice(**p) for p in FORM_DEFAULTS["products"]],
         min_length=1, description="the products and their configs")
     cap_rho: str = Field(default="7", pattern=r"^[0-9]+(\.[0-9]+)?(/[0-9]+)?$",
                          description="the release's privacy cap, zCDP rho, exact (e.g. 7 or 6.2 or 31/5)")
