@@ -157,7 +157,7 @@ class GroupSizeProduct:
         self.config = config
 
     # -- plan -------------------------------------------------------------------------------------------
-    def plan(self, config: Any, public: Mapping[str, Any]) -> list[MeasurementSpec]:
+    def plan(self, config: GroupSizeConfig | None, public: Mapping[str, Any]) -> list[MeasurementSpec]:
         """One key per level: budget share, sensitivity, noise scale/σ² and variance (data-independent)."""
         cfg: GroupSizeConfig = config if isinstance(config, GroupSizeConfig) else self.config
         hier = build_hierarchy(public["geography"])

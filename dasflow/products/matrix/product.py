@@ -79,7 +79,7 @@ class MatrixProduct:
         return [names.index(a) for a in attrs]
 
     # -- plan -------------------------------------------------------------------------------------------
-    def plan(self, config: Any, public: Mapping[str, Any]) -> list[MeasurementSpec]:
+    def plan(self, config: MatrixConfig | None, public: Mapping[str, Any]) -> list[MeasurementSpec]:
         """One key per candidate marginal with a positive share: budget α_q ρ, σ² = 1/(2 α_q ρ)."""
         cfg = config if isinstance(config, MatrixConfig) else self.config
         if cfg is not self.config:

@@ -38,7 +38,7 @@ from dasflow.products.phsafe.tables import DERIVED, MEASURED, OUTPUT_TABLES
 from dasflow.products.phsafe.tabulate import build_universe, tabulate
 
 
-def as_config(config: Any) -> PHSafeConfig:
+def as_config(config: PHSafeConfig | Mapping[str, Any] | str | Path) -> PHSafeConfig:
     """Accept a PHSafeConfig, a path to ``config.json``, or an already-decoded mapping."""
     if isinstance(config, PHSafeConfig):
         return config
@@ -78,7 +78,8 @@ class PHSafe:
 
     name = "phsafe"
 
-    def plan(self, config: Any, public: Mapping[str, Any] | None = None) -> list[MeasurementSpec]:
+    def plan(self, config: PHSafeConfig | Mapping[str, Any] | str | Path,
+             public: Mapping[str, Any] | None = None) -> list[MeasurementSpec]:
         """Data-independent plan; ``public`` is not read (the domain comes from the config)."""
         return plan_mod.plan(as_config(config))
 

@@ -55,7 +55,7 @@ SAFETAB_REQUIRED = frozenset({"max_race_codes", "privacy_budget_p_stage_1_fracti
 class PipelineSafeTabP(SafeTabP):
     """SafeTab-P with the plan ordered stage 1 first and stage 2 fed from the earlier noisy measurements."""
 
-    def plan(self, config: Any, public: Mapping[str, Any]) -> list[MeasurementSpec]:
+    def plan(self, config: SafeTabPConfig | Mapping[str, Any], public: Mapping[str, Any]) -> list[MeasurementSpec]:
         specs = super().plan(config, public)
         return sorted(specs, key=lambda s: int(s.detail["stage"]))  # stable: plan order within a stage
 

@@ -154,7 +154,7 @@ def person_counts(inputs: Mapping[str, Any], public: Mapping[str, Any],
         yield rt, merged
 
 
-def _config(config: Any) -> SafeTabPConfig:
+def _config(config: SafeTabPConfig | Mapping[str, Any]) -> SafeTabPConfig:
     if isinstance(config, SafeTabPConfig):
         return config
     if isinstance(config, Mapping):
@@ -174,7 +174,7 @@ class SafeTabP:
 
     name = "safetab-p"
 
-    def plan(self, config: Any, public: Mapping[str, Any]) -> list[MeasurementSpec]:
+    def plan(self, config: SafeTabPConfig | Mapping[str, Any], public: Mapping[str, Any]) -> list[MeasurementSpec]:
         """Every (region type, level, stage) key with its exact budget (see :mod:`.plan`)."""
         return make_plan(_config(config), public["iterations"], public["geography"])
 

@@ -219,7 +219,7 @@ class TopDown:
         return per_level
 
     # -- Product interface ---------------------------------------------------------------------------------
-    def plan(self, config: Any, public: Mapping[str, Any]) -> list[MeasurementSpec]:
+    def plan(self, config: TopDownConfig | None, public: Mapping[str, Any]) -> list[MeasurementSpec]:
         """Every (geolevel, query group) key with budget ρβα and its σ² (data-independent)."""
         cfg: TopDownConfig = config if isinstance(config, TopDownConfig) else self.config
         sp = self.spine(public, cfg)
