@@ -8,8 +8,8 @@ from typing import Any
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
-from dasflow.release.operator import rerun_postprocess
 from dasflow.pipeline.run import open_run
+from dasflow.release.operator import rerun_postprocess
 from dasflow.release.publish import publish
 from flows.release import run_release
 from tasks.reports import artifact_key as _artifact_key

@@ -11,8 +11,8 @@ from typing import Any
 import pandas as pd
 
 from dasflow.pipeline import stages
-from dasflow.release.operator import rerun_postprocess
 from dasflow.pipeline.run import open_run
+from dasflow.release.operator import rerun_postprocess
 from dasflow.release.publish import publish
 
 DEFAULT_STORE = "dasflow-store"
