@@ -9,12 +9,13 @@ task that calls them):
     user + system CPU of this process (``getrusage(RUSAGE_SELF)``, all its threads) plus that of its waited-for
     children (``RUSAGE_CHILDREN``) during the stage; ``children_cpu_seconds`` is the children's share. Stages
     that run at the same time in one process (the thread task runner) each see the other's CPU too.
-``rss_start_bytes``
-    resident set size when the stage started (``psutil``).
+``rss_start_bytes``, ``rss_end_bytes``
+    resident set size when the stage started and ended (``psutil``).
 ``peak_rss_bytes``
-    the process's *lifetime* peak RSS read when the stage ended (``ru_maxrss``): an upper bound of the stage's
-    own peak, and exactly it when it exceeds the peak recorded at the start (``peak_rss_start_bytes``; then the
-    stage set the new peak). The operating system keeps no per-interval peak.
+    the process's *lifetime* peak RSS read when the stage ended (``ru_maxrss``, which Linux updates lazily,
+    so at least the start and end RSS): an upper bound of the stage's own peak, and exactly it when it exceeds
+    the peak recorded at the start (``peak_rss_start_bytes``; then the stage set the new peak). The operating
+    system keeps no per-interval peak.
 
 Timings are not reproducible, so they live only in ``runs/{id}/manifests/`` (operator records): the skip test
 of a stage compares input hashes, config and code version, never metrics, and nothing under ``release/`` reads
@@ -62,19 +63,21 @@ class StageMeter:
     def start() -> StageMeter:
         me = resource.getrusage(resource.RUSAGE_SELF)
         kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return StageMeter(time.perf_counter(), _cpu(me), _cpu(kids), int(psutil.Process().memory_info().rss),
-                          _maxrss_bytes(me))
+        rss = int(psutil.Process().memory_info().rss)
+        return StageMeter(time.perf_counter(), _cpu(me), _cpu(kids), rss, max(_maxrss_bytes(me), rss))
 
     def read(self) -> dict[str, Any]:
         """The stage's metrics so far (see the module docstring for what each figure means)."""
         me = resource.getrusage(resource.RUSAGE_SELF)
         kids = _cpu(resource.getrusage(resource.RUSAGE_CHILDREN)) - self.children0
+        rss = int(psutil.Process().memory_info().rss)
         return {"wall_seconds": round(time.perf_counter() - self.wall0, 6),
                 "cpu_seconds": round(_cpu(me) - self.cpu0 + kids, 6),
                 "children_cpu_seconds": round(kids, 6),
                 "rss_start_bytes": self.rss0,
+                "rss_end_bytes": rss,
                 "peak_rss_start_bytes": self.peak0,
-                "peak_rss_bytes": _maxrss_bytes(me)}
+                "peak_rss_bytes": max(_maxrss_bytes(me), self.rss0, rss)}
 
 
 def stage_metrics(ctx: RunContext) -> list[dict[str, Any]]:
