@@ -59,6 +59,7 @@ from dasflow.products.topdown.model import (
     root_total,
 )
 from dasflow.products.topdown.solvers import (
+    SimplexProjector,
     allocate_integer,
     coupled_projection,
     round_network,
@@ -75,7 +76,11 @@ def _merge_status(a: dict[str, int], b: Mapping[str, int]) -> None:
 
 
 class _Ops:
-    """Sparse query operators on a flat variable vector (one variable per (pair, child slot))."""
+    """Sparse query operators on a flat variable vector (one variable per (pair, child slot)).
+
+    A group whose rows are one variable each (the detailed query: one row per child and cell) needs no
+    scatter-add: its residual is computed per variable as ``(0.0 + v) − y`` — the very additions
+    ``np.bincount`` performs into its zero-initialised rows — so the gradient is bit-identical either way."""
 
     def __init__(self, var_child: IntArray, var_cell: IntArray, groups: Sequence[GroupAnswers],
                  weights: Sequence[FloatArray]) -> None:
@@ -91,10 +96,17 @@ class _Ops:
             self.y.append(g.gather(uk // g.n_rows, uk % g.n_rows))
             self.w.append(wg[np.unique(inv, return_index=True)[1]])
             self.nrow.append(int(uk.size))
+        # per group: (weight, answer) per variable when each row holds exactly one variable, else None
+        self.direct: list[tuple[FloatArray, FloatArray] | None] = [
+            (w[idx], y[idx]) if n == idx.size else None
+            for idx, y, w, n in zip(self.idx, self.y, self.w, self.nrow, strict=True)]
 
     def grad(self, v: FloatArray) -> FloatArray:
         out = np.zeros_like(v)
-        for idx, y, w, n in zip(self.idx, self.y, self.w, self.nrow, strict=True):
+        for idx, y, w, n, direct in zip(self.idx, self.y, self.w, self.nrow, self.direct, strict=True):
+            if direct is not None:
+                out += direct[0] * ((v + 0.0) - direct[1])
+                continue
             r = np.bincount(idx, weights=v, minlength=n) - y
             out += (w * r)[idx]
         return out
@@ -334,7 +346,11 @@ def _solve_batch(spine: Spine, level: int, bp: IntArray, p_unit: IntArray, p_cel
             DM = np.ones((K, C))
             DM[mask] = d_var
 
+            onto = None if coupled else SimplexProjector(DM, tf, mask)  # DM is fixed: reuse sort orders
+
             def project(v: FloatArray) -> FloatArray:
+                if onto is not None:
+                    return onto.vars(v)
                 M = np.zeros((K, C))
                 M[mask] = v
                 out: FloatArray = feasible(M, DM)[mask]
@@ -455,12 +471,16 @@ def estimate_root(spine: Spine, groups: Sequence[GroupAnswers], n_cells: int, to
         d = ops.row_sum_bound(np.ones(n_cells))   # Gershgorin metric, as in the family solve
         S = d[None, :]
 
+    onto: list[SimplexProjector] = []  # built at the first call, with the final metric S
+
     def project(v: FloatArray) -> FloatArray:
         if total is None:
             clipped: FloatArray = np.where(allowed, np.maximum(v, 0.0), 0.0)
             return clipped
-        X, _ = weighted_simplex_projection(v[None, :], S, np.array([float(total)]), mask)
-        row: FloatArray = X[0]
+        if not onto:
+            onto.append(SimplexProjector(S, np.array([float(total)]), mask))
+        row: FloatArray = np.zeros(v.shape)
+        row[allowed] = onto[0].vars(v[allowed])
         return row
 
     iters = 0
@@ -503,12 +523,10 @@ def _root_lifted(groups: Sequence[GroupAnswers], weights: Sequence[FloatArray], 
     DM[M] = d
     kt = ktot.astype(np.float64)
 
+    onto = SimplexProjector(DM, kt, M)
+
     def project(v: FloatArray) -> FloatArray:
-        X = np.zeros(M.shape)
-        X[M] = v
-        P, _ = weighted_simplex_projection(X, DM, kt, M)
-        out: FloatArray = P[M]
-        return out
+        return onto.vars(v)
 
     share = kt[vk] / max(float(total), 1.0)
     v, conv, iters = _fista(project(np.maximum(z0[vj], 0.0) * share), ops, d, np.ones(nv),

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from dasflow.products.base import Estimates
@@ -67,22 +68,49 @@ def _ancestors(spine: Spine, a: int) -> list[IntArray]:
     return anc
 
 
+def _compact(answers: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Integer answers (the raw noisy answers of levels below the bottom-up combination) in the narrowest of
+    int8/16/32/64 that holds them; combined (float) answers as float64. Either converts back to the float64
+    values the estimator uses bit for bit."""
+    if answers.size and np.issubdtype(answers.dtype, np.integer):
+        lo, hi = int(answers.min()), int(answers.max())
+        for dtype in (np.int8, np.int16, np.int32, np.int64):
+            info = np.iinfo(dtype)
+            if info.min <= lo and hi <= info.max:
+                return answers.astype(dtype, copy=False)
+    return np.asarray(answers, dtype=np.float64)
+
+
 def _answers_table(g: GroupAnswers) -> pa.Table:
-    flat = np.ascontiguousarray(np.asarray(g.answers, dtype=np.float64)).reshape(-1)
-    answers = pa.FixedSizeListArray.from_arrays(pa.array(flat, type=pa.float64()), max(g.n_rows, 1)) \
-        if g.n_rows else pa.array([[]] * len(g.units), type=pa.list_(pa.float64()))
-    return pa.table({"UNIT": pa.array(g.units, type=pa.int64()), "VARIANCE": pa.array(g.variance),
-                     "ANSWERS": answers})
+    """One query group's combined answers as a table: UNIT, VARIANCE and ANSWERS, each unit's answer vector as
+    one fixed-size binary value holding its row of a C-contiguous array of dtype ``answers_dtype`` (schema
+    metadata; see :func:`_compact`). Parquet reads that as a block copy, where a list column decodes
+    repetition levels per element (2,016 per block for the detailed query), and integers take 1–4 bytes."""
+    values = np.ascontiguousarray(_compact(np.asarray(g.answers)).reshape(len(g.units), g.n_rows))
+    width = values.dtype.itemsize * g.n_rows
+    if width == 0:
+        values, width = np.zeros(len(g.units)), 8
+    answers = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(g.units), [None, pa.py_buffer(values)])
+    table = pa.table({"UNIT": pa.array(g.units, type=pa.int64()), "VARIANCE": pa.array(g.variance),
+                      "ANSWERS": answers})
+    return table.replace_schema_metadata({"answers_dtype": values.dtype.str})
 
 
 def _answers_from_table(template: GroupAnswers, table: pa.Table, keep: IntArray | None) -> GroupAnswers:
     units = table.column("UNIT").to_numpy().astype(np.int64)
-    flat = table.column("ANSWERS").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-    answers = np.asarray(flat, dtype=np.float64).reshape(units.size, template.n_rows)
     variance = table.column("VARIANCE").to_numpy().astype(np.float64)
-    if keep is not None:
-        sel = np.isin(units, keep)
-        units, answers, variance = units[sel], answers[sel], variance[sel]
+    sel = None if keep is None else np.isin(units, keep)
+    if sel is not None and not sel.all():
+        table, units, variance = table.filter(pa.array(sel)), units[sel], variance[sel]
+    dtype = np.dtype((table.schema.metadata or {}).get(b"answers_dtype", b"<f8").decode())
+    if template.n_rows:
+        column = table.column("ANSWERS").combine_chunks()
+        width = dtype.itemsize * template.n_rows
+        raw = np.frombuffer(column.buffers()[1], dtype=np.uint8)[column.offset * width:
+                                                                   (column.offset + len(column)) * width]
+        answers = raw.view(dtype).reshape(units.size, template.n_rows).astype(np.float64)
+    else:
+        answers = np.zeros((units.size, 0))
     return GroupAnswers(template.name, template.row_index, template.n_rows, units, answers, variance,
                         template.detailed)
 

@@ -50,9 +50,134 @@ def weighted_simplex_projection(z: FloatArray, s: FloatArray, t: FloatArray,
     return x, mu
 
 
+class SimplexProjector:
+    """:func:`weighted_simplex_projection` for fixed ``(s, t, mask)`` applied to many points (the FISTA
+    iterates of one batch), with results bit-identical to it.
+
+    - The metric's constants are computed once.
+    - The sort order of the previous call is reused for every row it still sorts — checked exactly, ties broken
+      by the lower child slot as the stable sort breaks them; only the other rows are sorted again. The prefix
+      sums of ``1/s`` depend on the order alone, so they are recomputed for the re-sorted rows only. Between
+      two close iterates almost no row changes order.
+    - The breakpoint test ``a > μ_k`` is evaluated as ``−a < (t − Σz)/Σ(1/s)``: negation and the operand swap
+      of a subtraction are exact in IEEE arithmetic, so it selects the same prefix; μ itself is then computed
+      once per row exactly as the one-shot projection computes it.
+    - :meth:`vars` takes and returns only the variables (the ``mask`` entries, row-major), so the padding of
+      the ``(K, C)`` layout is touched only by the sort.
+    """
+
+    def __init__(self, s: FloatArray, t: FloatArray, mask: BoolArray) -> None:
+        K, C = mask.shape
+        self.shape = (K, C)
+        self.mask = mask
+        self.t = t
+        self.s_safe = np.where(mask, s, 1.0)
+        self.inv = np.where(mask, 1.0 / self.s_safe, 0.0).reshape(-1)
+        self.base = (np.arange(K, dtype=np.int64) * C)[:, None]
+        self.rows = np.arange(K)
+        self.zero = t <= 0
+        self.at = np.flatnonzero(mask)
+        self.s_var = self.s_safe.reshape(-1)[self.at]
+        self.row_var = self.at // max(C, 1)
+        self.zero_var = self.zero[self.row_var]
+        self.order: IntArray | None = None
+        # sorted layout, transposed to (C, K): a row's prefix sums run along axis 0, one vector add per slot
+        # (the same sequential additions per row as a row-wise cumsum, without a per-row loop)
+        self.idx: IntArray = np.zeros((C, K), dtype=np.int64)   # idx[j, r] = flat (K, C) index of rank j
+        self.cis: FloatArray = np.zeros((C, K))
+        self.later: BoolArray = np.zeros((max(C - 1, 0), K), dtype=bool)  # order[r, j+1] > order[r, j]
+
+    def _resort(self, key: FloatArray, rows: IntArray | None) -> None:
+        sel = slice(None) if rows is None else rows
+        order = np.argsort(key[sel], axis=1, kind="stable")
+        if rows is None:
+            self.order = order
+        else:
+            assert self.order is not None
+            self.order[rows] = order
+        idx = (order + self.base[sel]).T
+        self.idx[:, sel] = idx
+        self.cis[:, sel] = np.cumsum(self.inv[idx], axis=0)
+        self.later[:, sel] = (order[:, 1:] > order[:, :-1]).T
+
+    def _sorted_keys(self, key: FloatArray) -> FloatArray:
+        """``key`` (K, C) sorted per row as ``argsort(key, kind="stable")`` sorts it, transposed to (C, K); the
+        order is kept for the next call."""
+        flat_key = key.reshape(-1)
+        if self.order is None:
+            self._resort(key, None)
+            out: FloatArray = flat_key[self.idx]
+            return out
+        ks = flat_key[self.idx]
+        ok = np.greater(ks[1:], ks[:-1])
+        tie = np.equal(ks[1:], ks[:-1])
+        np.logical_and(tie, self.later, out=tie)
+        np.logical_or(ok, tie, out=ok)
+        bad = np.flatnonzero(~ok.all(axis=0))
+        if bad.size:
+            self._resort(key, bad)
+            ks[:, bad] = flat_key[self.idx[:, bad]]
+        return ks
+
+    def _mu(self, key: FloatArray, zm: FloatArray) -> FloatArray:
+        """μ per row from the negated breakpoints ``key`` (+inf off the mask) and the masked point ``zm``."""
+        ks = self._sorted_keys(key)
+        cz = np.cumsum(zm.reshape(-1)[self.idx], axis=0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            neg_mu = (self.t[None, :] - cz) / self.cis
+            valid = ks < neg_mu
+            if ks.size and (ks[0] == -np.inf).any():   # a breakpoint +inf: the one-shot test excludes it
+                valid &= np.isfinite(ks)
+            k = np.maximum(np.count_nonzero(valid, axis=0), 1)
+            mu = (cz[k - 1, self.rows] - self.t) / self.cis[k - 1, self.rows]
+        out: FloatArray = np.where(np.isfinite(mu), mu, 0.0)
+        return out
+
+    def __call__(self, z: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """``weighted_simplex_projection(z, s, t, mask)``."""
+        mask = self.mask
+        key = np.where(mask, -(self.s_safe * z), np.inf)
+        mu = self._mu(key, np.where(mask, z, 0.0))
+        x = np.where(mask, np.maximum(0.0, z - mu[:, None] / self.s_safe), 0.0)
+        x[self.zero] = 0.0
+        return x, mu
+
+    def vars(self, v: FloatArray) -> FloatArray:
+        """The projection of the point with variables ``v`` (zero off the mask), at the variables only."""
+        size = self.shape[0] * self.shape[1]
+        key = np.full(size, np.inf)
+        key[self.at] = -(self.s_var * v)
+        zm = np.zeros(size)
+        zm[self.at] = v
+        mu = self._mu(key.reshape(self.shape), zm)
+        x: FloatArray = np.maximum(0.0, v - mu[self.row_var] / self.s_var)
+        x[self.zero_var] = 0.0
+        return x
+
+
 def _counts(z: FloatArray, w: FloatArray, lam: FloatArray, mask: BoolArray) -> IntArray:
     n = np.floor(z + 0.5 + lam[:, None] / (2.0 * w))
     return np.where(mask, np.maximum(n, 0.0), 0.0).astype(np.int64)
+
+
+class _CountSums:
+    """``_counts(z, w, lam, mask).sum(axis=1)`` for many λ, bit-identical: ``z + ½`` and ``2w`` computed once,
+    the arrays transposed to (C, K) so the row sums are C vector adds, and the sums kept in float64 (sums of
+    non-negative integers below 2**53 are exact)."""
+
+    def __init__(self, z: FloatArray, w: FloatArray, mask: BoolArray) -> None:
+        self.zh = np.ascontiguousarray(z.T) + 0.5
+        self.w2 = 2.0 * np.ascontiguousarray(w.T)
+        self.off = ~np.ascontiguousarray(mask.T)
+
+    def __call__(self, lam: FloatArray) -> FloatArray:
+        n = lam[None, :] / self.w2
+        n += self.zh
+        np.floor(n, out=n)
+        np.maximum(n, 0.0, out=n)
+        n[self.off] = 0.0
+        out: FloatArray = n.sum(axis=0)
+        return out
 
 
 def allocate_integer(z: FloatArray, w: FloatArray, t: IntArray, mask: BoolArray,
@@ -69,9 +194,10 @@ def allocate_integer(z: FloatArray, w: FloatArray, t: IntArray, mask: BoolArray,
     lam0 = -2.0 * mu
     lo = lam0 - 4.0 * wmax - 1.0
     hi = lam0 + 4.0 * wmax + 1.0
+    sums = _CountSums(z, w_safe, mask)
     for _ in range(200):  # widen until the bracket holds (a few steps at most)
-        bad_lo = _counts(z, w_safe, lo, mask).sum(axis=1) >= t
-        bad_hi = _counts(z, w_safe, hi, mask).sum(axis=1) < t
+        bad_lo = sums(lo) >= t
+        bad_hi = sums(hi) < t
         if not (bad_lo.any() or bad_hi.any()):
             break
         span = (hi - lo)
@@ -80,7 +206,7 @@ def allocate_integer(z: FloatArray, w: FloatArray, t: IntArray, mask: BoolArray,
     pos = t > 0
     for _ in range(iterations):
         mid = 0.5 * (lo + hi)
-        ge = _counts(z, w_safe, mid, mask).sum(axis=1) >= t
+        ge = sums(mid) >= t
         hi = np.where(ge, mid, hi)
         lo = np.where(ge, lo, mid)
     x = _counts(z, w_safe, lo, mask)
@@ -119,9 +245,11 @@ def coupled_projection(z: FloatArray, s: FloatArray, t: FloatArray, mask: BoolAr
     nu = np.zeros(n_g) if nu0 is None else nu0.astype(np.float64).copy()
     scale = max(1.0, float(np.abs(totals).max(initial=0.0)))
 
+    onto = SimplexProjector(s_safe, t, mask)
+
     def evaluate(v: FloatArray) -> tuple[FloatArray, FloatArray, float]:
         shift = np.where(has, v[gidx], 0.0) / s_safe
-        x, _ = weighted_simplex_projection(z - shift, s_safe, t, mask)
+        x, _ = onto(z - shift)
         gsum = np.bincount(flat_g, weights=x[has], minlength=n_g) - totals
         d = np.where(mask, x - z, 0.0)
         val = 0.5 * float((s_safe * d * d).sum()) + float(v @ gsum)
