@@ -24,11 +24,11 @@ import numpy as np
 import pandas as pd
 
 from dasflow import synth
+from dasflow.postprocess.posterior import count_posterior, ratio_posterior
 from dasflow.privacy import rng
 from dasflow.products.phsafe.config import parse_config
-from dasflow.products.phsafe.product import run_private
 from dasflow.products.phsafe.estimates import AVERAGES, KAPPA, _sums, phsafe_estimates
-from dasflow.postprocess.posterior import count_posterior, ratio_posterior
+from dasflow.products.phsafe.product import run_private
 
 MC_DRAWS = 1_000_000
 

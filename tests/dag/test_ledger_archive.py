@@ -9,8 +9,8 @@ import pytest
 
 from dasflow.errors import LedgerRefusal
 from dasflow.io.store import LocalStore
-from dasflow.release.ledger_archive import archive_ledger
 from dasflow.pipeline.run import freeze_config
+from dasflow.release.ledger_archive import archive_ledger
 from dasflow.release.publish import PublicationRefused
 from tests.dag import counts_product  # noqa: F401  (registers the product)
 from tests.dag.helpers import local_release
