@@ -3,7 +3,8 @@
 Steps, in order (``dasflow.pipeline.partitions``):
 
 ``combine``
-    one part: the NMFs as per-level query answers, after the bottom-up combination when configured.
+    one part: the NMFs as per-level query answers, after the bottom-up combination when configured; one
+    table per level and query group down to level a, one per level, query group and level-a subtree below.
 ``level-0``
     the root (one part).
 ``level-1`` … ``level-a``
@@ -96,12 +97,14 @@ def _answers_table(g: GroupAnswers) -> pa.Table:
     return table.replace_schema_metadata({"answers_dtype": values.dtype.str})
 
 
-def _answers_from_table(template: GroupAnswers, table: pa.Table, keep: IntArray | None) -> GroupAnswers:
+def _answers_name(level: int, group: str, part: str | None) -> str:
+    """Table name of a query group's combined answers at ``level`` (of one part's subtree when ``part``)."""
+    return f"L{level}.{group}" if part is None else f"L{level}.{group}.{part}"
+
+
+def _answers_from_table(template: GroupAnswers, table: pa.Table) -> GroupAnswers:
     units = table.column("UNIT").to_numpy().astype(np.int64)
     variance = table.column("VARIANCE").to_numpy().astype(np.float64)
-    sel = None if keep is None else np.isin(units, keep)
-    if sel is not None and not sel.all():
-        table, units, variance = table.filter(pa.array(sel)), units[sel], variance[sel]
     dtype = np.dtype((table.schema.metadata or {}).get(b"answers_dtype", b"<f8").decode())
     if template.n_rows:
         column = table.column("ANSWERS").combine_chunks()
@@ -159,13 +162,36 @@ class PartitionedTopDown:
                         for g in st.per_level[l].groups])
         return out
 
-    def _groups(self, source: PartSource, level: int, keep: IntArray | None) -> list[GroupAnswers]:
-        """The level's combined answers — of the units in ``keep`` only, read by unit range (a subtree's units
-        are contiguous: the spine numbers units in path order), so a part never loads a whole level."""
+    def _groups(self, source: PartSource, level: int, part: str | None) -> list[GroupAnswers]:
+        """The level's combined answers: all of them, or (``part``: a level-a unit) those of that unit's
+        subtree only — its own tables, so a part never reads or filters another part's answers."""
         templates = self._templates()[level]
-        rows = None if keep is None else ("UNIT", int(keep.min(initial=0)), int(keep.max(initial=-1)))
-        tables = source.part("combine", "all", [f"L{level}.{t.name}" for t in templates], rows)
-        return [_answers_from_table(t, tables[f"L{level}.{t.name}"], keep) for t in templates]
+        names = [_answers_name(level, t.name, part) for t in templates]
+        tables = source.part("combine", "all", names)
+        return [_answers_from_table(t, tables[n]) for t, n in zip(templates, names, strict=True)]
+
+    def _combined_tables(self, sp: Spine, a: int, anc: list[IntArray],
+                         groups: Sequence[Sequence[GroupAnswers]]) -> Tables:
+        """The combine step's output: levels up to a whole, deeper levels one table per level-a subtree (every
+        part of the level's step, also a subtree without a measured unit)."""
+        out: Tables = {}
+        for l, level in enumerate(groups):
+            for g in level:
+                if l <= a:
+                    out[_answers_name(l, g.name, None)] = _answers_table(g)
+                    continue
+                owner = anc[l][g.units]
+                ordered = bool((owner[1:] >= owner[:-1]).all())  # subtrees are contiguous in unit order
+                for s in np.unique(anc[l]):
+                    if ordered:
+                        i, j = np.searchsorted(owner, [s, s + 1])
+                        sel: Any = slice(int(i), int(j))
+                    else:
+                        sel = owner == s
+                    sub = GroupAnswers(g.name, g.row_index, g.n_rows, g.units[sel], np.asarray(g.answers)[sel],
+                                       g.variance[sel], g.detailed)
+                    out[_answers_name(l, g.name, str(int(s)))] = _answers_table(sub)
+        return out
 
     def post_part(self, step: str, part: str, source: PartSource, public: Mapping[str, Any]) -> Tables:
         sp, a, anc = self._layout(public)
@@ -174,7 +200,7 @@ class PartitionedTopDown:
             groups = self.product.group_answers(source.measurements())
             if opts.bottom_up:
                 groups = combine_bottom_up(sp, groups, opts.bottom_up_max_entries)
-            return {f"L{l}.{g.name}": _answers_table(g) for l, level in enumerate(groups) for g in level}
+            return self._combined_tables(sp, a, anc, groups)
         level = int(step.removeprefix("level-"))
         t0, c0 = time.perf_counter(), time.process_time()
         constraints = self._constraints(public, level)
@@ -190,8 +216,8 @@ class PartitionedTopDown:
                 s = int(part)
                 parents = np.flatnonzero(anc[level - 1] == s).astype(np.int64)
                 parent_hist = _hist_from(source.part(f"level-{level - 1}", "all" if level - 1 == a else part))
-            children = np.flatnonzero(np.isin(sp.parent[level], parents)).astype(np.int64)
-            res = estimate_families(sp, level, parents, parent_hist, self._groups(source, level, children), opts,
+            res = estimate_families(sp, level, parents, parent_hist,
+                                    self._groups(source, level, None if level <= a else part), opts,
                                     constraints=constraints)
         return _hist_table(res.hist, res.status, res.iterations, time.perf_counter() - t0,
                            time.process_time() - c0)

@@ -86,6 +86,9 @@ class SimplexProjector:
         self.idx: IntArray = np.zeros((C, K), dtype=np.int64)   # idx[j, r] = flat (K, C) index of rank j
         self.cis: FloatArray = np.zeros((C, K))
         self.later: BoolArray = np.zeros((max(C - 1, 0), K), dtype=bool)  # order[r, j+1] > order[r, j]
+        # buffers of :meth:`vars`: off the mask they keep +inf (breakpoints) and 0 (point) for good
+        self._key = np.full(K * C, np.inf)
+        self._zm = np.zeros(K * C)
 
     def _resort(self, key: FloatArray, rows: IntArray | None) -> None:
         sel = slice(None) if rows is None else rows
@@ -144,12 +147,10 @@ class SimplexProjector:
 
     def vars(self, v: FloatArray) -> FloatArray:
         """The projection of the point with variables ``v`` (zero off the mask), at the variables only."""
-        size = self.shape[0] * self.shape[1]
-        key = np.full(size, np.inf)
-        key[self.at] = -(self.s_var * v)
-        zm = np.zeros(size)
-        zm[self.at] = v
-        mu = self._mu(key.reshape(self.shape), zm)
+        prod = self.s_var * v
+        self._key[self.at] = np.negative(prod, out=prod)
+        self._zm[self.at] = v
+        mu = self._mu(self._key.reshape(self.shape), self._zm)
         x: FloatArray = np.maximum(0.0, v - mu[self.row_var] / self.s_var)
         x[self.zero_var] = 0.0
         return x
