@@ -74,8 +74,8 @@ def overhead(n_tasks: int) -> dict[str, float]:
 def phsafe_release(persons: int, workdir: Path) -> dict[str, object]:
     from dasflow import synth
     from dasflow.config import parse_release_config
+    from dasflow.flows.release import run_release
     from dasflow.io.store import LocalStore
-    from flows.release import run_release
 
     store = LocalStore(workdir / "store")
     t0 = time.perf_counter()

@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json")
     args = ap.parse_args()
-    from flows.release import _api_url, local_dask_cluster, product_flow, task_runner
+    from dasflow.flows.release import _api_url, local_dask_cluster, product_flow, task_runner
 
     _api_url()  # the flow's Prefect API (temporary server) up before anything is timed
 

@@ -66,9 +66,9 @@ def run_dasflow(product: str, data: Path) -> dict[str, Any]:
 
     from dasflow.io.store import LocalStore
     from dasflow.registry import get_plugin
-    from validation import gx
-    from validation.configs import validate_product_config
-    from validation.products import run_product_suite
+    from dasflow.validation import gx
+    from dasflow.validation.configs import validate_product_config
+    from dasflow.validation.products import run_product_suite
 
     out: dict[str, Any] = {"product": product}
     _timed(out, "gx_import", gx._context)
@@ -104,7 +104,7 @@ def run_peer(data: Path) -> dict[str, Any]:
 
     from dasflow.products.phsafe.checks import SUITES
     from dasflow.products.phsafe.inputs import read_table
-    from validation import gx
+    from dasflow.validation import gx
 
     out: dict[str, Any] = {"product": "phsafe persons, row-level GX"}
     _timed(out, "gx_import", gx._context)
@@ -121,9 +121,9 @@ def run_dasflow_persons_suite(data: Path) -> dict[str, Any]:
     """The like-for-like counterpart of the peer: the same persons suite on the distinct-value domain."""
     from dasflow.products.phsafe.checks import SUITES
     from dasflow.products.phsafe.inputs import read_table
-    from validation import gx
-    from validation.domain import domain_frame
-    from validation.products import range_only
+    from dasflow.validation import gx
+    from dasflow.validation.domain import domain_frame
+    from dasflow.validation.products import range_only
 
     out: dict[str, Any] = {"product": "phsafe persons, domain GX"}
     _timed(out, "gx_import", gx._context)

@@ -34,9 +34,9 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _flows() -> Handler:
-    import flows.cli  # Prefect: loaded only by the commands that run a flow (it lives outside the library)
+    import dasflow.flows.cli  # Prefect: loaded only by the commands that run a flow (startup time)
 
-    return flows.cli.run
+    return dasflow.flows.cli.run
 
 
 def _release() -> Handler:

@@ -19,17 +19,20 @@ import pytest
 from dasflow import registry
 
 ROOT = Path(__file__).resolve().parents[1]
-FIRST_PARTY = ("dasflow", "validation", "flows", "tasks")
+FIRST_PARTY = ("dasflow",)
+#: the folders ``flows/``, ``tasks/``, ``validation/`` stay at the top level of the checkout (links into the
+#: installed namespace: they import as ``dasflow.flows``, ``dasflow.tasks``, ``dasflow.validation``)
+NAMESPACED = ("flows", "tasks", "validation")
 #: library code (every installed first-party module)
-LIBRARY = [p for top in ("dasflow", "validation", "flows", "tasks") for p in sorted((ROOT / top).rglob("*.py"))]
+LIBRARY = sorted((ROOT / "dasflow").rglob("*.py"))
 #: function-level first-party imports that are deliberate, with the reason (none may break an import loop)
 LAZY_ALLOWED: dict[str, str] = {
-    "flows/cli.py": "Prefect (seconds to import) is loaded only by the commands that run a flow",
+    "dasflow/flows/cli.py": "Prefect (seconds to import) is loaded only by the commands that run a flow",
     "dasflow/cli.py": "each subcommand's module is loaded only when it runs (`dasflow --help` stays fast)",
 }
 #: consumers that must reach products through the registry only (never by name)
 CONSUMERS = ["dasflow/pipeline", "dasflow/release", "dasflow/commands", "dasflow/experiment", "dasflow/demo.py",
-             "dasflow/cli.py", "validation", "flows", "tasks"]
+             "dasflow/cli.py", "dasflow/validation", "dasflow/flows", "dasflow/tasks"]
 #: strings that look like module names but are not imports
 NOT_IMPORTS = {"dasflow.synth": "the format name of a synthetic-data manifest (dasflow.pipeline.inputs, synth)"}
 MODULE_STRING = re.compile(r"^(dasflow|validation|flows|tasks)(\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -96,3 +99,28 @@ def test_every_registered_plugin_loads_and_declares_itself() -> None:
         assert plugin.name == name
         assert plugin.input_declarations, name
         assert any(d.confidential for d in plugin.input_declarations), name
+
+
+def test_namespaced_packages_are_imported_under_dasflow_only() -> None:
+    """``flows``, ``tasks`` and ``validation`` are installed as ``dasflow.flows`` …; importing the top-level
+    folder's name (reachable from a checkout's root) would load a second copy of every module."""
+    found = []
+    for path in [*LIBRARY, *sorted((ROOT / "tests").rglob("*.py")), *sorted((ROOT / "benchmarks").rglob("*.py")),
+                 *sorted((ROOT / "deployments").rglob("*.py")), *sorted((ROOT / "infra").rglob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in NAMESPACED]
+    assert found == [], "import them as dasflow.<name>:\n" + "\n".join(found)
+    for name in NAMESPACED:
+        assert (ROOT / name).resolve() == (ROOT / "dasflow" / name).resolve(), name
+
+
+def test_the_no_prefect_contract_covers_every_library_package() -> None:
+    """A new subpackage of dasflow (other than flows and tasks) must be listed in the no-Prefect contract."""
+    text = (ROOT / "pyproject.toml").read_text()
+    block = text[text.index('name = "The library never imports Prefect'):]
+    listed = set(re.findall(r'"dasflow\.([a-z_]+)"', block[:block.index("forbidden_modules")]))
+    present = {p.name for p in (ROOT / "dasflow").iterdir() if (p / "__init__.py").exists()} | \
+        {p.stem for p in (ROOT / "dasflow").glob("*.py") if p.name != "__init__.py"}
+    assert present - {"flows", "tasks"} == listed

@@ -18,7 +18,7 @@ from dasflow.pipeline.inputs import InputLayout, input_layout, inputs_digest, ob
 from dasflow.privacy.ledger import Cap, Ledger
 from dasflow.products.plugin import ProductPlugin
 from dasflow.registry import get_plugin
-from validation.configs import validate_product_config
+from dasflow.validation.configs import validate_product_config
 
 
 @functools.cache

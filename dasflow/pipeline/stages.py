@@ -33,7 +33,7 @@ from dasflow.privacy.composition import PlanTotal
 from dasflow.privacy.ledger import frac_str, stored_record
 from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
 from dasflow.products.partition import PartitionedPostprocess
-from validation import run_product_suite, store_results
+from dasflow.validation import run_product_suite, store_results
 
 Progress = Callable[[int, int, str], None]
 

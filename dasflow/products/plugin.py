@@ -255,8 +255,8 @@ def overrides(plugin: ProductPlugin[Any], hook: str) -> bool:
 
 class InputChecks(NamedTuple):
     """A product's input validation plan (see :meth:`ProductPlugin.input_checks`): ``suites`` are
-    ``validation.products.InputSuite`` (one GX suite per input file), ``facts`` cross-file rule outcomes
-    (``validation.products.fact``), ``summary`` the counts reported, ``own`` the product's own check (raises the
+    ``dasflow.validation.products.InputSuite`` (one GX suite per input file), ``facts`` cross-file rule outcomes
+    (``dasflow.validation.products.fact``), ``summary`` the counts reported, ``own`` the product's own check (raises the
     authoritative ``InputError``)."""
 
     suites: list[Any]

@@ -34,7 +34,7 @@ from dasflow.products.plugin import overrides
 from dasflow.release.accuracy import ESTIMATES, accuracy_report, truth_frames
 from dasflow.release.certificate import certificate
 from dasflow.release.publish import write_release_manifest
-from validation import validate_outputs
+from dasflow.validation import validate_outputs
 
 CERTIFICATE_MD = "CERTIFICATE.md"
 CERTIFICATE_HTML = "CERTIFICATE.html"

@@ -18,10 +18,10 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 from prefect.flow_runs import resume_flow_run
 from prefect.testing.utilities import prefect_test_harness
 
-import flows.approval
+import dasflow.flows.approval
+from dasflow.flows.release import run_release
 from dasflow.io.store import LocalStore
 from dasflow.pipeline.approval import NotApproved
-from flows.release import run_release
 from tests.dag import counts_product  # noqa: F401  (registers the product)
 from tests.dag.helpers import local_release
 
@@ -67,7 +67,7 @@ def _drawn(store: LocalStore, release_id: str) -> list[str]:
 
 def test_release_pauses_for_approval_and_draws_nothing_before(harness: None, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(flows.approval, "APPROVAL_POLL_SECONDS", 1)
+    monkeypatch.setattr(dasflow.flows.approval, "APPROVAL_POLL_SECONDS", 1)
     store, cfg = local_release(tmp_path, release_id="gated")
     thread, out = _start(cfg)
     run = _paused_run("release-gated")
@@ -94,7 +94,7 @@ def test_release_pauses_for_approval_and_draws_nothing_before(harness: None, tmp
 
 def test_a_rejected_plan_stops_with_nothing_drawn(harness: None, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(flows.approval, "APPROVAL_POLL_SECONDS", 1)
+    monkeypatch.setattr(dasflow.flows.approval, "APPROVAL_POLL_SECONDS", 1)
     store, cfg = local_release(tmp_path, release_id="rejected")
     thread, out = _start(cfg)
     run = _paused_run("release-rejected")
@@ -130,7 +130,7 @@ def test_plan_summary_shows_the_accounts_remaining_budget(tmp_path: Path) -> Non
 
 def test_one_concurrency_slot_per_release(harness: None) -> None:
     """A second run of a release cannot take the release's slot while the first holds it; another release can."""
-    from flows.approval import release_slot
+    from dasflow.flows.approval import release_slot
 
     with release_slot("slot-a"):
         with release_slot("slot-b", wait_seconds=5):
@@ -180,7 +180,7 @@ def test_a_flow_run_process_exits_when_its_worker_dies(tmp_path: Path) -> None:
     import psutil
 
     ready = tmp_path / "watching"
-    child = ("from flows.approval import exit_with_worker; import time; exit_with_worker(0.2); "
+    child = ("from dasflow.flows.approval import exit_with_worker; import time; exit_with_worker(0.2); "
              f"open({str(ready)!r}, 'w').close(); time.sleep(60)")
     parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
                                f"c = subprocess.Popen([sys.executable, '-c', {child!r}]); print(c.pid, flush=True); "

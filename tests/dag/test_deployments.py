@@ -40,7 +40,7 @@ def test_prefect_yaml_entrypoints_are_flows_with_matching_parameters() -> None:
 def test_release_form_is_typed_with_working_defaults(tmp_path: Path) -> None:
     """The UI form: every release parameter is a typed field; its defaults build a valid release config (the
     packaged Census production configs of PHSafe and SafeTab-P, the synthetic census layout, an account)."""
-    from flows.release_form import ProductChoice, ReleaseParameters, release_from_form
+    from dasflow.flows.release_form import ProductChoice, ReleaseParameters, release_from_form
 
     schema = parameter_schema(release_from_form.fn).model_dump()
     form = schema["definitions"]["ReleaseParameters"]["properties"]
@@ -86,7 +86,7 @@ def test_task_runner_follows_the_execution_settings(tmp_path) -> None:  # type: 
 
     from dasflow.config import parse_release_config
     from dasflow.errors import InputError
-    from flows.release import task_runner
+    from dasflow.flows.release import task_runner
     from tests.dag.helpers import release_dict
 
     raw = release_dict(str(tmp_path / "store"))
@@ -101,8 +101,8 @@ def test_release_form_defaults_validate_on_the_seeded_stack_store(tmp_path: Path
     """`infra/local/stack seed` writes what the form's defaults name (the synthetic census, the account); with it
     the default release validates: inputs pass, the plan fits the cap."""
     from dasflow.cli import main
+    from dasflow.flows.release_form import ReleaseParameters
     from dasflow.io.store import LocalStore
-    from flows.release_form import ReleaseParameters
     from tests.infra.stack_module import stack_module
 
     stack_module().seed_store(LocalStore(tmp_path / "store"), persons=2000)

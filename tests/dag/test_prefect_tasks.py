@@ -10,7 +10,7 @@ from prefect.testing.utilities import prefect_test_harness
 
 from dasflow.errors import InputError, LedgerRefusal
 from dasflow.io.store import StoreError, StoreFault, StoreUnavailable
-from tasks.stages import TASK_OPTS, is_transient
+from dasflow.tasks.stages import TASK_OPTS, is_transient
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("prefect-harness")]
 

@@ -86,7 +86,7 @@ def test_parts_equal_the_single_process_estimator_for_the_detailed_strategy(tmp_
 def test_dask_local_cluster_gives_byte_identical_release_files(tmp_path: Path) -> None:
     """The same release through the Prefect flow on the thread runner and on a 2-worker
     ``distributed.LocalCluster``: identical release bytes, and the parts ran as mapped tasks."""
-    from flows.release import run_release
+    from dasflow.flows.release import run_release
 
     results = {}
     for runner in ("thread", "dask"):
@@ -102,7 +102,7 @@ def test_dask_local_cluster_gives_byte_identical_release_files(tmp_path: Path) -
 
 def test_command_line_execution_settings_override_the_config_not_its_hash(tmp_path: Path) -> None:
     from dasflow.cli import _parser
-    from flows.cli import _execution
+    from dasflow.flows.cli import _execution
 
     cfg = parse_release_config(topdown_release(tmp_path, "cli"))
     args = _parser().parse_args(["run", "x.json", "--dask-address", "tcp://10.0.0.5:8786"])

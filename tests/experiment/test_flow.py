@@ -26,8 +26,8 @@ def harness() -> Iterator[None]:
 
 def test_experiment_flow_writes_outputs_and_artifacts(harness: None, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from dasflow.flows.experiment import experiment_flow
     from dasflow.io.store import LocalStore
-    from flows.experiment import experiment_flow
 
     give_counts_truth(monkeypatch)
     seed_inputs(LocalStore(tmp_path / "store"))

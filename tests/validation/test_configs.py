@@ -12,8 +12,8 @@ import pytest
 
 from dasflow.errors import InputError
 from dasflow.registry import get_plugin
+from dasflow.validation.configs import validate_product_config, validate_release_config
 from tests.validation.helpers import CONFIG_FILES, CORPUS, _config_text, corpus_store, release_raw, run_release
-from validation.configs import validate_product_config, validate_release_config
 
 CONFIG_CASES: dict[str, dict[str, str | None]] = json.loads((CORPUS / "configs.json").read_text())
 

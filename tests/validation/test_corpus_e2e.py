@@ -48,7 +48,7 @@ def test_valid_base_releases_and_outputs_pass_the_output_suites(tmp_path: Path) 
 
     from dasflow.pipeline.run import open_run
     from dasflow.registry import get_plugin
-    from validation import validate_outputs, validate_product_config
+    from dasflow.validation import validate_outputs, validate_product_config
 
     store = corpus_store(tmp_path / "store")
     raw = release_raw(store, ["phsafe", "safetab-p", "groupsize"])

@@ -22,9 +22,9 @@ from dasflow.products.phsafe.inputs import SCHEMAS, read_table
 from dasflow.products.safetab_p.iterations import ITERATION_FILES, load_iterations
 from dasflow.products.safetab_p.records import PERSON_COLUMNS, read_pipe_file
 from dasflow.registry import get_plugin
+from dasflow.validation.configs import validate_product_config
+from dasflow.validation.preflight import check_delimited
 from tests.validation.helpers import CORPUS
-from validation.configs import validate_product_config
-from validation.preflight import check_delimited
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 BASE = CORPUS / "base"

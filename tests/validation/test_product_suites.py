@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from dasflow.registry import get_plugin
+from dasflow.validation import run_product_suite
 from tests.validation.helpers import CONFIG_FILES, INPUTS, corpus_store
-from validation import run_product_suite
 
 F = Fraction
 

@@ -13,12 +13,12 @@ import pytest
 
 from dasflow.errors import InputError
 from dasflow.io.store import LocalStore
-from validation import gx
-from validation.domain import domain_frame
-from validation.outputs import validate_outputs
-from validation.preflight import check_delimited
-from validation.result import ValidationResult
-from validation.wrap import store_results
+from dasflow.validation import gx
+from dasflow.validation.domain import domain_frame
+from dasflow.validation.outputs import validate_outputs
+from dasflow.validation.preflight import check_delimited
+from dasflow.validation.result import ValidationResult
+from dasflow.validation.wrap import store_results
 
 COLS = ["A", "B", "C"]
 
@@ -109,7 +109,7 @@ def test_results_and_data_docs_are_stored(tmp_path: Path) -> None:
     store = LocalStore(tmp_path)
     r = ValidationResult("phsafe", False, {"rows": {"persons.csv": 3}}, error=InputError("bad", file="persons.csv",
                                                                                          row=4, column="QAGE"))
-    from validation.report import render_html
+    from dasflow.validation.report import render_html
 
     r.html = render_html(r)
     keys = store_results(store, "runs/x", "phsafe", r)

@@ -20,10 +20,10 @@ from dasflow.io.files import input_prefix
 from dasflow.io.store import ObjectStore
 from dasflow.products.groupsize.product import GroupSizeConfig, GroupSizeProduct
 from dasflow.products.plugin import InputChecks
-from validation.gx import Check
-from validation.preflight import check_parquet_files
-from validation.products import InputSuite, fact, scalar_fact
-from validation.suites import STATE_FIPS, cols, in_set, regex
+from dasflow.validation.gx import Check
+from dasflow.validation.preflight import check_parquet_files
+from dasflow.validation.products import InputSuite, fact, scalar_fact
+from dasflow.validation.suites import STATE_FIPS, cols, in_set, regex
 
 #: occupied housing units as the plugin builds them (STATE, COUNTY text; SIZE integer ≥ 1)
 HOUSEHOLDS_SUITE: list[Check] = [

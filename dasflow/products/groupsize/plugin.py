@@ -27,7 +27,7 @@ from dasflow.products.groupsize.product import GroupSizeConfig, GroupSizeProduct
 from dasflow.products.groupsize.reporting import groupsize_consistency, groupsize_truth
 from dasflow.products.plugin import DemoCensus, DemoEntry, InputChecks, InputDeclaration, ProductPlugin
 from dasflow.synth.reference import counties as synth_counties
-from validation.configs import check_infinity, check_keys
+from dasflow.validation.configs import check_infinity, check_keys
 
 UNIT_COLUMNS = ("TABBLKST", "TABBLKCOU", "HHGQ", "SIZE")
 

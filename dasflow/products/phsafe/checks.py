@@ -23,10 +23,10 @@ from dasflow.products.phsafe.inputs import SCHEMAS, Inputs, check_cross_file
 from dasflow.products.phsafe.outputs import columns, validate_output
 from dasflow.products.phsafe.tables import OUTPUT_TABLES
 from dasflow.products.plugin import InputChecks
-from validation.gx import Check
-from validation.preflight import check_delimited
-from validation.products import InputSuite, fact, first_dup_mask, not_in, per_state
-from validation.suites import US_AND_PR, between, cols, in_set
+from dasflow.validation.gx import Check
+from dasflow.validation.preflight import check_delimited
+from dasflow.validation.products import InputSuite, fact, first_dup_mask, not_in, per_state
+from dasflow.validation.suites import US_AND_PR, between, cols, in_set
 
 _MAFID = between("MAFID", 100_000_000, 900_000_000)
 

@@ -27,7 +27,7 @@ from dasflow.products.plugin import (
     budget_text,
     config_json,
 )
-from validation.configs import check_infinity
+from dasflow.validation.configs import check_infinity
 
 
 class PHSafePlugin(ProductPlugin[PHSafeConfig]):

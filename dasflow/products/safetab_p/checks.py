@@ -40,11 +40,11 @@ from dasflow.products.safetab_p.records import (
     encode_persons,
     read_pipe_file,
 )
-from validation.domain import Column
-from validation.gx import Check
-from validation.preflight import check_delimited
-from validation.products import InputSuite, fact, fact_not_in, first_dup_mask, table_columns
-from validation.suites import STATE_FIPS, cols, in_set, regex
+from dasflow.validation.domain import Column
+from dasflow.validation.gx import Check
+from dasflow.validation.preflight import check_delimited
+from dasflow.validation.products import InputSuite, fact, fact_not_in, first_dup_mask, table_columns
+from dasflow.validation.suites import STATE_FIPS, cols, in_set, regex
 
 _CODE_OR_NULL = r"[0-9]{4}|Null"
 #: person records as read (text columns). Code-list membership of QRACEn and QSPAN (against the run's

@@ -39,7 +39,7 @@ from dasflow.products.safetab_p import cli as safetab_cli
 from dasflow.products.safetab_p import load_config as load_safetab_config
 from dasflow.products.safetab_p.product import PERSON_DIR, ground_truth_config, person_files, run_universe
 from dasflow.products.safetab_p.records import GRFC_FILE, PERSON_COLUMNS, PERSON_FILE, encode_persons, read_pipe_file
-from validation.configs import check_infinity, check_keys
+from dasflow.validation.configs import check_infinity, check_keys
 
 #: keys the SafeTab-P production config may carry (safetab-p-production.md)
 SAFETAB_LEVEL_SUFFIXES = ("usa", "state", "county", "tract", "place", "aiannh", "pr_state", "pr_county",

@@ -20,9 +20,9 @@ from dasflow.io.store import ObjectStore
 from dasflow.products.plugin import InputChecks
 from dasflow.products.topdown.invariants import STRUCTURAL_ATTRIBUTE
 from dasflow.products.topdown.product import TopDown, TopDownConfig
-from validation.gx import Check
-from validation.preflight import check_delimited, check_parquet_files
-from validation.products import InputSuite, fact, first_dup_mask, not_in, scalar_fact
+from dasflow.validation.gx import Check
+from dasflow.validation.preflight import check_delimited, check_parquet_files
+from dasflow.validation.products import InputSuite, fact, first_dup_mask, not_in, scalar_fact
 
 #: the GRF-C columns the block GEOID is built from (the production file carries more)
 GRFC_KEY_COLUMNS = ["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"]

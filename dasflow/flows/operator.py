@@ -8,12 +8,12 @@ from typing import Any
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 
+from dasflow.flows.release import run_release
 from dasflow.pipeline.run import open_run
 from dasflow.release.operator import rerun_postprocess
 from dasflow.release.publish import publish
-from flows.release import run_release
-from tasks.reports import artifact_key as _artifact_key
-from tasks.reports import ledger_artifact
+from dasflow.tasks.reports import artifact_key as _artifact_key
+from dasflow.tasks.reports import ledger_artifact
 
 
 @flow(name="dasflow-resume", log_prints=True)

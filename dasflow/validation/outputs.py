@@ -25,10 +25,10 @@ import pandas as pd
 
 from dasflow.errors import DasflowError, InputError
 from dasflow.registry import get_plugin
-from validation import gx
-from validation.domain import domain_frame
-from validation.report import render_html
-from validation.result import ExpectationRow, ValidationResult
+from dasflow.validation import gx
+from dasflow.validation.domain import domain_frame
+from dasflow.validation.report import render_html
+from dasflow.validation.result import ExpectationRow, ValidationResult
 
 #: record-level attributes of the confidential inputs; none may appear as a column of a release file
 #: record identifiers and raw CEF response fields: never a column of a release file. Category names that are

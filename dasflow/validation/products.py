@@ -11,7 +11,7 @@ failure is returned as ``result.error`` (an ``InputError`` naming file, row and 
 before preprocessing, so nothing is measured and no ledger entry is written for data that failed.
 Per-state partitions: row counts and rule violations are reported per state from one vectorised pass, and GX
 validates the distinct-value domain of every column (exactly equivalent for membership rules, see
-:mod:`validation.domain`), which keeps 10 M persons well inside a minute.
+:mod:`dasflow.validation.domain`), which keeps 10 M persons well inside a minute.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dasflow.errors import InputError
-from validation import gx, suites
-from validation.domain import Column, domain_frame, facts_frame
-from validation.report import render_html
-from validation.result import ExpectationRow, ValidationResult
+from dasflow.validation import gx, suites
+from dasflow.validation.domain import Column, domain_frame, facts_frame
+from dasflow.validation.report import render_html
+from dasflow.validation.result import ExpectationRow, ValidationResult
 
 
 @dataclass(frozen=True)

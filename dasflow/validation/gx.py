@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from validation.result import ExpectationRow
+from dasflow.validation.result import ExpectationRow
 
 #: bump when any suite changes meaning; recorded in every result and report
 SUITE_VERSION = "1"

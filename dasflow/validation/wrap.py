@@ -2,7 +2,7 @@
 expectation, counts, first failure) and its Data Docs page under ``runs/{id}/validation/``.
 
 The pipeline's validate stage runs the gate itself (``plugin.preflight`` before each reader, then
-:func:`validation.products.run_product_suite`) and raises the first failure before preprocessing and
+:func:`dasflow.validation.products.run_product_suite`) and raises the first failure before preprocessing and
 measurement, so a rejected input leaves the release with no prepared data, no ledger entry and no measurement.
 The page may quote input values: it stays under ``runs/``, never in ``release/``.
 """
@@ -10,7 +10,7 @@ The page may quote input values: it stays under ``runs/``, never in ``release/``
 from __future__ import annotations
 
 from dasflow.io.store import ObjectStore
-from validation.result import ValidationResult
+from dasflow.validation.result import ValidationResult
 
 
 def store_results(store: ObjectStore, root: str, product: str, result: ValidationResult) -> dict[str, str]:

@@ -23,7 +23,7 @@ from dasflow.pipeline import stages
 from dasflow.pipeline.run import RunContext, candidate_context, open_run
 from dasflow.release.ledger_archive import archive_ledger
 from dasflow.release.stage import release_stage
-from tasks.reports import artifact_key, product_validation_artifact, release_reports
+from dasflow.tasks.reports import artifact_key, product_validation_artifact, release_reports
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -22,7 +22,7 @@ from dasflow.experiment.record import write_outputs
 from dasflow.experiment.report import experiment_markdown
 from dasflow.experiment.scaling import parse_scales, parse_split
 from dasflow.io.store import open_store
-from tasks.stages import _artifact_key
+from dasflow.tasks.stages import _artifact_key
 
 
 @task(name="experiment-runs", cache_policy=NO_CACHE, persist_result=False)

@@ -66,7 +66,7 @@ def _execution(cfg: ReleaseConfig, args: argparse.Namespace) -> ReleaseConfig:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from flows.release import run_release
+    from dasflow.flows.release import run_release
 
     cfg = _execution(load_release_config(args.config), args)
     t0 = time.perf_counter()
@@ -76,7 +76,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def resume_command(args: argparse.Namespace) -> int:
-    from flows.release import run_release
+    from dasflow.flows.release import run_release
 
     ctx = open_run(args.release_id, args.store or "dasflow-store")
     t0 = time.perf_counter()
@@ -109,7 +109,7 @@ def validate_command(args: argparse.Namespace) -> int:
 
 def demo_command(args: argparse.Namespace) -> int:
     from dasflow.demo import prepare_demo
-    from flows.release import run_release
+    from dasflow.flows.release import run_release
 
     t0 = time.perf_counter()
     cfg = prepare_demo(Path(args.store), persons=args.persons, seed=args.seed)

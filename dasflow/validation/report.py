@@ -13,7 +13,7 @@ import json
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from validation.result import ValidationResult
+    from dasflow.validation.result import ValidationResult
 
 _CSS = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
         "padding:2px 6px;font-size:13px}.ok{color:#060}.bad{color:#a00;font-weight:bold}")

@@ -2,7 +2,7 @@
 
 Generic machinery only: what each product checks comes from its plugin (``dasflow.products.<p>.checks``,
 reached through ``dasflow.registry``). Public API (GX itself is imported lazily, on first validation, by
-:mod:`validation.gx`):
+:mod:`dasflow.validation.gx`):
 
 - :func:`run_product_suite(plugin, confidential, public, config) <validation.products.run_product_suite>`
   → :class:`ValidationResult` (``.success``, ``.summary``, ``.html``, ``.error``: ``InputError`` with file,
@@ -15,12 +15,12 @@ reached through ``dasflow.registry``). Public API (GX itself is imported lazily,
 
 from __future__ import annotations
 
-from validation.configs import validate_product_config, validate_release_config
-from validation.outputs import validate_outputs
-from validation.preflight import check_delimited, check_parquet_files
-from validation.products import run_product_suite
-from validation.result import ValidationResult
-from validation.wrap import store_results
+from dasflow.validation.configs import validate_product_config, validate_release_config
+from dasflow.validation.outputs import validate_outputs
+from dasflow.validation.preflight import check_delimited, check_parquet_files
+from dasflow.validation.products import run_product_suite
+from dasflow.validation.result import ValidationResult
+from dasflow.validation.wrap import store_results
 
 __all__ = ["ValidationResult", "check_delimited", "check_parquet_files", "run_product_suite", "store_results",
            "validate_outputs", "validate_product_config", "validate_release_config"]

@@ -1,6 +1,6 @@
-"""Building blocks of the code-defined expectation suites (versioned with :data:`validation.gx.SUITE_VERSION`).
+"""Building blocks of the code-defined expectation suites (versioned with :data:`dasflow.validation.gx.SUITE_VERSION`).
 
-Each input file has a *domain* suite, validated on its distinct-value frame (:mod:`validation.domain`): phase 1
+Each input file has a *domain* suite, validated on its distinct-value frame (:mod:`dasflow.validation.domain`): phase 1
 (exact column set and order, dtypes) and phase 2 (domains and formats). The suites themselves belong to the
 products (``dasflow.products.<p>.checks``, following each product's input spec) and are built from the helpers
 here; cross-file rules (phase 3) of every product are validated on a facts frame by :data:`FACTS_SUITE`.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from validation.gx import Check
+from dasflow.validation.gx import Check
 
 #: FIPS state codes of the 50 states, DC and PR (integers)
 US_AND_PR = sorted({1, 2, 4, 5, 6, 8, 9, 10, 11, 12, 13, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27,

@@ -14,10 +14,10 @@ from pydantic import BaseModel, Field
 
 from dasflow.config import ReleaseConfig, load_release_config, parse_release_config
 from dasflow.errors import InputError
+from dasflow.flows.approval import approval_gate, end_stale_release_runs, exit_with_worker, release_slot
 from dasflow.io.store import LocalStore, open_store
 from dasflow.pipeline.run import candidate_context, freeze_config
-from flows.approval import approval_gate, end_stale_release_runs, exit_with_worker, release_slot
-from tasks.stages import (
+from dasflow.tasks.stages import (
     measure_task,
     plan_task,
     postprocess_part_task,

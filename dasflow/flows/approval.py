@@ -23,7 +23,7 @@ from pydantic import Field
 
 from dasflow.pipeline.approval import plan_markdown, plan_summary, read_approval, record_decision, require_approved
 from dasflow.pipeline.run import open_run
-from tasks.reports import artifact_key as _artifact_key
+from dasflow.tasks.reports import artifact_key as _artifact_key
 
 #: how long a gated release waits for its operator before the run fails (resuming it asks again)
 APPROVAL_TIMEOUT_SECONDS = 7 * 24 * 3600

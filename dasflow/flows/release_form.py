@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from dasflow import demo, registry
 from dasflow.config import RELEASE_ID, ReleaseConfig, parse_release_config
 from dasflow.errors import InputError
+from dasflow.flows.approval import end_stale_release_runs, exit_with_worker, release_slot
+from dasflow.flows.release import run_release
 from dasflow.pipeline.run import open_run
-from flows.approval import end_stale_release_runs, exit_with_worker, release_slot
-from flows.release import run_release
 
 #: the form's data defaults (the demo's synthetic census layout, the products and their packaged configs): data
 #: beside the demo configs, so no code here names a product
