@@ -1,4 +1,4 @@
-"""Neighbouring relations: what each product's budget is measured against, and its exact conversion.
+"""Neighbouring relations: the generic machinery that converts a product's budget to an account's relation.
 
 A privacy-loss account (``dasflow.privacy.account``) composes budgets under **one** neighbouring relation:
 
@@ -6,37 +6,34 @@ A privacy-loss account (``dasflow.privacy.account``) composes budgets under **on
                         person may join or leave an existing household, or form / dissolve a one-person one.
 ``change_one_person``   one person's record replaced by any other record (the number of persons fixed).
 
-Each product declares the relation its plan was calibrated under and how its keys' sensitivities change under
-the account's relation. For one key with sensitivity Δ under the product's relation and Δ' under the account's,
-noise calibrated to Δ at budget b is a mechanism of budget b·(Δ'/Δ)² (zCDP: ρ = Δ²/(2σ²)) or b·(Δ'/Δ)
-(pure DP: ε = Δ₁/scale) under the account's relation. The factors below are those ratios (squared-L2 ratio
-for ρ, L1 ratio for ε), derived per product and checked by neighbour enumeration in
+Each product declares, on its plugin (``ProductPlugin.relation``, a :class:`ProductRelation`), the relation its
+plan was calibrated under and how its keys' sensitivities change under the account's relation; the declaration
+and its argument live in the product's package. For one key with sensitivity Δ under the product's relation and
+Δ' under the account's, noise calibrated to Δ at budget b is a mechanism of budget b·(Δ'/Δ)² (zCDP:
+ρ = Δ²/(2σ²)) or b·(Δ'/Δ) (pure DP: ε = Δ₁/scale) under the account's relation. A declaration's factors are
+those ratios (squared-L2 ratio for ρ, L1 ratio for ε), checked per product by neighbour enumeration in
 ``tests/privacy_accounting/test_relations.py``; docs/accounts.md has the short proofs.
 
-* PHSafe, SafeTab-P, matrix: add/remove one person. → change-one-person: a change is a removal then an
-  addition, so Δ' ≤ 2Δ in every norm (triangle inequality): ρ × 4, ε × 2 (sound for every query; PHSafe).
-  SafeTab-P and matrix keys are counts to which a person adds 0 or 1 per entry (≤ s groups; one cell of a
-  marginal): a change clears ≤ Δ₁ entries and raises ≤ Δ₁ others by 1, so L1 = L2² at most doubles: ρ × 2, ε × 2.
-* TopDown: change one record. Every key is a set of marginals (a partition of the records into cells) per
-  geounit with Δ₁ = Δ₂² = 2; adding or removing one person moves one cell of each marginal by 1, Δ₁ = Δ₂² = 1:
-  ρ × 1/2, ε × 1/2. The invariants it releases exactly (total and state populations, block facts) are not
-  covered by either relation and are listed as such.
-* Group sizes: the number of households n is public and the plan's relation lets a person only join or leave
-  an existing household. Under add/remove-person a person may also form or dissolve a one-person household,
-  which moves every cumulative entry Λ_j (j = 1..k) of its region: counts Δ = max(2, 1) = 2 (factor 1),
-  cumulative Δ = max(1, k) (factor k), chain (j-major cumulative over |R| regions) Δ = max(|R|, k|R|) (factor
-  k); L1 = L2² for these 0/±1 changes, so the ρ and ε factors agree. → change-one-person: twice that in L1,
-  four times in squared L2. The public n itself is an invariant released exactly.
+The conversions shared by products calibrated under add/remove one person are here: → change-one-person, a change
+is a removal then an addition, so Δ' ≤ 2Δ in every norm (triangle inequality): ρ × 4, ε × 2
+(:data:`GENERIC_CHANGE`, sound for every query); for keys to which a person adds 0 or 1 per entry (counts,
+marginal cells) a change clears ≤ Δ₁ entries and raises ≤ Δ₁ others by 1, so L1 = L2² at most doubles: ρ × 2,
+ε × 2 (:data:`COUNTS_CHANGE`).
+
+A product is looked up by name through ``dasflow.registry`` (the bottom layer: privacy imports no product); a
+product whose plugin declares no relation (or an unknown name) cannot spend from an account (``LedgerRefusal``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
-from dasflow.errors import LedgerRefusal
+from dasflow import registry
+from dasflow.errors import InputError, LedgerRefusal
 from dasflow.privacy import accounting
 from dasflow.privacy.measurement import MeasurementSpec
 
@@ -44,8 +41,6 @@ Relation = Literal["add_remove_person", "change_one_person"]
 RELATIONS: tuple[str, ...] = ("add_remove_person", "change_one_person")
 ADD_REMOVE: Relation = "add_remove_person"
 CHANGE_ONE: Relation = "change_one_person"
-#: the group-size plan's own relation (not an account relation: n is public)
-FIXED_HOUSEHOLDS = "add_remove_person_fixed_households"
 
 #: a key's sensitivity of the whole measured vector: ("l2sq", Δ₂²) under zCDP, ("l1", Δ₁) under pure DP
 Sensitivity = tuple[Literal["l2sq", "l1"], Fraction]
@@ -92,7 +87,9 @@ GENERIC_CHANGE = (Fraction(4), Fraction(2), "change = remove + add: Δ' ≤ 2Δ 
 COUNTS_CHANGE = (Fraction(2), Fraction(2), "0/+1 contributions: change moves ≤ 2× the entries by 1 (L1 = L2²)")
 
 
-def _add_remove(change: tuple[Fraction, Fraction, str]) -> Callable[[MeasurementSpec, str], Conversion]:
+def add_remove_conversion(change: tuple[Fraction, Fraction, str]) -> Callable[[MeasurementSpec, str], Conversion]:
+    """The conversion of a product calibrated under add/remove one person: identity to add/remove, ``change``
+    (ρ factor, ε factor, argument) to change-one-person."""
     def convert(spec: MeasurementSpec, account: str) -> Conversion:
         if account == ADD_REMOVE:
             return Conversion(ADD_REMOVE, account, Fraction(1), Fraction(1), "same relation")
@@ -102,75 +99,43 @@ def _add_remove(change: tuple[Fraction, Fraction, str]) -> Callable[[Measurement
     return convert
 
 
-def _topdown_convert(spec: MeasurementSpec, account: str) -> Conversion:
-    if account == CHANGE_ONE:
-        return Conversion(CHANGE_ONE, account, Fraction(1), Fraction(1), "same relation")
-    if account == ADD_REMOVE:
-        return Conversion(CHANGE_ONE, account, Fraction(1, 2), Fraction(1, 2),
-                          "marginals: add/remove moves one cell by 1 (Δ₁ = Δ₂² = 1 vs 2)")
-    raise LedgerRefusal(f"topdown: no conversion to {account}")
-
-
-def groupsize_factor(query: str, k: int) -> Fraction:
-    """Sensitivity ratio (L1 = L2²) of a group-size query when a person may also form or dissolve a one-person
-    household, over the fixed-household relation the plan is calibrated to (see the module docstring)."""
-    if query == "counts":
-        return Fraction(1)
-    if query in ("cumulative", "chain"):
-        return Fraction(k)
-    raise LedgerRefusal(f"groupsize: no declared conversion for query {query!r}")
-
-
-def _groupsize_convert(spec: MeasurementSpec, account: str) -> Conversion:
-    f = groupsize_factor(str(spec.detail.get("query")), int(spec.detail.get("k", 0)))
-    if account == ADD_REMOVE:
-        return Conversion(FIXED_HOUSEHOLDS, account, f, f,
-                          f"a person forming/dissolving a household: Δ × {f} (L1 = L2²)")
-    if account == CHANGE_ONE:
-        return Conversion(FIXED_HOUSEHOLDS, account, 4 * f, 2 * f,
-                          f"change = remove + add, each up to Δ × {f}: L1 × {2 * f}, L2² × {4 * f}")
-    raise LedgerRefusal(f"groupsize: no conversion to {account}")
-
-
-_DECLARED: dict[str, ProductRelation] = {
-    "phsafe": ProductRelation(ADD_REMOVE, _add_remove(GENERIC_CHANGE)),  # household-truncated
-    "safetab-p": ProductRelation(ADD_REMOVE, _add_remove(COUNTS_CHANGE)),
-    "matrix": ProductRelation(ADD_REMOVE, _add_remove(COUNTS_CHANGE)),  # one marginal per key
-    "topdown": ProductRelation(CHANGE_ONE, _topdown_convert,
-                               ("total population", "state populations", "block facts (structural zeros)")),
-    "groupsize": ProductRelation(FIXED_HOUSEHOLDS, _groupsize_convert, ("number of occupied housing units n",)),
-}
-
-
-def add_remove_product(invariants: tuple[str, ...] = ()) -> ProductRelation:
+def add_remove_product(invariants: tuple[str, ...] = (),
+                       change: tuple[Fraction, Fraction, str] = GENERIC_CHANGE) -> ProductRelation:
     """The declaration of a product calibrated under add/remove-one-person (``spec.sensitivity`` is, as for every
-    product, Δ₂² (zCDP) / Δ₁ (pure) of each key's whole vector: the ``MeasurementSpec`` convention)."""
-    return ProductRelation(ADD_REMOVE, _add_remove(GENERIC_CHANGE), invariants)
-
-
-def declare(product: str, declaration: ProductRelation) -> None:
-    """Declare a (plug-in) product's relation; dasflow's own products are declared above."""
-    _DECLARED[product] = declaration
+    product, Δ₂² (zCDP) / Δ₁ (pure) of each key's whole vector: the ``MeasurementSpec`` convention); ``change``
+    is its conversion to change-one-person (:data:`GENERIC_CHANGE` is sound for every query)."""
+    return ProductRelation(ADD_REMOVE, add_remove_conversion(change), invariants)
 
 
 def declared(product: str) -> ProductRelation | None:
-    return _DECLARED.get(product)
+    """The relation a product's plugin declares (``ProductPlugin.relation``); None for a plugin that declares
+    none or a product the registry does not know."""
+    try:
+        plugin = registry.get_plugin(product)
+    except InputError:
+        return None
+    return plugin.relation
 
 
 def require(product: str) -> ProductRelation:
-    decl = _DECLARED.get(product)
+    """The product's declared relation; ``LedgerRefusal`` if it declares none (it cannot spend from an account)."""
+    decl = declared(product)
     if decl is None:
         raise LedgerRefusal(f"product {product!r} declares no neighbouring relation; it cannot spend from an "
                             "account")
     return decl
 
 
-def convert_specs(specs: list[MeasurementSpec], account_relation: str) -> list[MeasurementSpec]:
-    """The plan's keys with their budgets converted to ``account_relation`` (noise unchanged)."""
-    import dataclasses
+def _lookup(specs: list[MeasurementSpec]) -> dict[str, ProductRelation | None]:
+    """Each product of the plan's declared relation (looked up once per product)."""
+    return {p: declared(p) for p in dict.fromkeys(s.product for s in specs)}
 
-    return [dataclasses.replace(s, budget=require(s.product).convert(s, account_relation).budget(s))
-            for s in specs]
+
+def convert_specs(specs: list[MeasurementSpec], account_relation: str) -> list[MeasurementSpec]:
+    """The plan's keys with their budgets converted to ``account_relation`` (noise unchanged); ``LedgerRefusal``
+    for a product that declares no relation."""
+    decls = {p: require(p) for p in dict.fromkeys(s.product for s in specs)}
+    return [dataclasses.replace(s, budget=decls[s.product].convert(s, account_relation).budget(s)) for s in specs]
 
 
 def expected_noise(spec: MeasurementSpec, sens: Sensitivity) -> Fraction:
@@ -190,8 +155,9 @@ def audit_record(specs: list[MeasurementSpec]) -> dict[str, dict[str, Any]]:
     records any other quantity as its sensitivity (plain L2, a per-count Δ) cannot be frozen.
     ``conversions`` gives the key's budget converted to each account relation, with the argument."""
     out: dict[str, dict[str, Any]] = {}
+    decls = _lookup(specs)
     for s in specs:
-        decl = _DECLARED.get(s.product)
+        decl = decls[s.product]
         sens = whole_vector_sensitivity(s)
         noise = expected_noise(s, sens)
         if noise != s.noise:
@@ -211,4 +177,4 @@ def _text(budget: Fraction | None) -> str:
 
 def invariants(products: Mapping[str, Any] | list[str]) -> dict[str, tuple[str, ...]]:
     """The invariants each product releases exactly."""
-    return {p: d.invariants for p in products if (d := _DECLARED.get(p)) is not None}
+    return {p: d.invariants for p in products if (d := declared(p)) is not None}

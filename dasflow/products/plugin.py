@@ -12,6 +12,10 @@ What a plugin carries:
 * **validation** — ``preflight`` (file pre-checks before any reader parses), ``input_checks`` (GX suites,
   vectorised cross-file facts and the product's own fail-closed check), ``output_header`` / ``check_outputs``
   (release-file rules), ``check_release_files`` (the product's production output validator);
+* **the neighbouring relation** — ``relation`` (:class:`~dasflow.privacy.relations.ProductRelation`): the
+  relation the product's plan is calibrated under, the exact conversion of each key's budget to an account's
+  relation, and the invariants it releases exactly. The default ``None`` declares none: such a product runs
+  test releases (its keys audited as ``undeclared``) but cannot spend from a privacy-loss account;
 * **the privacy-relevant core** — ``product`` (the :class:`~dasflow.products.base.Product`: plan, prepare,
   measure, post-process, tables) and ``partitioned`` (post-processing as independent parts, optional);
 * **release and reports** — ``file_name``, ``invariants`` (certificate), ``extra_release_files`` (derived
@@ -48,6 +52,7 @@ from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore
 from dasflow.privacy import accounting
 from dasflow.privacy.measurement import MeasurementSpec
+from dasflow.privacy.relations import ProductRelation
 from dasflow.products.base import Product
 from dasflow.products.partition import PartitionedPostprocess
 
@@ -126,6 +131,9 @@ class ProductPlugin(ABC, Generic[C]):
     synth_format: ClassVar[str | None] = None
     #: how ``dasflow demo`` runs the product (None: not part of the demo)
     demo: ClassVar[DemoEntry | None] = None
+    #: the neighbouring relation the plan is calibrated under and its conversions to an account's relation
+    #: (``dasflow.privacy.relations``); None: declares none, so accounts refuse the product's plan
+    relation: ClassVar[ProductRelation | None] = None
 
     # ------------------------------------------------------------------------------------ config and inputs
     @abstractmethod

@@ -1,7 +1,7 @@
 """The ``counts`` test product as a plugin package: what an agency writes to add a product to dasflow without
 editing it. Registered with one line (``dasflow.registry.register("counts", "tests.plugin_product.plugin")``,
 or ``DASFLOW_PRODUCTS=counts=tests.plugin_product.plugin`` for a subprocess); its neighbouring relation is
-declared here, beside the plugin (add/remove one person: one cell of each level moves by one).
+declared on the plugin, ``relation`` (add/remove one person: one cell of each level moves by one).
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ class CountsPlugin(ProductPlugin[Any]):
     title = "Counts (test product)"
     input_declarations = (InputDeclaration("counts", "confidential/counts/", confidential=True),
                           InputDeclaration("counts_public", "public/counts/", confidential=False))
+    #: add/remove one person: one cell of each level moves by one
+    relation = relations.add_remove_product()
 
     def product(self, config: Any) -> CountsProduct:
         return CountsProduct()
@@ -66,4 +68,3 @@ class CountsPlugin(ProductPlugin[Any]):
 
 
 PLUGIN = CountsPlugin()
-relations.declare("counts", relations.add_remove_product())

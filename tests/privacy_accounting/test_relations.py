@@ -10,9 +10,12 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from dasflow import registry
+from dasflow.errors import LedgerRefusal
 from dasflow.privacy import relations
 from dasflow.privacy.accounting import gaussian_sigma2_sq
 from dasflow.privacy.measurement import MeasurementSpec
+from dasflow.products.groupsize import relation as groupsize_relation
 from dasflow.products.groupsize.mechanisms import query_sensitivity, true_query
 from dasflow.products.topdown.strategy import CHANGE_ONE_SENSITIVITY, QueryGroup, Schema
 
@@ -55,7 +58,7 @@ def test_groupsize_conversion_by_neighbour_enumeration(query: str, trial: int) -
     households.append((0, 1))  # a household below the top code, so the planned sensitivity is attained
     base = true_query(_counts(households, regions, k), query)
     planned = query_sensitivity(query, regions, "l1")
-    for free, factor in ((False, Fraction(1)), (True, relations.groupsize_factor(query, k))):
+    for free, factor in ((False, Fraction(1)), (True, groupsize_relation.groupsize_factor(query, k))):
         worst = [_norms(true_query(_counts(n, regions, k), query), base)
                  for n in _neighbours(households, regions, free)]
         l1, l2sq = max(w[0] for w in worst), max(w[1] for w in worst)
@@ -136,6 +139,21 @@ def test_undeclared_products_cannot_spend_from_an_account() -> None:
         relations.convert_specs([_spec("nobody", Fraction(1))], relations.ADD_REMOVE)
 
 
+def test_the_relation_is_the_plugins_and_a_plugin_without_one_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Accounts read a product's relation from its plugin (``ProductPlugin.relation``); a registered plugin that
+    declares none (the default) runs as ``undeclared`` but cannot spend from an account."""
+    for name in registry.PLUGINS:
+        assert relations.require(name) is registry.get_plugin(name).relation
+    monkeypatch.setitem(registry.PLUGINS, "counts", "tests.plugin_product.plugin")
+    plugin = registry.get_plugin("counts")
+    assert relations.require("counts").relation == relations.ADD_REMOVE
+    monkeypatch.setattr(type(plugin), "relation", None)
+    spec = _spec("counts", Fraction(1))
+    assert relations.audit_record([spec])["counts/k"]["relation"] == "undeclared"
+    with pytest.raises(LedgerRefusal, match="'counts' declares no neighbouring relation"):
+        relations.convert_specs([spec], relations.ADD_REMOVE)
+
+
 # ------------------------------------------------------------------ SafeTab-P and matrix → change-one-person
 @pytest.mark.parametrize("seed", range(3))
 def test_safetab_p_change_one_person_by_neighbour_enumeration(seed: int) -> None:
@@ -202,6 +220,6 @@ def test_the_frozen_audit_record_carries_each_keys_conversions() -> None:
                            mechanism="discrete_gaussian", budget=Fraction(1, 6), sensitivity=Fraction(5),
                            noise=Fraction(15), cells=35, variance=Fraction(15), detail={"query": "chain", "k": 7})
     record = relations.audit_record([spec])["groupsize/chain/state"]
-    assert record["sensitivity_l2sq"] == "5" and record["relation"] == relations.FIXED_HOUSEHOLDS
+    assert record["sensitivity_l2sq"] == "5" and record["relation"] == groupsize_relation.FIXED_HOUSEHOLDS
     assert record["conversions"]["add_remove_person"]["budget"] == "7/6"
     assert record["conversions"]["change_one_person"]["budget"] == "14/3"

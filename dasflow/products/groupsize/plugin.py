@@ -24,6 +24,7 @@ from dasflow.io.store import ObjectStore, StoreError
 from dasflow.privacy import accounting
 from dasflow.products.groupsize import checks
 from dasflow.products.groupsize.product import GroupSizeConfig, GroupSizeProduct
+from dasflow.products.groupsize.relation import RELATION
 from dasflow.products.groupsize.reporting import groupsize_consistency, groupsize_truth
 from dasflow.products.plugin import DemoCensus, DemoEntry, InputChecks, InputDeclaration, ProductPlugin
 from dasflow.synth.reference import counties as synth_counties
@@ -41,6 +42,8 @@ GROUPSIZE_REQUIRED = frozenset({"budget", "privacy_defn", "mechanism"})
 class GroupSizePlugin(ProductPlugin[GroupSizeConfig]):
     title = 'Group sizes'
     name = "groupsize"
+    #: households fixed (n public); → account relations by query (dasflow.products.groupsize.relation)
+    relation = RELATION
     input_declarations = (
         InputDeclaration("groupsize", "confidential/groupsize/", confidential=True),
         InputDeclaration("groupsize_public", "public/groupsize/", confidential=False),

@@ -13,6 +13,7 @@ import pandas as pd
 
 from dasflow.io.files import input_prefix, read_parquet_records
 from dasflow.io.store import ObjectStore
+from dasflow.privacy import relations
 from dasflow.products.matrix.config import MatrixConfig, parse_config
 from dasflow.products.matrix.estimate import marginal_of
 from dasflow.products.matrix.product import MatrixProduct
@@ -22,6 +23,8 @@ from dasflow.products.plugin import InputDeclaration, ProductPlugin, config_json
 class MatrixPlugin(ProductPlugin[MatrixConfig]):
     title = 'Matrix mechanism (Eigen-Design)'
     name = "matrix"
+    #: add/remove one person; one marginal per key (0/+1 cells), so → change-one ρ × 2, ε × 2
+    relation = relations.add_remove_product(change=relations.COUNTS_CHANGE)
     input_declarations = (InputDeclaration("matrix", "confidential/matrix/", confidential=True),)
     synth_format = "topdown"  # the matrix product reads the synthetic census's TopDown persons files
 

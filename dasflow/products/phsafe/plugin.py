@@ -12,6 +12,7 @@ import pandas as pd
 from dasflow.errors import InputError
 from dasflow.io.files import input_prefix, local_file
 from dasflow.io.store import ObjectStore
+from dasflow.privacy import relations
 from dasflow.products.phsafe import PHSAFE, PHSafe, PHSafeConfig, checks, load_config, parse_config, plan
 from dasflow.products.phsafe import cli as phsafe_cli
 from dasflow.products.phsafe.estimates import checked_frame, estimate_file_name, estimates_bytes, phsafe_estimates
@@ -33,6 +34,8 @@ from dasflow.validation.configs import check_infinity
 class PHSafePlugin(ProductPlugin[PHSafeConfig]):
     title = 'PHSafe'
     name = "phsafe"
+    #: add/remove one person (household-truncated); → change-one by the triangle inequality (ρ × 4, ε × 2)
+    relation = relations.add_remove_product()
     input_declarations = (
         InputDeclaration("phsafe", "confidential/phsafe/", confidential=True),
         InputDeclaration("phsafe_geo", "public/phsafe/", confidential=False),

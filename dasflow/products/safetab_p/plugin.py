@@ -21,7 +21,7 @@ import pandas as pd
 from dasflow.errors import InputError
 from dasflow.io.files import input_prefix, local_dir, local_file
 from dasflow.io.store import ObjectStore
-from dasflow.privacy import accounting, rng
+from dasflow.privacy import accounting, relations, rng
 from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
 from dasflow.products.base import Prepared
 from dasflow.products.plugin import (
@@ -72,6 +72,8 @@ class PipelineSafeTabP(SafeTabP):
 class SafeTabPPlugin(ProductPlugin[SafeTabPConfig]):
     title = 'SafeTab-P'
     name = "safetab-p"
+    #: add/remove one person; keys are 0/+1 group counts, so → change-one ρ × 2, ε × 2
+    relation = relations.add_remove_product(change=relations.COUNTS_CHANGE)
     may_be_empty = True  # publishes only what its adaptive thresholds allow
     input_declarations = (
         InputDeclaration("safetab-p", "confidential/safetab-p/", confidential=True),

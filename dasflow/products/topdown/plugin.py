@@ -42,6 +42,7 @@ from dasflow.products.topdown.invariants import (
 )
 from dasflow.products.topdown.partitioned import PartitionedTopDown
 from dasflow.products.topdown.product import TopDown, TopDownConfig
+from dasflow.products.topdown.relation import RELATION
 from dasflow.products.topdown.reporting import topdown_consistency, topdown_truth
 from dasflow.products.topdown.spine import GEOGRAPHY_COLUMNS, preset
 from dasflow.products.topdown.strategy import (
@@ -98,6 +99,8 @@ class TopDownPlugin(ProductPlugin[TopDownConfig]):
     pipeline plans every product before measuring it)."""
 
     name = "topdown"
+    #: change one record; → add/remove ρ × 1/2, ε × 1/2 (dasflow.products.topdown.relation)
+    relation = RELATION
     synth_format = "topdown"
     zero_filled = True
     input_declarations = (
