@@ -106,6 +106,18 @@ def test_phsafe_output_validation_catches_a_wrong_variance(tmp_path: Path) -> No
     first[-2] = "1.0"
     ctx.store.put(key, (head + "|".join(first) + "".join(lines[2:])).encode())
     before = ctx.store.get(f"runs/ph/release/{MANIFEST}")
-    with pytest.raises(OutputInvalid, match="VARIANCE"):
+    with pytest.raises(OutputInvalid, match=r"^phsafe release files: phsafe/PH2\.csv: row 2, column VARIANCE"):
         write_release_manifest(ctx)
     assert ctx.store.get(f"runs/ph/release/{MANIFEST}") == before
+    # a release whose manifest was never written: a tampered PH1_num.csv row stops it, naming the file
+    ctx.store.put(key, "".join(lines).encode())
+    ctx.store.delete(f"runs/ph/release/{MANIFEST}")
+    key = "runs/ph/release/phsafe/PH1_num.csv"
+    head, *rows = ctx.store.get(key).decode().splitlines(keepends=True)
+    cells = rows[0].split("|")
+    cells[-3] = "Discrete Laplace"  # NOISE_DISTRIBUTION (the generic table checks cannot see it)
+    ctx.store.put(key, (head + "|".join(cells) + "".join(rows[1:])).encode())
+    with pytest.raises(OutputInvalid,
+                       match=r"^phsafe release files: phsafe/PH1_num\.csv: row 2, column NOISE_DISTRIBUTION"):
+        write_release_manifest(ctx)
+    assert not ctx.store.exists(f"runs/ph/release/{MANIFEST}")
