@@ -4,7 +4,8 @@ Per product and level: definition, budget, noise and variance; totals per univer
 count ε²/2) and ε at δ = 1e-10 by the accounting module's sound conversions (the method is printed). A product's
 Census production config is read as-is and planned by its plugin (``budget_format`` recognises it,
 ``budget_plan`` plans it from the config alone). A release config plans every product through its plugin
-(public inputs only, never ``confidential/``).
+(public inputs only, never ``confidential/``) and goes through the ledger's one cap check
+(``ledger.check_plan``, as ``dasflow validate`` and freezing): an over-cap plan is refused (exit 3).
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ from dasflow.io.store import open_store
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import RunContext
 from dasflow.privacy import accounting
-from dasflow.privacy.composition import compose_plan
-from dasflow.privacy.ledger import Ledger
+from dasflow.privacy.ledger import Ledger, check_plan
 from dasflow.products.plugin import budget_text
 
 Row = dict[str, Any]
@@ -74,7 +74,7 @@ def release_budget(path: Path) -> dict[str, Any]:
     rows = [{"product": s.product, "universe": cfg.universe, "key": s.key, "level": s.level,
              "definition": s.privacy_defn, "budget": budget_text(s.budget), "sensitivity": str(s.sensitivity),
              "noise": str(s.noise), "variance": str(s.variance), "cells": s.cells} for s in specs]
-    total = compose_plan(specs).as_record()
+    total = check_plan(specs, ctx.cap).as_record()  # the one cap check (refuses an over-cap plan)
     total["cap_rho"] = cfg.cap.rho
     return {"rows": rows, "totals": {cfg.universe: total}}
 
