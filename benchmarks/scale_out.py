@@ -89,12 +89,12 @@ def main() -> None:
     out["steps"] = {s["step"]: len(s["parts"]) for s in steps}
 
     # the single-process estimator on the same measurements (no parts)
-    adapter = ctx.plugin("topdown")
+    plugin = ctx.plugin("topdown")
     cfg = ctx.product_config("topdown")
-    public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, cfg)
+    public = plugin.public_inputs(ctx.post_store(), ctx.config.inputs, cfg)
     measurements = stages.load_measurements(ctx, "topdown")
     t, c = time.perf_counter(), time.process_time()
-    whole = adapter.product(cfg).postprocess(measurements, public)
+    whole = plugin.product(cfg).postprocess(measurements, public)
     out["single_process"] = {"wall": time.perf_counter() - t, "cpu": time.process_time() - c}
 
     blocks: dict[str, pd.DataFrame] = {}

@@ -1,7 +1,7 @@
 """Which inputs of a release are confidential, their digests, and the checks every confidential input passes
 before a plan may be frozen.
 
-Confidentiality comes from declarations, never from a path prefix: each product's adapter declares its inputs
+Confidentiality comes from declarations, never from a path prefix: each product's plugin declares its inputs
 (``input_declarations``: name, default prefix, confidential or public), and every input the release config names
 that no product declares public is treated as confidential (fail closed). The literal ``confidential/`` prefix
 stays forbidden to post-processing as well, whatever the config says.

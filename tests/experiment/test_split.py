@@ -98,10 +98,10 @@ def test_real_safetab_plan_split_matches_the_products_calibration(tmp_path: Path
 
     config = prepare_demo(tmp_path / "store", 1000, 2)
     ctx = experiment_context(config)
-    adapter = ctx.plugin("safetab-p")
+    plugin = ctx.plugin("safetab-p")
     cfg = ctx.product_config("safetab-p")
-    public = adapter.public_inputs(ctx.post_store(), config.inputs, cfg)
-    plan = list(adapter.product(cfg).plan(cfg, public))
+    public = plugin.public_inputs(ctx.post_store(), config.inputs, cfg)
+    plan = list(plugin.product(cfg).plan(cfg, public))
     levels = list(dict.fromkeys(s.level for s in plan))
     sp = parse_split(f"safetab-p:{levels[0]}=3,{levels[1]}=1")
     out = split_plan(plan, sp)

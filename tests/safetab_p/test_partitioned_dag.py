@@ -1,7 +1,7 @@
-"""The DAG adapter with a split person-records input (``<prefix>/person-records/<state>.txt``): listed, not
-read, by ``confidential_inputs``; validated file by file (errors name the file); prepared counts equal those of
-the single-file input; both inputs at once refused. (The release DAG's validation gate in ``validation/`` still
-preflights only ``person-records.txt``; see docs/safetab_p.md.)"""
+"""The SafeTab-P plugin in the DAG with a split person-records input (``<prefix>/person-records/<state>.txt``):
+listed, not read, by ``confidential_inputs``; validated file by file (errors name the file); prepared counts equal
+those of the single-file input; both inputs at once refused. (The release DAG's validation gate in
+``validation/`` still preflights only ``person-records.txt``; see docs/safetab_p.md.)"""
 
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ def test_phase3_failures_are_counted_and_located(tmp_path: Path) -> None:
 
 
 def test_gx_domain_failure_is_located_in_the_full_column(tmp_path: Path) -> None:
-    """A value that only GX's domain suite rejects (a household SIZE of 0 that bypassed the adapter's filter)
+    """A value that only GX's domain suite rejects (a household SIZE of 0 that bypassed the plugin's filter)
     is located at its first row in the full data."""
     conf, pub, cfg = _inputs(tmp_path, "groupsize")
     hh = conf["households"].copy()

@@ -97,7 +97,7 @@ def _parquet(change: Callable[[pd.DataFrame], pd.DataFrame]) -> bytes:
 
 
 def _household_row(units: pd.DataFrame, index: int) -> int:
-    """1-based row (header = 1) of parquet row ``index`` in the households table the adapter builds."""
+    """1-based row (header = 1) of parquet row ``index`` in the households table the plugin builds."""
     occupied = ((units.HHGQ == 0) & (units.SIZE >= 1)).to_numpy()
     return int(occupied[:index].sum()) + 2
 
@@ -148,7 +148,7 @@ def cases() -> dict[str, dict[str, object]]:
         "safetab_iteration_unknown_code": dict(key=ST_MAP, data=_set(ST_MAP, 5, "ITERATION_CODE", "999999"),
                                                row=6, column="ITERATION_CODE"),
         # group sizes
-        # the group-size adapter concatenates every part file: its messages name the folder and the row of
+        # the group-size plugin concatenates every part file: its messages name the folder and the row of
         # the concatenated households table (part files in key order)
         "groupsize_county_not_in_geography": dict(key=GS_U, data=_parquet(_bad_county), file_key=GS_DIR,
                                                   row=_household_row(units, 3), column="COUNTY"),
