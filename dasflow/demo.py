@@ -26,13 +26,16 @@ from dasflow.synth.reference import states as synth_states
 
 #: data seed of the synthetic census when the demo runs in production-randomness mode
 DATA_SEED = 2020
-#: the demo release's privacy cap (zCDP ρ): the demo products plan 1.257281 + 4.944 + 0.5
-DEMO_CAP_RHO = "7"
-#: the demo's privacy-loss account (its synthetic CEF, US): every production-mode demo release over the store's
-#: data spends from it. One demo release costs ρ = 9.701281 under add/remove-person (group sizes' M_DPC* plan of
-#: 0.5 is charged × k = 7 for a person forming or dissolving a household), so two fit and a third is refused.
+#: the demo release's privacy cap (zCDP ρ), exactly the demo products' plan: PHSafe 1.257281 + SafeTab-P 4.944
+#: + group sizes 0.5 + TopDown 1 + matrix 1/2 = 8.201281
+DEMO_CAP_RHO = "8.201281"
+#: the demo's privacy-loss account (its synthetic CEF, US, add/remove-person): every production-mode demo release
+#: over the store's data spends from it. One demo release is charged ρ = 10.701281 (``account.plan_charge``):
+#: PHSafe 1.257281, SafeTab-P 4.944 and matrix 1/2 as planned (same relation), group sizes' M_DPC* plan of 0.5
+#: × k = 7 = 3.5 (a person forming or dissolving a household), TopDown's change-one-person ρ = 1 × 1/2 = 1/2
+#: (add/remove moves one cell by 1). Two releases (21.402562) fit under 30 and a third (32.103843) is refused.
 DEMO_ACCOUNT = "demo-cef-us"
-DEMO_ACCOUNT_CAP_RHO = "20"
+DEMO_ACCOUNT_CAP_RHO = "30"
 #: where the synthetic census is written in the store
 SYNTH_ROOT = "confidential/synth"
 

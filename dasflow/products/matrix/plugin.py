@@ -17,13 +17,15 @@ from dasflow.privacy import relations
 from dasflow.products.matrix.config import MatrixConfig, parse_config
 from dasflow.products.matrix.estimate import marginal_of
 from dasflow.products.matrix.product import MatrixProduct
-from dasflow.products.plugin import InputDeclaration, ProductPlugin, config_json
+from dasflow.products.plugin import DemoEntry, InputDeclaration, ProductPlugin, config_json
 
 
 class MatrixPlugin(ProductPlugin[MatrixConfig]):
     title = 'Matrix mechanism (Eigen-Design)'
     name = "matrix"
     #: add/remove one person; one marginal per key (0/+1 cells), so → change-one ρ × 2, ε × 2
+    #: the PL94-like marginal workload on the synthetic census's TopDown persons (no public files)
+    demo = DemoEntry(inputs={"matrix": "confidential/synth/topdown/persons/"}, config_file="matrix-config.json")
     relation = relations.add_remove_product(change=relations.COUNTS_CHANGE)
     input_declarations = (InputDeclaration("matrix", "confidential/matrix/", confidential=True),)
     synth_format = "topdown"  # the matrix product reads the synthetic census's TopDown persons files

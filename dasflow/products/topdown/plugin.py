@@ -32,7 +32,7 @@ from dasflow.io.files import input_prefix, read_parquet_records
 from dasflow.io.store import ObjectStore, StoreError
 from dasflow.privacy import accounting
 from dasflow.products.base import Product
-from dasflow.products.plugin import InputChecks, InputDeclaration, ProductPlugin, config_json
+from dasflow.products.plugin import DemoEntry, InputChecks, InputDeclaration, ProductPlugin, config_json
 from dasflow.products.topdown import checks
 from dasflow.products.topdown.invariants import (
     BLOCK_FACTS_FILE,
@@ -104,6 +104,11 @@ class TopDownPlugin(ProductPlugin[TopDownConfig]):
     synth_format = "topdown"
     zero_filled = True
     input_declarations = (
+    #: the synthetic census's TopDown persons and its public files (GRF-C, block facts, total/state invariants)
+    demo = DemoEntry(inputs={"topdown": "confidential/synth/topdown/persons/", "topdown_public": "public/topdown/"},
+                     config_file="topdown-config.json",
+                     public_files={f"topdown/public/{name}": f"public/topdown/{name}"
+                                   for name in ("GRF-C.txt", "block_facts.csv", "invariants.json")})
         InputDeclaration("topdown", "confidential/topdown/", confidential=True),
         InputDeclaration("topdown_public", "public/topdown/", confidential=False),
     )
