@@ -21,6 +21,7 @@ from dasflow.io.store import new_token
 from dasflow.pipeline.inputs import check_not_empty, check_synthetic
 from dasflow.pipeline.metrics import StageMeter
 from dasflow.pipeline.partitions import StoredParts, parts_digest
+from dasflow.pipeline.prepared import PartitionedPrepared, prepare_partitions, put_frames
 from dasflow.pipeline.run import (
     RunContext,
     code_version,
@@ -150,22 +151,37 @@ def preprocess_stage(ctx: RunContext, product: str) -> dict[str, Any]:
     plugin = ctx.plugin(product)
     cfg = ctx.product_config(product)
     public = plugin.public_inputs(ctx.store, ctx.config.inputs, cfg)
-    confidential = plugin.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
-    prepared = plugin.product(cfg).prepare(confidential, public)
-    outputs: dict[str, dict[str, Any]] = {}
-    for name, frame in sorted(prepared.items()):
-        key = f"{ctx.root}/prepared/{product}/{name}.parquet"
-        sha, rows = ctx.store.put_parquet(key, frame)
-        outputs[key] = {"sha256": sha, "rows": rows, "name": name}
+    parts = plugin.partitions(ctx.store, ctx.config.inputs, public, cfg)
+    if parts is None:
+        confidential = plugin.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
+        outputs = put_frames(ctx.store, f"{ctx.root}/prepared/{product}/",
+                             plugin.product(cfg).prepare(confidential, public))
+        extra: dict[str, Any] = {}
+    else:  # one partition in memory at a time; finished partitions (part manifests) are not redone
+
+        def prepare(part: str) -> Mapping[str, pd.DataFrame]:
+            records = plugin.partition_inputs(ctx.store, ctx.config.inputs, cfg, part)
+            return plugin.product(cfg).prepare(records, public)
+
+        binding = {"inputs": dict(sorted(inputs.items())), "code_version": code_version(),
+                   "config_sha256": ctx.config_sha256}
+        outputs, computed = prepare_partitions(
+            ctx.store, ctx.root, product, parts, binding, prepare,
+            lambda part: faults.point(f"stage:preprocess:{product}:part:{part}"))
+        extra = {"partitions": list(parts), "computed_partitions": computed}
     faults.point(f"stage:preprocess:{product}:before-manifest")
-    return write_manifest(ctx, "preprocess", product, inputs, outputs, {"metrics": meter.read()})
+    return write_manifest(ctx, "preprocess", product, inputs, outputs, {"metrics": meter.read(), **extra})
 
 
-def load_prepared(ctx: RunContext, product: str) -> dict[str, pd.DataFrame]:
-    """The prepared frames of a product, from its (current) preprocess manifest."""
+def load_prepared(ctx: RunContext, product: str) -> Mapping[str, pd.DataFrame]:
+    """The prepared frames of a product, from its (current) preprocess manifest; of a partitioned preprocess,
+    a mapping that combines a name's per-partition frames when it is read (``PartitionedPrepared``)."""
     record = manifest_if_current(ctx, "preprocess", product, input_hashes(ctx))
     if record is None:
         raise InputError(f"{product}: no current preprocess output for release {ctx.release_id}")
+    if "partitions" in record:
+        return PartitionedPrepared(ctx.store, record["partitions"], record["outputs"],
+                                   ctx.plugin(product).combine_prepared)
     return {out["name"]: ctx.store.get_parquet(key) for key, out in record["outputs"].items()}
 
 
@@ -187,7 +203,7 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
         raise LedgerRefusal(f"{product}: keys not in the frozen plan: {missing[:5]}; refused before any noise")
     ctx.bind_inputs()  # every NMF drawn or reused here must belong to the current confidential inputs
     account.require_reserved(ctx.store, ctx.config.account, ctx.release_id)
-    cache: dict[str, dict[str, pd.DataFrame]] = {}  # prepared frames, loaded only if something is drawn
+    cache: dict[str, Mapping[str, pd.DataFrame]] = {}  # prepared frames, loaded only if something is drawn
     plugin = ctx.plugin(product)
     g = base_rng(ctx)
     attempt = new_token()

@@ -18,6 +18,10 @@ What a plugin carries:
   test releases (its keys audited as ``undeclared``) but cannot spend from a privacy-loss account;
 * **the privacy-relevant core** — ``product`` (the :class:`~dasflow.products.base.Product`: plan, prepare,
   measure, post-process, tables) and ``partitioned`` (post-processing as independent parts, optional);
+* **preprocessing partitions** (optional) — ``partitions`` (independent partitions of the confidential input,
+  e.g. states), ``partition_inputs`` (one partition's confidential records) and ``combine_prepared`` (one
+  prepared frame of the whole input from its per-partition frames), so the preprocess stage holds one
+  partition at a time;
 * **release and reports** — ``file_name``, ``invariants`` (certificate), ``extra_release_files`` (derived
   published files), ``truth`` and ``consistency`` (accuracy report), ``zero_filled`` / ``may_be_empty``;
 * **accuracy experiments** — ``cell_moes`` (stated per-cell MOEs) and ``scaled_config`` (budget scales of a
@@ -48,7 +52,7 @@ from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 import numpy as np
 import pandas as pd
 
-from dasflow.errors import InputError
+from dasflow.errors import InputError, IntegrityError
 from dasflow.io.store import ObjectStore
 from dasflow.privacy import accounting
 from dasflow.privacy.measurement import MeasurementSpec
@@ -191,6 +195,33 @@ class ProductPlugin(ABC, Generic[C]):
         """The product's production output validator on its release files (name -> bytes); raises
         ``DasflowError`` naming the file."""
 
+    # -------------------------------------------------------------------------- preprocessing partitions
+    def partitions(self, store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any],
+                   config: C) -> list[str] | None:
+        """Independent partitions of the confidential input (ids: letters, digits, ``_.-``; e.g. the state
+        folders of the input), or None: ``prepare`` runs once on all of :meth:`confidential_inputs` (default).
+
+        A product that returns partitions promises that ``prepare`` on each partition's records
+        (:meth:`partition_inputs`), combined name by name with :meth:`combine_prepared`, gives exactly the frames
+        ``prepare`` gives on all records: the partitions are disjoint, cover the input, and no transformation
+        relates records of two partitions (PHSafe: households never span states). Privacy: partitioning is then
+        an implementation of the same function of the data, so every sensitivity in the plan is unchanged."""
+        return None
+
+    def partition_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: C,
+                         partition: str) -> dict[str, Any]:
+        """The confidential inputs of one partition (as :meth:`confidential_inputs` shapes them), reading only
+        that partition's files; called by the preprocess stage for each of :meth:`partitions`."""
+        raise InputError(f"{self.name} declares no preprocessing partitions")
+
+    def combine_prepared(self, name: str, parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
+        """The prepared frame ``name`` of the whole input from its frames per partition (in partition order).
+
+        Default: exact tabulations over a public domain, which are additive across disjoint partitions: every
+        part has the same rows (the domain, in the same order) and the sum of their ``COUNT`` columns is the
+        whole input's count; any other difference between the parts is an ``IntegrityError``."""
+        return sum_counts(name, parts)
+
     # ------------------------------------------------------------------------------- post-processing parts
     def partitioned(self, product: Product[C]) -> PartitionedPostprocess | None:
         """The product's post-processing as independent parts (None: one ``postprocess`` call)."""
@@ -254,6 +285,25 @@ class ProductPlugin(ABC, Generic[C]):
     def cli(self) -> CliCommand | None:
         """A standalone subcommand with the Census production file formats (None: none)."""
         return None
+
+
+def sum_counts(name: str, parts: Sequence[pd.DataFrame], count: str = "COUNT") -> pd.DataFrame:
+    """Per-partition tabulations of one prepared frame summed into the whole input's (see
+    :meth:`ProductPlugin.combine_prepared`): the parts' domain columns must be identical, row for row; the
+    result is the first part with ``count`` replaced by the exact int64 sum."""
+    if not parts:
+        raise IntegrityError(f"prepared {name!r}: no partition holds it")
+    first = parts[0]
+    keys = [c for c in first.columns if c != count]
+    total = first[count].to_numpy(np.int64).copy()
+    for i, part in enumerate(parts[1:], start=1):
+        if list(part.columns) != list(first.columns) or len(part) != len(first) \
+                or not part[keys].reset_index(drop=True).equals(first[keys].reset_index(drop=True)):
+            raise IntegrityError(f"prepared {name!r}: partition {i} does not have the domain of partition 0")
+        total += part[count].to_numpy(np.int64)
+    out = first.reset_index(drop=True).copy()
+    out[count] = total
+    return out
 
 
 def overrides(plugin: ProductPlugin[Any], hook: str) -> bool:

@@ -6,6 +6,9 @@
 * ``phsafe``   : ``phsafe/persons.csv``, ``units.csv``, ``geo.csv`` (pipe-delimited, header; columns and
   codes of
                  ``spec/phsafe.md`` §1.5, zero-padded string codes).
+* ``phsafe_states``: the same files partitioned by state: ``phsafe_states/{SS}/persons.csv`` and
+  ``phsafe_states/{SS}/units.csv`` (confidential), ``phsafe_states/geo.csv`` (public, every state) — the layout
+  PHSafe's preprocessing streams one state at a time (households never span states).
 * ``safetab_p``: ``safetab_p/person-records.txt`` and ``safetab_p/GRF-C.txt`` (layout of the SafeTab-P toy
   inputs;
                  GRF-C carries TABBLKGRPCE and COUSUBFP after the six standard columns).
@@ -156,12 +159,24 @@ class _CsvStreams(_Base):
 
 class PHSafeWriter(_CsvStreams):
     name = "phsafe"
+    #: one ``persons.csv`` / ``units.csv`` per state folder (``phsafe_states``) instead of one for the nation
+    by_state = False
+
+    def _person_file(self, name: str, state: str) -> str:
+        return f"{self.name}/{state}/{name}.csv" if self.by_state else f"{self.name}/{name}.csv"
+
+    def begin_state(self, geo: StateGeography) -> None:
+        if self.by_state:  # the previous state's files are complete: close them (bounded open files)
+            for rel in [r for r in self._writers if r.count("/") == 2]:
+                w, _, sink = self._writers.pop(rel)
+                w.close()
+                sink.close()  # type: ignore[attr-defined]
 
     def write_chunk(self, chunk: Chunk, geo: StateGeography, index: int) -> None:
         st = states()[geo.state]
         mafid_p = chunk.unit_mafid[chunk.person_unit]
         self._append(
-            "phsafe/persons.csv",
+            self._person_file("persons", geo.state),
             {
                 "RTYPE": tb.plain(chunk.rtype),
                 "MAFID": tb.plain(mafid_p),
@@ -174,7 +189,7 @@ class PHSafeWriter(_CsvStreams):
         mafid = tb.plain(chunk.unit_mafid)
         rtype = tb.plain(chunk.unit_rtype)
         self._append(
-            "phsafe/units.csv",
+            self._person_file("units", geo.state),
             {
                 "RTYPE": rtype,
                 "MAFID": mafid,
@@ -191,7 +206,7 @@ class PHSafeWriter(_CsvStreams):
         b = tb.block_columns(geo, chunk.unit_block)
         n = chunk.n_units
         self._append(
-            "phsafe/geo.csv",
+            f"{self.name}/geo.csv",
             {
                 "RTYPE": rtype,
                 "MAFID": mafid,
@@ -206,6 +221,14 @@ class PHSafeWriter(_CsvStreams):
                 "AIANNHCE": tb.zfill(b["AIANNHCE"], 4),
             },
         )
+
+
+class PHSafeStatesWriter(PHSafeWriter):
+    """PHSafe's files partitioned by state (``phsafe_states/{SS}/persons.csv``, ``units.csv``; one national
+    public ``geo.csv``): the same records as ``phsafe``, one folder per state."""
+
+    name = "phsafe_states"
+    by_state = True
 
 
 def grfc_columns(geo: StateGeography) -> dict[str, pa.Array]:
@@ -351,6 +374,7 @@ class GroupSizeWriter(_Base):
 WRITERS: dict[str, type[_Base]] = {
     "parquet": ParquetWriter,
     "phsafe": PHSafeWriter,
+    "phsafe_states": PHSafeStatesWriter,
     "safetab_p": SafeTabPWriter,
     "topdown": TopDownWriter,
     "groupsize": GroupSizeWriter,
@@ -360,6 +384,7 @@ WRITERS: dict[str, type[_Base]] = {
 FORMAT_ROOTS: dict[str, str] = {
     "parquet": "parquet",
     "phsafe": "phsafe",
+    "phsafe_states": "phsafe_states",
     "safetab_p": "safetab_p",
     "topdown": "topdown",
     "groupsize": "groupsize",

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from dasflow.errors import DasflowError
+from dasflow.errors import DasflowError, InputError
 from dasflow.io.files import input_prefix, local_file
 from dasflow.io.store import ObjectStore
 from dasflow.products.phsafe.config import PHSafeConfig
@@ -46,15 +46,38 @@ SUITES: dict[str, list[Check]] = {
 FILES = {"persons": "persons.csv", "units": "units.csv", "geo": "geo.csv"}
 
 
+def state_folders(store: ObjectStore, prefix: str) -> list[str] | None:
+    """The state folders of a confidential input partitioned by state (``{prefix}{SS}/persons.csv`` and
+    ``units.csv``, as the synthetic census's ``phsafe_states`` format writes them), sorted; None when the
+    input is one ``persons.csv`` / ``units.csv`` pair (or has neither). ``InputError`` on a mix of the two
+    layouts or a folder missing one of its files."""
+    rel = [k[len(prefix):] for k in store.list(prefix)]
+    files = {"persons.csv", "units.csv"}
+    nested = {tuple(r.split("/")) for r in rel if r.count("/") == 1 and r.split("/")[1] in files}
+    if not nested:
+        return None
+    if files & set(rel):
+        raise InputError("both national persons.csv/units.csv and state folders: one layout only", file=prefix)
+    folders = sorted({folder for folder, _ in nested})
+    for folder in folders:
+        for name in sorted(files):
+            if (folder, name) not in nested:
+                raise InputError(f"state folder {folder} has no {name}", file=f"{prefix}{folder}/{name}")
+    return folders
+
+
 def preflight(store: ObjectStore, inputs: Mapping[str, str], *, public: bool) -> None:
-    """Phase 0 on ``geo.csv`` (public) or ``persons.csv`` and ``units.csv`` (confidential): "|" or ","."""
+    """Phase 0 on ``geo.csv`` (public) or ``persons.csv`` and ``units.csv`` (confidential; of every state folder
+    when the input is partitioned by state): "|" or ","."""
     if public:
         key = input_prefix(inputs, "phsafe_geo", "public/phsafe/") + "geo.csv"
         check_delimited(local_file(store, key), list(SCHEMAS["geo"]), None)
     else:
         prefix = input_prefix(inputs, "phsafe", "confidential/phsafe/")
-        for name in ("persons", "units"):
-            check_delimited(local_file(store, f"{prefix}{name}.csv"), list(SCHEMAS[name]), None)
+        folders = state_folders(store, prefix)
+        for folder in [""] if folders is None else [f"{f}/" for f in folders]:
+            for name in ("persons", "units"):
+                check_delimited(local_file(store, f"{prefix}{folder}{name}.csv"), list(SCHEMAS[name]), None)
 
 
 def input_checks(confidential: Mapping[str, Any], public: Mapping[str, Any], config: PHSafeConfig) -> InputChecks:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from dasflow.errors import InputError
@@ -29,6 +30,9 @@ from dasflow.products.plugin import (
     config_json,
 )
 from dasflow.validation.configs import check_infinity
+
+#: the confidential files, at the input prefix or in each state folder
+PERSON_FILES = ("persons", "units")
 
 
 class PHSafePlugin(ProductPlugin[PHSafeConfig]):
@@ -65,8 +69,39 @@ class PHSafePlugin(ProductPlugin[PHSafeConfig]):
 
     def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str],
                                  config: PHSafeConfig) -> dict[str, Any]:
+        """``persons.csv`` and ``units.csv`` of the input prefix, or of every state folder in turn (concatenated
+        in folder order) when the input is partitioned by state (:func:`checks.state_folders`)."""
         prefix = input_prefix(inputs, "phsafe", "confidential/phsafe/")
-        return {name: read_table(local_file(store, f"{prefix}{name}.csv"), name) for name in ("persons", "units")}
+        folders = checks.state_folders(store, prefix)
+        if folders is None:
+            return {name: read_table(local_file(store, f"{prefix}{name}.csv"), name) for name in PERSON_FILES}
+        parts = [self.partition_inputs(store, inputs, config, f) for f in folders]
+        return {name: {c: np.concatenate([p[name][c] for p in parts]) for c in parts[0][name]}
+                for name in PERSON_FILES}
+
+    def partitions(self, store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any],
+                   config: PHSafeConfig) -> list[str] | None:
+        """The input's state folders (``{SS}/persons.csv``, ``{SS}/units.csv``), or None for one national pair.
+
+        Exactness: a household is one unit MAFID with its persons, all in one state folder
+        (:meth:`partition_inputs` refuses a person whose unit is in another folder), and validation has refused
+        duplicate unit MAFIDs across the nation, so the filters, the geography join, ``truncate_and_join`` (per
+        MAFID) and the bincounts see the same records per state as in one pass: each level's vector is the sum
+        of the states' vectors (national rows included). Same function of the data, same sensitivities."""
+        return checks.state_folders(store, input_prefix(inputs, "phsafe", "confidential/phsafe/"))
+
+    def partition_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: PHSafeConfig,
+                         partition: str) -> dict[str, Any]:
+        """One state folder's ``persons.csv`` and ``units.csv``; ``InputError`` if a person's MAFID has no unit in
+        the folder (its household would span two partitions)."""
+        prefix = input_prefix(inputs, "phsafe", "confidential/phsafe/") + f"{partition}/"
+        cols = {name: read_table(local_file(store, f"{prefix}{name}.csv"), name) for name in PERSON_FILES}
+        orphan = ~np.isin(cols["persons"]["MAFID"], cols["units"]["MAFID"])
+        if orphan.any():
+            raise InputError("person MAFID has no unit in its state folder (a household spans two partitions)",
+                             file=f"{partition}/persons.csv", row=int(np.flatnonzero(orphan)[0]) + 2,
+                             column="MAFID")
+        return cols
 
     def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any],
                       config: PHSafeConfig) -> dict[str, Any]:
