@@ -27,6 +27,7 @@ mass at the published value. Everything is vectorised over cells (loops run over
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,6 +67,27 @@ def log_diff_ndtr(a: Array, b: Array) -> Array:
     with np.errstate(divide="ignore", invalid="ignore"):
         out = hi + np.log1p(-np.exp(lo - hi))
     return np.where(a >= b, -np.inf, out)
+
+
+def _log_diff_ndtr_from(a: Array) -> Callable[[Array], Array]:
+    """``b ↦ log_diff_ndtr(a, b)`` for a fixed ``a`` (``b`` broadcast to ``a``'s shape), bit-identical to it:
+    the tail choice depends on ``a`` only, so ``a``'s two ``log_ndtr`` terms are computed once and each call
+    evaluates one ``log_ndtr`` (of ``-b`` in the upper tail, ``b`` elsewhere) instead of four."""
+    a = np.asarray(a, np.float64)
+    upper = a > 0
+    fixed = np.where(upper, special.log_ndtr(-a), special.log_ndtr(a))  # hi in the upper tail, lo elsewhere
+
+    def at(b: Array) -> Array:
+        b = np.asarray(b, np.float64)
+        varying = special.log_ndtr(np.where(upper, -b, b))
+        hi = np.where(upper, fixed, varying)
+        lo = np.where(upper, varying, fixed)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = hi + np.log1p(-np.exp(lo - hi))
+        result: Array = np.where(a >= b, -np.inf, out)
+        return result
+
+    return at
 
 
 # ------------------------------------------------------------------------------------------------- counts
@@ -255,9 +277,11 @@ def ratio_posterior(num: npt.ArrayLike, num_variance: npt.ArrayLike, den: npt.Ar
     num_mean = (w * cond_mean).sum(axis=1)
     den_mean = (w * d).sum(axis=1)
 
+    from_a = _log_diff_ndtr_from(a)  # the bisection's 88 CDF evaluations share the lower bound a
+
     def cdf(r: Array) -> Array:
         c = (r[:, None] * d - m.zn) / m.sn
-        out: Array = (w * np.exp(log_diff_ndtr(a, np.maximum(c, a)) - lw)).sum(axis=1)
+        out: Array = (w * np.exp(from_a(np.maximum(c, a)) - lw)).sum(axis=1)
         return out
 
     alpha = (1.0 - level) / 2.0

@@ -127,3 +127,16 @@ def test_ratio_posterior_exact_inputs_give_the_exact_ratio() -> None:
 def test_ratio_posterior_rejects_bad_bounds() -> None:
     with pytest.raises(ValueError, match="bounds"):
         ratio_posterior(1.0, 1.0, 1.0, 1.0, lo=10.0, hi=10.0)
+
+
+def test_log_diff_ndtr_with_a_fixed_lower_bound_is_bit_identical() -> None:
+    """The bisection's shortcut (``a``'s terms computed once) equals ``log_diff_ndtr`` bit for bit, both tails,
+    ``a == b`` and far tails included."""
+    from dasflow.postprocess.posterior import _log_diff_ndtr_from, log_diff_ndtr
+
+    gen = np.random.default_rng(7)
+    a = np.concatenate([gen.normal(0, 3, 4000), gen.normal(0, 40, 1000), [0.0, -0.0, 1e-300, 38.0, -38.0]])
+    a = a.reshape(-1, 5)
+    at = _log_diff_ndtr_from(a)
+    for b in (a + np.abs(gen.normal(0, 2, a.shape)), a, np.maximum(a, gen.normal(0, 5, a.shape)), a + 1e-12):
+        np.testing.assert_array_equal(at(b), log_diff_ndtr(a, b))
