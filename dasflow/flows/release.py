@@ -4,25 +4,27 @@ against the cap → one subflow per product (preprocess → measure → post-pro
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, unmapped
+from prefect.context import FlowRunContext
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from pydantic import BaseModel, Field
 
 from dasflow.config import ReleaseConfig, load_release_config, parse_release_config
-from dasflow.errors import InputError
+from dasflow.errors import DasflowError, InputError
 from dasflow.flows.approval import approval_gate, end_stale_release_runs, exit_with_worker, release_slot
 from dasflow.io.store import LocalStore, open_store
-from dasflow.pipeline.run import candidate_context, freeze_config
+from dasflow.pipeline.run import candidate_context, code_version, freeze_config
 from dasflow.tasks.stages import (
     measure_task,
     plan_task,
-    postprocess_part_task,
-    postprocess_steps_task,
+    postprocess_batch_task,
     postprocess_task,
+    postprocess_waves_task,
     preprocess_task,
     release_task,
     validate_task,
@@ -34,18 +36,31 @@ def product_flow(release_id: str, store_uri: str, product: str) -> dict[str, Any
     """One product of a release: preprocess → measure → post-process.
 
     A product whose post-processing comes in independent parts (TopDown: per state, per family of parents)
-    maps each step's parts onto the flow's task runner — threads, or the workers of a Dask cluster — and the
-    post-process task then combines the stored parts."""
+    has them grouped into batches sized for the runner's worker slots (``task_waves``); each wave's batches are
+    mapped onto the flow's task runner — threads, or the workers of a Dask cluster — and read and write their
+    parts in the store (only small summaries travel through the scheduler). The post-process task then
+    combines the stored parts."""
     prepared = preprocess_task(release_id, store_uri, product)
     measured = measure_task(release_id, store_uri, product)
-    parts: list[dict[str, Any]] = []
-    for step in postprocess_steps_task(release_id, store_uri, product):
-        futures = postprocess_part_task.map(unmapped(release_id), unmapped(store_uri), unmapped(product),
-                                            unmapped(step["step"]), step["parts"])
-        parts.extend(futures.result())  # every part of a step before the next step
+    batches: list[dict[str, Any]] = []
+    for wave in postprocess_waves_task(release_id, store_uri, product, _worker_slots()):
+        futures = postprocess_batch_task.map(unmapped(release_id), unmapped(store_uri), unmapped(product), wave)
+        batches.extend(futures.result())  # every batch of a wave before the next wave
     post = postprocess_task(release_id, store_uri, product)
-    return {"preprocess": prepared, "measure": measured, "postprocess": post, "postprocess_parts": len(parts),
-            "part_processes": sorted({p["process"] for p in parts})}
+    return {"preprocess": prepared, "measure": measured, "postprocess": post,
+            "postprocess_parts": sum(b["parts"] for b in batches), "postprocess_batches": len(batches),
+            "part_processes": sorted({b["process"] for b in batches})}
+
+
+def _worker_slots() -> int:
+    """Parallel task slots of the current flow's task runner: the Dask cluster's worker threads, or this
+    machine's cores for threads."""
+    from prefect_dask.task_runners import DaskTaskRunner
+
+    runner = getattr(FlowRunContext.get(), "task_runner", None)
+    if isinstance(runner, DaskTaskRunner):
+        return max(1, sum(runner.client.nthreads().values()))  # type: ignore[no-untyped-call]
+    return os.cpu_count() or 1
 
 
 @flow(name="dasflow-release", log_prints=True)
@@ -108,8 +123,77 @@ def local_dask_cluster(cfg: ReleaseConfig, workers: int = 2) -> Iterator[Release
     from distributed import LocalCluster
 
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,  # type: ignore[no-untyped-call]
-                      host="127.0.0.1", dashboard_address=None, env={"PREFECT_API_URL": _api_url()}) as cluster:
+                      host="127.0.0.1", dashboard_address=None,
+                      env=WORKER_THREADS | {"PREFECT_API_URL": _api_url()}) as cluster:
         yield cfg.model_copy(update={"dask_address": cluster.scheduler_address})
+
+
+#: A worker runs one task per thread; numeric libraries must not start their own thread pools on top (they
+#: would oversubscribe the cores and spin). Dask's nanny sets these too; an agency's cluster should as well.
+WORKER_THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+#: Seconds to reach a configured Dask scheduler before the release gives up (nothing has run by then).
+CONNECT_TIMEOUT = 15.0
+
+
+def probe_worker(store_uri: str, key: str) -> dict[str, Any]:
+    """Run on every worker by :func:`check_cluster`: the worker's dasflow code version, whether it reads the
+    probe object ``key`` of the release's store (same store, same credentials), its Prefect API and the
+    thread settings of its numeric libraries."""
+    try:
+        seen = open_store(store_uri).get(key).decode()
+    except Exception as exc:  # reported by the client, whatever the worker's store raises
+        seen = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return {"code": code_version(), "probe": seen, "api": os.environ.get("PREFECT_API_URL"),
+            "threads": {k: os.environ.get(k) for k in WORKER_THREADS}}
+
+
+def check_cluster(cfg: ReleaseConfig) -> dict[str, dict[str, Any]]:
+    """Before a release runs on the Dask cluster at ``dask_address``: the scheduler answers, and every worker
+    has this dasflow code and sees the release's store — it reads an object the client has just written
+    there (a local directory a worker cannot see, or a same-named directory on the worker's own disk, is
+    refused; so are missing S3 credentials on a worker). Workers without this flow's ``PREFECT_API_URL`` or
+    with multi-threaded numeric libraries get a warning. One line per failure; nothing is drawn before."""
+    import uuid
+
+    from distributed import Client
+
+    address = str(cfg.dask_address)
+    try:
+        client = Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)  # type: ignore[no-untyped-call]
+    except (OSError, TimeoutError) as exc:
+        raise DasflowError(f"Dask scheduler {address} is unreachable ({type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0] if str(exc) else 'no answer'}); start the cluster or "
+                           "fix --dask-address") from None
+    store = open_store(cfg.store)
+    token = uuid.uuid4().hex
+    key = f"cluster-probes/{token}"
+    try:
+        with client:
+            store.put(key, token.encode())
+            answers: dict[str, dict[str, Any]] = client.run(probe_worker, store.uri, key)
+    finally:
+        store.delete(key)
+    if not answers:
+        raise DasflowError(f"Dask scheduler {address} has no workers; start some (docs/scale-out.md)")
+    mine = code_version()
+    for worker, seen in sorted(answers.items()):
+        if seen["probe"] != token:
+            where = "a local directory" if isinstance(store, LocalStore) else "the store"
+            raise InputError(f"Dask worker {worker} cannot read the release store {store.uri} ({where}; "
+                             f"{seen['probe'] or 'other content'}): use an s3:// store, or a directory every "
+                             "worker shares, with the worker's credentials (docs/scale-out.md)", column="store")
+        if seen["code"] != mine:
+            raise InputError(f"Dask worker {worker} runs dasflow code {seen['code']}, this client {mine}: install "
+                             "the same dasflow on every worker", column="dask_address")
+    api = os.environ.get("PREFECT_API_URL")
+    for worker, seen in sorted(answers.items()):
+        if api and seen["api"] != api:
+            print(f"warning: Dask worker {worker} reports to Prefect API {seen['api']}, this flow to {api}: its "
+                  "task runs will not show in this flow run (set PREFECT_API_URL on the workers)")
+        if any(v != "1" for v in seen["threads"].values()):
+            print(f"warning: Dask worker {worker} has {seen['threads']}; set them to 1 (one task per thread)")
+    return answers
 
 
 def run_release(cfg: ReleaseConfig, *, require_approval: bool = False) -> dict[str, Any]:
@@ -119,6 +203,8 @@ def run_release(cfg: ReleaseConfig, *, require_approval: bool = False) -> dict[s
     if isinstance(store, LocalStore):
         options["result_storage"] = store.local_path(f"runs/{cfg.release_id}/prefect-results")
         options["persist_result"] = True
+    if cfg.task_runner == "dask" and cfg.dask_address:
+        check_cluster(cfg)  # an agency's cluster: reachable, same code, sees the store
     with local_dask_cluster(cfg) as run_cfg:
         payload = run_cfg.model_dump(mode="json")
         result: dict[str, Any] = release_flow.with_options(**options)(payload, require_approval)

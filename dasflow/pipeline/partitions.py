@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,7 +31,7 @@ import pyarrow.parquet as pq
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore, StoreError
 from dasflow.privacy.measurement import NoisyMeasurement
-from dasflow.products.partition import RowRange, Tables
+from dasflow.products.partition import PostStep, RowRange, Tables
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -120,6 +121,10 @@ class StoredParts:
         self._verified[(step, part)] = record
         return record
 
+    def drop_measurements(self) -> None:
+        """Forget the measurements loaded so far (a worker keeps no NMFs between tasks)."""
+        self._cache.clear()
+
     # PartSource
     def measurements(self, keys: Sequence[str] | None = None) -> Mapping[str, NoisyMeasurement]:
         wanted = None if keys is None else [k for k in keys if k not in self._cache]
@@ -145,3 +150,62 @@ def parts_digest(measurement_hashes: Mapping[str, str], code_version: str) -> st
     text = json.dumps({"measurements": dict(sorted(measurement_hashes.items())), "code": code_version},
                       sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+#: One task's work: (step, part) pairs run in this order in one process.
+Batch = list[tuple[str, str]]
+
+
+def task_waves(steps: Sequence[PostStep], slots: int) -> list[list[Batch]]:
+    """Group a product's parts into tasks: waves run one after another, the batches of a wave at once.
+
+    * Consecutive single-part steps form one wave of one batch (each reads everything before it anyway).
+    * A multi-part step and the ``chained`` steps after it form one wave of *chains*: part p's parts of those
+      steps in step order (part p of a chained step reads, of the previous step, only part p).
+    * The chains of a wave are packed into ``max(slots, ⌈work / batch_weight⌉)`` batches (never more than the
+      chains; one chain per batch when the steps give no ``batch_weight``), heaviest chain first onto the
+      lightest batch (LPT), so each worker slot has work and each task's compute outweighs its fixed cost.
+      Work is the steps' public ``weights`` (1 per part if absent).
+
+    Grouping changes where and in which order parts run, never what a part computes (a part is a pure
+    function of its inputs), so the release bytes do not depend on it.
+    """
+    waves: list[list[Batch]] = []
+    i = 0
+    while i < len(steps):
+        step = steps[i]
+        if len(step.parts) == 1 and not step.chained:
+            seq: Batch = []
+            while i < len(steps) and len(steps[i].parts) == 1 and not steps[i].chained:
+                seq.append((steps[i].name, steps[i].parts[0]))
+                i += 1
+            waves.append([seq])
+            continue
+        chains: dict[str, Batch] = {}
+        work: dict[str, float] = {}
+        target = step.batch_weight
+        while True:
+            weights = steps[i].weights or (1.0,) * len(steps[i].parts)
+            for part, w in zip(steps[i].parts, weights, strict=True):
+                chains.setdefault(part, []).append((steps[i].name, part))
+                work[part] = max(work.get(part, 0.0), w)
+            i += 1
+            if i >= len(steps) or not steps[i].chained:
+                break
+        waves.append(_pack(list(chains.values()), [work[p] for p in chains], slots, target))
+    return waves
+
+
+def _pack(chains: list[Batch], work: list[float], slots: int, target: float | None) -> list[Batch]:
+    """LPT packing of chains (plan order kept inside a batch; batches heaviest first)."""
+    if target is None or target <= 0:
+        return chains
+    n = min(len(chains), max(1, slots, math.ceil(sum(work) / target)))
+    loads = [0.0] * n
+    members: list[list[int]] = [[] for _ in range(n)]
+    for c in sorted(range(len(chains)), key=lambda c: (-work[c], c)):
+        b = min(range(n), key=lambda b: (loads[b], b))
+        loads[b] += work[c]
+        members[b].append(c)
+    order = sorted(range(n), key=lambda b: (-loads[b], b))
+    return [[pair for c in sorted(members[b]) for pair in chains[c]] for b in order]

@@ -20,7 +20,7 @@ from dasflow.errors import InputError, IntegrityError, LedgerRefusal
 from dasflow.io.store import new_token
 from dasflow.pipeline.inputs import check_not_empty, check_synthetic
 from dasflow.pipeline.metrics import StageMeter
-from dasflow.pipeline.partitions import StoredParts, parts_digest
+from dasflow.pipeline.partitions import Batch, StoredParts, parts_digest, task_waves
 from dasflow.pipeline.prepared import PartitionedPrepared, prepare_partitions, put_frames
 from dasflow.pipeline.run import (
     RunContext,
@@ -327,6 +327,33 @@ def postprocess_steps(ctx: RunContext, product: str) -> list[dict[str, Any]]:
     if split is None:
         return []
     return [{"step": s.name, "parts": list(s.parts)} for s in split.post_steps(ctx.post_public(product))]
+
+
+def postprocess_waves(ctx: RunContext, product: str, slots: int) -> list[list[Batch]]:
+    """The product's parts grouped into tasks for ``slots`` parallel workers (``task_waves``): waves in
+    order, each a list of batches that run at once (empty: the product post-processes in one piece)."""
+    split = partitioner(ctx, product)
+    if split is None:
+        return []
+    return task_waves(split.post_steps(ctx.post_public(product)), slots)
+
+
+def postprocess_batch(ctx: RunContext, product: str, batch: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """Compute one batch of parts in order (each unless done); the measurements a part loaded are dropped
+    afterwards, so a long-lived worker holds no NMFs between tasks. Returns how many parts it computed."""
+    split = partitioner(ctx, product)
+    if split is None:
+        raise InputError(f"{product}: post-processing is not partitioned")
+    parts = stored_parts(ctx, product)
+    public = ctx.post_public(product)
+    computed = 0
+    try:
+        for step, part in batch:
+            computed += parts.done(step, part) is None
+            _compute_part(split, parts, step, part, public)
+    finally:
+        parts.drop_measurements()
+    return {"parts": len(batch), "computed": computed}
 
 
 def postprocess_part(ctx: RunContext, product: str, step: str, part: str) -> dict[str, Any]:

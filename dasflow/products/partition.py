@@ -24,10 +24,26 @@ RowRange = tuple[str, int, int]
 
 @dataclass(frozen=True)
 class PostStep:
-    """One step of a partitioned post-processing: its name and its independent parts (plan order)."""
+    """One step of a partitioned post-processing: its name and its independent parts (plan order).
+
+    Optional facts a runner uses to group parts into tasks (``dasflow.pipeline.partitions.task_waves``), all
+    from public inputs:
+
+    ``chained``
+        part p of this step reads, of the previous step, only part p (the previous step has the same parts), so
+        one task may run p's parts of consecutive chained steps in order.
+    ``weights``
+        the relative work of each part (TopDown: blocks in the part's subtree), in the unit of ``batch_weight``.
+    ``batch_weight``
+        the work one task should hold at least, so that a task's fixed cost (scheduling, reading the public
+        inputs and its input parts) stays small against its compute; None: one part per task.
+    """
 
     name: str
     parts: tuple[str, ...]
+    chained: bool = False
+    weights: tuple[float, ...] | None = None
+    batch_weight: float | None = None
 
 
 class PartSource(Protocol):

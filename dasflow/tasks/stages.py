@@ -91,32 +91,36 @@ def measure_task(release_id: str, store_uri: str, product: str) -> dict[str, Any
     return stages.measure_stage(ctx, product, progress)
 
 
-@task(name="postprocess", **TASK_OPTS)
-def postprocess_task(release_id: str, store_uri: str, product: str) -> dict[str, Any]:
-    return _summary(stages.postprocess_stage(open_run(release_id, store_uri), product))
-
-
-@task(name="postprocess-steps", **TASK_OPTS)
-def postprocess_steps_task(release_id: str, store_uri: str, product: str) -> list[dict[str, Any]]:
-    """The product's post-processing steps and their independent parts (empty: one piece)."""
-    return stages.postprocess_steps(open_run(release_id, store_uri), product)
-
-
 _CONTEXTS: dict[tuple[str, str, str], RunContext] = {}
 
 
 def _shared_run(release_id: str, store_uri: str) -> RunContext:
-    """One context per release and frozen config in this process: the parts a worker runs share the product
-    objects (TopDown's spine is built once per worker, not once per part)."""
+    """One context per release and frozen config in this process: the post-processing tasks a process runs
+    share the public inputs and product objects (TopDown's spine is built once per worker, not once per task)."""
     ctx = open_run(release_id, store_uri)
     return _CONTEXTS.setdefault((release_id, store_uri, ctx.config_sha256), ctx)
 
 
-@task(name="postprocess-part", task_run_name="postprocess-{product}-{step}-{part}", **TASK_OPTS)
-def postprocess_part_task(release_id: str, store_uri: str, product: str, step: str, part: str) -> dict[str, Any]:
-    """One independent part of a product's post-processing (mapped over a step's parts)."""
-    record = stages.postprocess_part(_shared_run(release_id, store_uri), product, step, part)
-    return {"step": step, "part": part, "outputs": len(record["outputs"]), "process": os.getpid()}
+@task(name="postprocess", **TASK_OPTS)
+def postprocess_task(release_id: str, store_uri: str, product: str) -> dict[str, Any]:
+    """Combine the stored parts (or post-process in one piece) and write the estimates."""
+    return _summary(stages.postprocess_stage(_shared_run(release_id, store_uri), product))
+
+
+@task(name="postprocess-waves", **TASK_OPTS)
+def postprocess_waves_task(release_id: str, store_uri: str, product: str, slots: int) -> list[list[Any]]:
+    """The product's post-processing parts grouped into tasks for ``slots`` workers: waves of batches (empty:
+    one piece)."""
+    waves = stages.postprocess_waves(_shared_run(release_id, store_uri), product, slots)
+    return [[[list(pair) for pair in batch] for batch in wave] for wave in waves]
+
+
+@task(name="postprocess-batch", task_run_name="postprocess-{product}-from-{batch[0][0]}-{batch[0][1]}", **TASK_OPTS)
+def postprocess_batch_task(release_id: str, store_uri: str, product: str, batch: list[list[str]]) -> dict[str, Any]:
+    """One batch of a product's post-processing parts, run in order on one worker: it reads its inputs from the
+    store and writes its parts there, and returns only a small summary (never tables through the scheduler)."""
+    record = stages.postprocess_batch(_shared_run(release_id, store_uri), product, batch)
+    return record | {"process": os.getpid()}
 
 
 @task(name="release", **TASK_OPTS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -12,12 +13,13 @@ import pandas as pd
 import pytest
 
 from dasflow.config import parse_release_config
-from dasflow.io.store import LocalStore
+from dasflow.io.store import LocalStore, ObjectStore, S3Store
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import freeze_config, open_run
 from dasflow.release.stage import release_stage
 from tests.dag.helpers import release_files, topdown_release
 from tests.dag.test_pipeline import run_all
+from tests.servers import KEY, SECRET, free_port, make_bucket, moto_server, s3_client
 
 
 def test_topdown_post_processing_comes_in_parts_per_state_and_level(tmp_path: Path) -> None:
@@ -112,3 +114,93 @@ def test_command_line_execution_settings_override_the_config_not_its_hash(tmp_pa
     args = _parser().parse_args(["resume", "cli", "--store", "s", "--task-runner", "thread"])
     assert _execution(cfg, args).task_runner == "thread"
     assert _execution(cfg, _parser().parse_args(["run", "x.json"])) is cfg
+
+
+def test_parts_are_grouped_into_waves_of_batches_sized_by_public_work() -> None:
+    from dasflow.pipeline.partitions import task_waves
+    from dasflow.products.partition import PostStep
+
+    parts = tuple("abcdef")
+    weights = (50.0, 10.0, 10.0, 10.0, 10.0, 10.0)
+    steps = [PostStep("combine", ("all",)), PostStep("root", ("root",)), PostStep("top", ("all",)),
+             PostStep("l2", parts, weights=weights, batch_weight=40.0),
+             PostStep("l3", parts, chained=True, weights=weights, batch_weight=40.0),
+             PostStep("l4", parts[:3], chained=True, weights=weights[:3], batch_weight=40.0)]
+    waves = task_waves(steps, slots=2)
+    assert waves[0] == [[("combine", "all"), ("root", "root"), ("top", "all")]]  # single parts: one task
+    # 100 units of work at 40 per task: 3 batches (more than the 2 slots), heaviest first onto the lightest
+    # batch: the heaviest chain alone, then b, d, f (30) and c, e (20)
+    assert [sorted({p for _, p in b}) for b in waves[1]] == [["a"], ["b", "d", "f"], ["c", "e"]]
+    assert waves[1][0] == [("l2", "a"), ("l3", "a"), ("l4", "a")]
+    done = sorted(pair for batch in waves[1] for pair in batch)
+    assert done == sorted([(s, p) for s in ("l2", "l3") for p in parts] + [("l4", p) for p in "abc"])
+    for batch in waves[1]:  # a chain's parts stay together, in step order
+        for step, part in batch:
+            if step != "l2":
+                assert batch.index((f"l{int(step[1]) - 1}", part)) < batch.index((step, part))
+    # every slot gets work even when the work is below one batch; no batch_weight: one part per task
+    assert len(task_waves(steps, slots=6)[1]) == 6
+    plain = [PostStep("x", ("all",)), PostStep("y", parts)]
+    assert task_waves(plain, slots=2)[1] == [[("y", p)] for p in parts]
+
+
+def _s3_copy(local: Path, store: ObjectStore) -> None:
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            store.put(path.relative_to(local).as_posix(), path.read_bytes())
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("s3servers")
+def test_cli_release_on_an_existing_dask_cluster_with_an_s3_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """``dasflow run --dask-address`` against a separately started ``distributed.LocalCluster`` (the scheduler
+    address only, as an agency's cluster) with the release on S3 (moto): the workers read and write the parts
+    through S3 with their own credentials, and the release bytes equal the thread runner's."""
+    from distributed import LocalCluster
+
+    from dasflow.cli import main
+    from dasflow.flows.release import WORKER_THREADS, _api_url, run_release
+
+    raw = topdown_release(tmp_path / "t", "ext")
+    run_release(parse_release_config(raw))  # threads, local store: the reference
+    expected = release_files(tmp_path / "t" / "store", "ext")
+    with moto_server() as endpoint:
+        bucket = f"dasflow-{uuid.uuid4().hex[:10]}"
+        make_bucket(endpoint, bucket)
+        creds = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET,
+                 "AWS_DEFAULT_REGION": "us-east-1"}
+        for k, v in creds.items():
+            monkeypatch.setenv(k, v)
+        store = S3Store(f"s3://{bucket}/census", client=s3_client(endpoint))
+        fresh = topdown_release(tmp_path / "s", "ext")  # the same synthetic inputs, uploaded
+        _s3_copy(tmp_path / "s" / "store", store)
+        config = tmp_path / "release.json"
+        config.write_text(json.dumps(fresh | {"store": f"s3://{bucket}/census"}))
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,  # type: ignore[no-untyped-call]
+                          host="127.0.0.1", dashboard_address=None,
+                          env=creds | WORKER_THREADS | {"PREFECT_API_URL": _api_url()}) as cluster:
+            assert main(["run", str(config), "--dask-address", cluster.scheduler_address]) == 0
+        assert "release ext done" in capsys.readouterr().out
+        root = "runs/ext/release/"
+        got = {k.removeprefix(root): store.get(k) for k in store.list(root)}
+        parts = [k for k in store.list("runs/ext/postprocessed/topdown/parts/") if k.endswith(".json")]
+        probes = store.list("cluster-probes/")
+    assert got == expected
+    assert len(parts) >= 4  # the workers wrote the parts to S3
+    assert probes == []  # the preflight's probe object is gone
+
+
+def test_an_unreachable_dask_scheduler_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from dasflow.cli import main
+    from dasflow.flows import release
+
+    monkeypatch.setattr(release, "CONNECT_TIMEOUT", 1.0)
+    config = tmp_path / "release.json"
+    config.write_text(json.dumps(topdown_release(tmp_path, "down")))
+    address = f"tcp://127.0.0.1:{free_port()}"
+    assert main(["run", str(config), "--dask-address", address]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"Dask scheduler {address} is unreachable" in err, err
+    assert not (tmp_path / "store" / "runs" / "down").exists()  # nothing frozen, nothing drawn

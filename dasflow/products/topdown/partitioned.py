@@ -49,6 +49,11 @@ from dasflow.products.topdown.spine import Spine
 #: The partition level is the shallowest level with at least this many units (or the deepest internal level).
 MIN_PARTS = 8
 
+#: Blocks one scale-out task should hold at least (``PostStep.batch_weight``): ≈ 0.25 ms CPU per block for the
+#: levels below the partition level (PL 94 strategy, BENCHMARKS.md "Scale-out") makes that ≈ 10 CPU-s a task,
+#: against ≈ 0.3 CPU-s of fixed cost per task (Prefect task run, public inputs, input parts).
+BATCH_BLOCKS = 40_000
+
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
 
 
@@ -144,11 +149,14 @@ class PartitionedTopDown:
     def post_steps(self, public: Mapping[str, Any]) -> list[PostStep]:
         sp, a, anc = self._layout(public)
         steps = [PostStep("combine", ("all",)), PostStep("level-0", ("root",))]
+        blocks = np.bincount(anc[-1], minlength=sp.n_units(a))  # a subtree's work grows with its blocks
         for l in range(1, sp.n_levels):
             if l <= a:
                 steps.append(PostStep(f"level-{l}", ("all",)))
-            else:  # parts = level-a units with descendants at level l
-                steps.append(PostStep(f"level-{l}", tuple(str(int(s)) for s in np.unique(anc[l]))))
+            else:  # parts = level-a units with descendants at level l; part s reads level l-1's part s only
+                units = np.unique(anc[l])
+                steps.append(PostStep(f"level-{l}", tuple(str(int(s)) for s in units), chained=l > a + 1,
+                                      weights=tuple(float(blocks[s]) for s in units), batch_weight=BATCH_BLOCKS))
         return steps
 
     def _templates(self) -> list[list[GroupAnswers]]:
