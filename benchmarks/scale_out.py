@@ -4,15 +4,24 @@ single-process estimator, on the same committed measurements.
     .venv/bin/python benchmarks/scale_out.py --persons 1000000 --states 10,11,23,30,33,38,44,50 [--workers 2]
 
 One multi-state synthetic release (dasflow.synth; invariants: total, state populations, structural zeros from
-the block facts) is validated, preprocessed and measured once; its store is then copied per runner and only the
-product subflow runs (its done stages are skipped by their manifests), so the timed part is post-processing:
-mapping the parts (combine, root, one part per state and level) and combining them. Reported: wall time per
-runner, cluster start-up separately, the parts' own compute seconds, and whether the estimates are identical.
+the block facts) is validated, preprocessed and measured once; its store is then copied per run, so every run
+post-processes the same seeded measurements:
+
+``single_process``  the post-processing stage in this process, no task runner (the reference);
+``thread``          the product subflow (its done stages skipped by their manifests) on the thread runner;
+``dask``            the same on a LocalCluster of ``--workers`` single-threaded workers, started and warmed
+                    (libraries imported) before the clock starts, as a standing cluster would be.
+
+Reported per run: wall seconds, CPU seconds summed over every process (client with the in-process scheduler,
+Prefect server, nannies, workers), both as ratios against the single-process run, the tasks (batches) and
+parts, cluster start-up separately, and whether the estimate files are byte-identical to the single-process
+run's. ``estimator_only`` is ``Product.postprocess`` on measurements already in memory (no store I/O).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -25,7 +34,6 @@ from typing import Any
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 
-import pandas as pd
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -51,16 +59,30 @@ def build(root: Path, persons: int, states: list[str], seed: int) -> dict[str, A
             "cap": {"rho": "63/25"}, "rng": {"mode": "test", "seed": seed}}
 
 
-def tree_cpu() -> float:
+def tree_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) of this process and each live descendant (Prefect server, Dask nannies and
+    workers), by pid."""
     me = psutil.Process()
-    total = 0.0
+    out: dict[str, float] = {}
     for p in [me, *me.children(recursive=True)]:
         try:
             t = p.cpu_times()
-            total += t.user + t.system
+            out[f"{p.pid} {' '.join(p.cmdline()[1:3])[:40]}"] = t.user + t.system
         except psutil.Error:
             pass
-    return total
+    return out
+
+
+def cpu_since(before: dict[str, float]) -> tuple[float, dict[str, float]]:
+    after = tree_cpu()
+    per = {k: round(v - before.get(k, 0.0), 2) for k, v in after.items() if v - before.get(k, 0.0) > 0.005}
+    return sum(per.values()), per
+
+
+def estimates(store_dir: Path) -> dict[str, bytes]:
+    """The post-processed estimate files (not the diagnostics, which hold timings)."""
+    root = store_dir / "runs/scale-out/postprocessed/topdown"
+    return {p.name: p.read_bytes() for p in sorted(root.glob("*.parquet")) if p.name != "diagnostics.parquet"}
 
 
 def main() -> None:
@@ -71,6 +93,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json")
     args = ap.parse_args()
+    from distributed import Client
+
     from dasflow.flows.release import _api_url, local_dask_cluster, product_flow, task_runner
 
     _api_url()  # the flow's Prefect API (temporary server) up before anything is timed
@@ -85,40 +109,52 @@ def main() -> None:
     stages.preprocess_stage(ctx, "topdown")
     stages.measure_stage(ctx, "topdown")
     out["prepare_seconds"] = time.perf_counter() - t
-    steps = stages.postprocess_steps(ctx, "topdown")
-    out["steps"] = {s["step"]: len(s["parts"]) for s in steps}
+    out["steps"] = {s["step"]: len(s["parts"]) for s in stages.postprocess_steps(ctx, "topdown")}
+    out["batches"] = {n: [[len(b) for b in wave] for wave in stages.postprocess_waves(ctx, "topdown", n)]
+                      for n in (1, args.workers)}
 
-    # the single-process estimator on the same measurements (no parts)
-    plugin = ctx.plugin("topdown")
+    # the estimator alone on the same measurements (no parts; measurements and public inputs loaded before)
+    adapter = ctx.plugin("topdown")
     cfg = ctx.product_config("topdown")
-    public = plugin.public_inputs(ctx.post_store(), ctx.config.inputs, cfg)
+    public = adapter.public_inputs(ctx.post_store(), ctx.config.inputs, cfg)
     measurements = stages.load_measurements(ctx, "topdown")
     t, c = time.perf_counter(), time.process_time()
-    whole = plugin.product(cfg).postprocess(measurements, public)
-    out["single_process"] = {"wall": time.perf_counter() - t, "cpu": time.process_time() - c}
+    adapter.product(cfg).postprocess(measurements, public)
+    out["estimator_only"] = {"wall": time.perf_counter() - t, "cpu": time.process_time() - c}
+    del measurements
 
-    blocks: dict[str, pd.DataFrame] = {}
+    # the single-process run: the post-processing stage in this process, no task runner (it computes every
+    # part itself: loads the measurements and public inputs, writes the parts and the estimates)
+    shutil.copytree(work / "base", work / "single")
+    before, t = tree_cpu(), time.perf_counter()
+    stages.postprocess_stage(open_run("scale-out", str(work / "single")), "topdown")
+    cpu, _ = cpu_since(before)
+    out["single_process"] = {"wall": time.perf_counter() - t, "cpu": cpu}
+    reference = estimates(work / "single")
+    print("single", out["single_process"], flush=True)
+
     for runner in ("thread", "dask"):
         store_dir = work / runner
         shutil.copytree(work / "base", store_dir)
         run_cfg = parse_release_config(raw | {"store": str(store_dir), "task_runner": runner})
-        t0 = time.perf_counter()
+        before, t0 = tree_cpu(), time.perf_counter()
         with local_dask_cluster(run_cfg, workers=args.workers) as live:
+            if live.dask_address:  # a standing cluster has its libraries loaded: import them now, untimed
+                with Client(live.dask_address, set_as_default=False) as client:  # type: ignore[no-untyped-call]
+                    client.run(importlib.import_module, "dasflow.tasks.stages")
+            start_cpu, _ = cpu_since(before)
             started = time.perf_counter() - t0
-            cpu0 = tree_cpu()
-            t1 = time.perf_counter()
+            before, t1 = tree_cpu(), time.perf_counter()
             result = product_flow.with_options(task_runner=task_runner(live))("scale-out", str(store_dir), "topdown")
             wall = time.perf_counter() - t1
-            cpu = tree_cpu() - cpu0
-        parts_dir = store_dir / "runs/scale-out/postprocessed/topdown/parts"
-        part_seconds = sum(float(pd.read_parquet(p)["SECONDS"].iloc[0]) for p in parts_dir.rglob("run.parquet"))
-        blocks[runner] = pd.read_parquet(store_dir / "runs/scale-out/postprocessed/topdown/block.parquet")
-        out[runner] = {"cluster_start": started, "wall": wall, "cpu_tree": cpu, "parts": result["postprocess_parts"],
-                       "processes": len(result["part_processes"]), "parts_compute_seconds": part_seconds}
+            cpu, per = cpu_since(before)
+        single = out["single_process"]
+        out[runner] = {"cluster_start_wall": started, "cluster_start_cpu": start_cpu, "wall": wall, "cpu": cpu,
+                       "cpu_by_process": per, "parts": result["postprocess_parts"],
+                       "batches": result["postprocess_batches"], "processes": len(result["part_processes"]),
+                       "cpu_over_single": cpu / single["cpu"], "speed_up_over_single": single["wall"] / wall,
+                       "estimates_identical_to_single": estimates(store_dir) == reference}
         print(runner, out[runner], flush=True)
-    out["identical_thread_dask"] = bool(blocks["thread"].equals(blocks["dask"]))
-    out["single_vs_parts_block_equal"] = bool(
-        whole["block"].reset_index(drop=True).equals(blocks["thread"].reset_index(drop=True)))
     out["load_after"] = os.getloadavg()
     assert open_run("scale-out", str(work / "thread")).ledger.spent().rho == ctx.ledger.spent().rho
     print(json.dumps(out, indent=1, default=str))

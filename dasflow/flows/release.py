@@ -120,17 +120,26 @@ def local_dask_cluster(cfg: ReleaseConfig, workers: int = 2) -> Iterator[Release
     if cfg.task_runner != "dask" or cfg.dask_address:
         yield cfg
         return
+    import dask
     from distributed import LocalCluster
 
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,  # type: ignore[no-untyped-call]
-                      host="127.0.0.1", dashboard_address=None,
-                      env=WORKER_THREADS | {"PREFECT_API_URL": _api_url()}) as cluster:
+    with dask.config.set(WORKER_DASK_CONFIG), LocalCluster(  # type: ignore[no-untyped-call]
+            n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
+            env=WORKER_THREADS | {"PREFECT_API_URL": _api_url()}) as cluster:
         yield cfg.model_copy(update={"dask_address": cluster.scheduler_address})
 
 
 #: A worker runs one task per thread; numeric libraries must not start their own thread pools on top (they
 #: would oversubscribe the cores and spin). Dask's nanny sets these too; an agency's cluster should as well.
 WORKER_THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+#: Dask settings of the workers dasflow starts (measured, BENCHMARKS.md "Scale-out"): the nanny's default
+#: ``MALLOC_TRIM_THRESHOLD_=65536`` turns off glibc's dynamic mmap threshold, so every large numpy temporary is
+#: a fresh mmap whose pages fault in again — TopDown's parts took 2× the CPU (most of it system time) on a
+#: worker than in one process; and the worker's statistical profiler samples every thread's stack each 10 ms.
+#: Both off. On an agency's cluster: a Dask config file on the workers (docs/scale-out.md, dasflow-worker.yaml).
+WORKER_DASK_CONFIG: dict[str, Any] = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+                                      "distributed.worker.profile.enabled": False}
 
 #: Seconds to reach a configured Dask scheduler before the release gives up (nothing has run by then).
 CONNECT_TIMEOUT = 15.0
@@ -144,16 +153,21 @@ def probe_worker(store_uri: str, key: str) -> dict[str, Any]:
         seen = open_store(store_uri).get(key).decode()
     except Exception as exc:  # reported by the client, whatever the worker's store raises
         seen = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    import dask
+
     return {"code": code_version(), "probe": seen, "api": os.environ.get("PREFECT_API_URL"),
-            "threads": {k: os.environ.get(k) for k in WORKER_THREADS}}
+            "threads": {k: os.environ.get(k) for k in WORKER_THREADS},
+            "malloc_trim": os.environ.get("MALLOC_TRIM_THRESHOLD_"),
+            "profiler": bool(dask.config.get("distributed.worker.profile.enabled", True))}
 
 
 def check_cluster(cfg: ReleaseConfig) -> dict[str, dict[str, Any]]:
     """Before a release runs on the Dask cluster at ``dask_address``: the scheduler answers, and every worker
     has this dasflow code and sees the release's store — it reads an object the client has just written
     there (a local directory a worker cannot see, or a same-named directory on the worker's own disk, is
-    refused; so are missing S3 credentials on a worker). Workers without this flow's ``PREFECT_API_URL`` or
-    with multi-threaded numeric libraries get a warning. One line per failure; nothing is drawn before."""
+    refused; so are missing S3 credentials on a worker). Workers without this flow's ``PREFECT_API_URL``, with
+    multi-threaded numeric libraries, Dask's malloc trim threshold or its profiler get a warning. One line per
+    failure; nothing is drawn before."""
     import uuid
 
     from distributed import Client
@@ -193,6 +207,10 @@ def check_cluster(cfg: ReleaseConfig) -> dict[str, dict[str, Any]]:
                   "task runs will not show in this flow run (set PREFECT_API_URL on the workers)")
         if any(v != "1" for v in seen["threads"].values()):
             print(f"warning: Dask worker {worker} has {seen['threads']}; set them to 1 (one task per thread)")
+        if seen["malloc_trim"] is not None or seen["profiler"]:
+            print(f"warning: Dask worker {worker} runs with MALLOC_TRIM_THRESHOLD_={seen['malloc_trim']} and "
+                  f"profiler {'on' if seen['profiler'] else 'off'}: post-processing may cost up to 2x the CPU "
+                  "(docs/scale-out.md, worker settings)")
     return answers
 
 

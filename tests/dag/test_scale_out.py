@@ -157,10 +157,11 @@ def test_cli_release_on_an_existing_dask_cluster_with_an_s3_store(tmp_path: Path
     """``dasflow run --dask-address`` against a separately started ``distributed.LocalCluster`` (the scheduler
     address only, as an agency's cluster) with the release on S3 (moto): the workers read and write the parts
     through S3 with their own credentials, and the release bytes equal the thread runner's."""
+    import dask
     from distributed import LocalCluster
 
     from dasflow.cli import main
-    from dasflow.flows.release import WORKER_THREADS, _api_url, run_release
+    from dasflow.flows.release import WORKER_DASK_CONFIG, WORKER_THREADS, _api_url, run_release
 
     raw = topdown_release(tmp_path / "t", "ext")
     run_release(parse_release_config(raw))  # threads, local store: the reference
@@ -177,9 +178,9 @@ def test_cli_release_on_an_existing_dask_cluster_with_an_s3_store(tmp_path: Path
         _s3_copy(tmp_path / "s" / "store", store)
         config = tmp_path / "release.json"
         config.write_text(json.dumps(fresh | {"store": f"s3://{bucket}/census"}))
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,  # type: ignore[no-untyped-call]
-                          host="127.0.0.1", dashboard_address=None,
-                          env=creds | WORKER_THREADS | {"PREFECT_API_URL": _api_url()}) as cluster:
+        with dask.config.set(WORKER_DASK_CONFIG), LocalCluster(  # type: ignore[no-untyped-call]
+                n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
+                env=creds | WORKER_THREADS | {"PREFECT_API_URL": _api_url()}) as cluster:
             assert main(["run", str(config), "--dask-address", cluster.scheduler_address]) == 0
         assert "release ext done" in capsys.readouterr().out
         root = "runs/ext/release/"
