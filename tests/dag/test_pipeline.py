@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from dasflow.errors import InputError, LedgerRefusal
@@ -13,7 +16,8 @@ from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.inputs import mark_synthetic
 from dasflow.pipeline.run import freeze_config, open_run
-from dasflow.privacy.ledger import encode_nmf
+from dasflow.privacy.ledger import decode_nmf, encode_nmf
+from dasflow.privacy.measurement import NoisyMeasurement
 from dasflow.release.stage import release_stage
 from tests.dag import counts_product
 from tests.dag.helpers import local_release, release_config, release_files
@@ -250,3 +254,30 @@ def test_rerun_postprocess_refuses_an_unmeasured_release(tmp_path: Path) -> None
     with pytest.raises(LedgerRefusal, match="not measured yet"):
         rerun_postprocess(ctx)
     assert store.list("runs/r1/measurements/") == []
+
+
+def test_a_fresh_draw_is_committed_from_the_bytes_written_and_equals_their_read_back(tmp_path: Path) -> None:
+    """measure_once does not read a fresh NMF back: its commit hash is that of the stored file, and the
+    measurement it returns equals the stored file decoded (dtypes included: categorical, small ints, exact
+    fractions, strings; the row index is the file's)."""
+    store, cfg = local_release(tmp_path)
+    ctx = freeze_config(cfg, store)
+    stages.validate_stage(ctx, "counts")
+    stages.plan_stage(ctx)
+    ctx.bind_inputs()
+    spec = stages.product_specs(ctx, "counts")[0]
+    n = 5
+    table = pd.DataFrame({
+        "REGION": pd.Categorical.from_codes(np.array([0, 1, 1, 0, 1], np.int32), categories=pd.Index(["a", "b"])),
+        "SEX": np.array([1, 2, 1, 2, 1], np.int8), "NAME": ["x", "y", "z", "w", "v"],
+        "NOISY": np.arange(n, dtype=np.int64) - 2, "VARIANCE": [Fraction(1, 3)] * n,
+        "NOISE_DISTRIBUTION": pd.Categorical.from_codes(np.zeros(n, np.int8), categories=pd.Index(["Gaussian"])),
+    }, index=[9, 8, 7, 6, 5])
+    measurement, drawn = ctx.ledger.measure_once(
+        spec, lambda: NoisyMeasurement(spec=spec, table=table, rng_mode="test"), attempt="t")
+    assert drawn
+    data = store.get(ctx.ledger.nmf_key(spec.key))
+    commit = ctx.ledger.committed(spec.key)
+    assert commit is not None and commit.sha256 == hashlib.sha256(data).hexdigest() and commit.rows == n
+    pd.testing.assert_frame_equal(measurement.table, decode_nmf(data, spec).table, check_exact=True)
+    assert measurement.rng_mode == "test" and measurement.spec == spec

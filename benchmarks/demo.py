@@ -1,0 +1,144 @@
+"""Demo benchmark (issue #20 item 6): the five-product ``dasflow demo`` stage by stage, and its release bytes.
+
+Two modes:
+
+``stages`` (default)
+    the seeded demo through the stage functions in this process (no Prefect): synth, then per product validate,
+    plan, preprocess, measure, post-process, then the release stage; wall and CPU per stage (each stage's
+    manifest also carries its own metrics), and the sha256 of every release file (certificate / manifest lines
+    naming the code version left out) so that two checkouts' releases can be compared byte for byte.
+``cli``
+    ``dasflow demo`` as a user runs it (fresh store, fresh ``PREFECT_HOME``), timed from outside.
+
+    .venv/bin/python benchmarks/demo.py --seed 7 --out /tmp/demo-after.json
+    .venv/bin/python benchmarks/demo.py --mode cli
+    .venv/bin/python benchmarks/demo.py --compare /tmp/demo-before.json /tmp/demo-after.json
+
+The load average (1 min) is recorded before and after every run: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _timed(rows: list[dict[str, Any]], name: str, fn: Callable[[], Any]) -> Any:
+    w0, c0 = time.perf_counter(), _cpu()
+    out = fn()
+    rows.append({"stage": name, "wall": round(time.perf_counter() - w0, 2), "cpu": round(_cpu() - c0, 2)})
+    print(f"  {name:<28} {rows[-1]['wall']:7.2f} s wall {rows[-1]['cpu']:7.2f} s CPU", flush=True)
+    return out
+
+
+def _digest(rel: str, data: bytes) -> str:
+    """sha256 of a release file; the certificate's code-version mention and the manifest's code version (and
+    the certificate hashes it lists) are replaced by a placeholder, so two checkouts' releases compare."""
+    if rel.startswith("CERTIFICATE"):
+        data = re.sub(rb"dasflow-[0-9.]+\+[0-9a-f]+", b"<code version>", data)
+    elif rel == "MANIFEST.json":
+        doc = json.loads(data)
+        doc["code_version"] = "<code version>"
+        doc["files"] = {k: v for k, v in doc.get("files", {}).items() if "/CERTIFICATE." not in k}
+        data = json.dumps(doc, sort_keys=True).encode()
+    return hashlib.sha256(data).hexdigest()
+
+
+def stages_run(persons: int, seed: int) -> dict[str, Any]:
+    from dasflow import demo
+    from dasflow.pipeline import stages
+    from dasflow.pipeline.run import freeze_config
+    from dasflow.release.stage import release_stage
+
+    rows: list[dict[str, Any]] = []
+    root = Path(tempfile.mkdtemp(prefix="dasflow-demo-bench-")) / "store"
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    cfg = _timed(rows, "synth + config", lambda: demo.prepare_demo(root, persons, seed))
+    ctx = freeze_config(cfg)
+    for p in cfg.products:
+        _timed(rows, f"validate {p.name}", partial(stages.validate_stage, ctx, p.name))
+    _timed(rows, "plan", lambda: stages.plan_stage(ctx))
+    for p in cfg.products:
+        _timed(rows, f"preprocess {p.name}", partial(stages.preprocess_stage, ctx, p.name))
+        _timed(rows, f"measure {p.name}", partial(stages.measure_stage, ctx, p.name))
+        _timed(rows, f"postprocess {p.name}", partial(stages.postprocess_stage, ctx, p.name))
+    _timed(rows, "release", lambda: release_stage(ctx))
+    total = time.perf_counter() - t0
+    rel_root = root / "runs" / cfg.release_id / "release"
+    files = {p.relative_to(rel_root).as_posix(): _digest(p.relative_to(rel_root).as_posix(), p.read_bytes())
+             for p in sorted(rel_root.rglob("*")) if p.is_file()}
+    return {"mode": "stages", "persons": persons, "seed": seed, "load_before": load0,
+            "load_after": os.getloadavg()[0], "total_wall": round(total, 2), "stages": rows, "files": files,
+            "store": str(root)}
+
+
+def cli_run(persons: int) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="dasflow-demo-cli-"))
+    env = {**os.environ, "PREFECT_HOME": str(tmp / "prefect")}
+    env.pop("PREFECT_API_URL", None)
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    proc = subprocess.run([str(Path(sys.executable).with_name("dasflow")), "demo", "--store", str(tmp / "s"),
+                           "--persons", str(persons)], env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"mode": "cli", "persons": persons, "rc": proc.returncode, "load_before": load0,
+            "load_after": os.getloadavg()[0], "total_wall": round(wall, 2),
+            "cpu": round(ru.ru_utime + ru.ru_stime, 2), "log_tail": (proc.stdout + proc.stderr)[-3000:]}
+
+
+def compare(a_path: str, b_path: str) -> int:
+    a, b = (json.loads(Path(p).read_text()) for p in (a_path, b_path))
+    diff = sorted(k for k in set(a["files"]) | set(b["files"]) if a["files"].get(k) != b["files"].get(k))
+    print(f"{len(a['files'])} vs {len(b['files'])} release files; differing: {diff or 'none'}")
+    before = {r["stage"]: r for r in a["stages"]}
+    for r in b["stages"]:
+        old = before.get(r["stage"], {})
+        print(f"  {r['stage']:<28} {old.get('wall', float('nan')):7.2f} -> {r['wall']:7.2f} s wall   "
+              f"{old.get('cpu', float('nan')):7.2f} -> {r['cpu']:7.2f} s CPU")
+    cpu = [sum(r["cpu"] for r in x["stages"]) for x in (a, b)]
+    print(f"  {'total':<28} {a['total_wall']:7.2f} -> {b['total_wall']:7.2f} s wall   "
+          f"{cpu[0]:7.2f} -> {cpu[1]:7.2f} s CPU "
+          f"(load {a['load_before']:.1f}/{a['load_after']:.1f} vs {b['load_before']:.1f}/{b['load_after']:.1f})")
+    return 1 if diff else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mode", choices=("stages", "cli"), default="stages")
+    ap.add_argument("--persons", type=int, default=20_000)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--compare", nargs=2, default=None)
+    args = ap.parse_args()
+    if args.compare:
+        return compare(*args.compare)
+    result = stages_run(args.persons, args.seed) if args.mode == "stages" else cli_run(args.persons)
+    print(f"total {result['total_wall']} s wall (load {result['load_before']:.1f} -> {result['load_after']:.1f})")
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
