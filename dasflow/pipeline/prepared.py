@@ -92,7 +92,11 @@ def prepare_partitions(store: ObjectStore, root: str, product: str, parts: Seque
 
 class PartitionedPrepared(Mapping[str, pd.DataFrame]):
     """The prepared frames of a partitioned preprocess, read by name: ``self[name]`` loads that name's frame of
-    every partition (in partition order) and combines them; the last frame read is kept, nothing else."""
+    every partition (in partition order) and combines them; the last frame read is kept, and combined frames of
+    at most ``SMALL_BYTES`` (public domains a measurement re-reads between its counts) stay cached."""
+
+    #: combined frames up to this size (deep memory) stay cached, up to ``SMALL_BYTES`` in all
+    SMALL_BYTES = 64 << 20
 
     def __init__(self, store: ObjectStore, parts: Sequence[str], outputs: Mapping[str, Mapping[str, Any]],
                  combine: Combine) -> None:
@@ -104,13 +108,21 @@ class PartitionedPrepared(Mapping[str, pd.DataFrame]):
         self._store = store
         self._combine = combine
         self._last: tuple[str, pd.DataFrame] | None = None
+        self._small: dict[str, pd.DataFrame] = {}
+        self._small_bytes = 0
 
     def __getitem__(self, name: str) -> pd.DataFrame:
         if self._last is not None and self._last[0] == name:
             return self._last[1]
+        if name in self._small:
+            return self._small[name]
         keys = self._keys[name]  # KeyError for a name no partition holds
         frame = self._combine(name, [self._store.get_parquet(k) for k in keys])
         self._last = (name, frame)
+        size = int(frame.memory_usage(deep=True).sum())
+        if self._small_bytes + size <= self.SMALL_BYTES:
+            self._small[name] = frame
+            self._small_bytes += size
         return frame
 
     def __iter__(self) -> Iterator[str]:

@@ -207,8 +207,8 @@ HISPANIC_ORIGIN_HEAD: dict[int, float] = {
 PR_HISPANIC_ORIGIN_HEAD: dict[int, float] = {2330: 0.94, 2321: 0.02, 2310: 0.005, 2010: 0.005, 2000: 0.01}
 
 # ---- output sizing (bytes per person written, with headroom; measured, see benchmarks/results/synth.md)
-BYTES_PER_PERSON = {"parquet": 20.0, "phsafe": 60.0, "phsafe_states": 60.0, "safetab_p": 80.0, "topdown": 5.0,
-                    "groupsize": 5.0}
+BYTES_PER_PERSON = {"parquet": 20.0, "phsafe": 60.0, "phsafe_states": 60.0, "safetab_p": 80.0,
+                    "safetab_p_states": 80.0, "topdown": 5.0, "groupsize": 5.0}
 DISK_HEADROOM = 1.5
 
 # ---- streaming

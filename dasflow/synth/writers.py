@@ -12,6 +12,9 @@
 * ``safetab_p``: ``safetab_p/person-records.txt`` and ``safetab_p/GRF-C.txt`` (layout of the SafeTab-P toy
   inputs;
                  GRF-C carries TABBLKGRPCE and COUSUBFP after the six standard columns).
+* ``safetab_p_states``: the same records split by state: ``safetab_p_states/person-records/{SS}.txt``
+  (confidential, each with the header) and ``safetab_p_states/GRF-C.txt`` (public, every state) — the split
+  input SafeTab-P's preprocessing prepares one state at a time.
 * ``topdown``  : ``topdown/persons/{SS}/part-NNNNN.parquet`` (block + PL 94-171 histogram attributes, 0-based:
                  HHGQ 0 household / 1-7 GQ major type, VOTINGAGE 0 under 18 / 1 18+, HISPANIC 0/1, CENRACE 0-62)
                  and ``topdown/units/{SS}/...`` (block, HHGQ, OCCUPIED); public: ``topdown/public/GRF-C.txt``,
@@ -248,9 +251,16 @@ def grfc_columns(geo: StateGeography) -> dict[str, pa.Array]:
 
 class SafeTabPWriter(_CsvStreams):
     name = "safetab_p"
+    #: one ``person-records/{SS}.txt`` per state (``safetab_p_states``) instead of one national file
+    by_state = False
 
     def begin_state(self, geo: StateGeography) -> None:
-        self._append("safetab_p/GRF-C.txt", grfc_columns(geo))
+        if self.by_state:  # the previous state's file is complete: close it (bounded open files)
+            for rel in [r for r in self._writers if r.startswith(f"{self.name}/person-records/")]:
+                w, _, sink = self._writers.pop(rel)
+                w.close()
+                sink.close()  # type: ignore[attr-defined]
+        self._append(f"{self.name}/GRF-C.txt", grfc_columns(geo))
 
     def write_chunk(self, chunk: Chunk, geo: StateGeography, index: int) -> None:
         pb = chunk.unit_block[chunk.person_unit]
@@ -269,7 +279,16 @@ class SafeTabPWriter(_CsvStreams):
         for j in range(8):
             cols[f"QRACE{j + 1}"] = tb.zfill(chunk.qrace[j], 4, null_label="Null")
         cols["QSPAN"] = tb.zfill(chunk.qspan, 4)
-        self._append("safetab_p/person-records.txt", cols)
+        rel = f"{self.name}/person-records/{geo.state}.txt" if self.by_state else f"{self.name}/person-records.txt"
+        self._append(rel, cols)
+
+
+class SafeTabPStatesWriter(SafeTabPWriter):
+    """SafeTab-P's person records split by state (``safetab_p_states/person-records/{SS}.txt``; one national
+    public ``GRF-C.txt``): the same records as ``safetab_p``, one file per state."""
+
+    name = "safetab_p_states"
+    by_state = True
 
 
 class TopDownWriter(_CsvStreams):
@@ -376,6 +395,7 @@ WRITERS: dict[str, type[_Base]] = {
     "phsafe": PHSafeWriter,
     "phsafe_states": PHSafeStatesWriter,
     "safetab_p": SafeTabPWriter,
+    "safetab_p_states": SafeTabPStatesWriter,
     "topdown": TopDownWriter,
     "groupsize": GroupSizeWriter,
 }
@@ -386,6 +406,7 @@ FORMAT_ROOTS: dict[str, str] = {
     "phsafe": "phsafe",
     "phsafe_states": "phsafe_states",
     "safetab_p": "safetab_p",
+    "safetab_p_states": "safetab_p_states",
     "topdown": "topdown",
     "groupsize": "groupsize",
 }

@@ -16,6 +16,7 @@ The stage-1 totals are never published (ST7); only stage 2 feeds the outputs.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -31,13 +32,14 @@ from dasflow.products.base import (
     VARIANCE_COLUMN,
     MeasurementSpec,
     NoisyMeasurement,
-    Prepared,
 )
 from dasflow.products.safetab_p.plan import AGE_BINS
 from dasflow.products.safetab_p.records import MAX_AGE
 from dasflow.products.safetab_p.tabulate import binned_cells, group_totals
 
 IntArray = npt.NDArray[np.int64]
+#: prepared frames by name (``Prepared``, or a partitioned preprocess's frames combined when read)
+Frames = Mapping[str, pd.DataFrame]
 TOTAL_ONLY_STAT = -1
 
 
@@ -68,11 +70,37 @@ def stage1_key(spec: MeasurementSpec) -> str:
     return spec.key.rsplit("/", 1)[0] + "/stage1"
 
 
-def with_stage1(prepared: Prepared, stage1: NoisyMeasurement) -> Prepared:
-    """A copy of ``prepared`` holding the committed stage-1 measurement, as stage 2's ``measure`` needs it."""
-    out = dict(prepared)
-    out[stage1.spec.key] = stage1.table
-    return out
+class WithStage1(Mapping[str, pd.DataFrame]):
+    """``prepared`` with committed stage-1 tables added on top, without copying it (a partitioned preprocess's
+    frames are combined only when read: copying would combine every name at once)."""
+
+    _base: Mapping[str, pd.DataFrame]
+    _extra: dict[str, pd.DataFrame]
+
+    def __init__(self, prepared: Mapping[str, pd.DataFrame], extra: Mapping[str, pd.DataFrame]) -> None:
+        if isinstance(prepared, WithStage1):
+            extra = {**prepared._extra, **extra}
+            prepared = prepared._base
+        self._base = prepared
+        self._extra = dict(extra)
+
+    def __getitem__(self, key: str) -> pd.DataFrame:
+        return self._extra[key] if key in self._extra else self._base[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._extra or key in self._base
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._extra
+        yield from (k for k in self._base if k not in self._extra)
+
+    def __len__(self) -> int:
+        return len(self._extra) + sum(1 for k in self._base if k not in self._extra)
+
+
+def with_stage1(prepared: Mapping[str, pd.DataFrame], stage1: NoisyMeasurement) -> Mapping[str, pd.DataFrame]:
+    """``prepared`` holding the committed stage-1 measurement too, as stage 2's ``measure`` needs it."""
+    return WithStage1(prepared, {stage1.spec.key: stage1.table})
 
 
 def draw(spec: MeasurementSpec, noise: Fraction, size: int, rng: Any) -> IntArray:
@@ -88,7 +116,7 @@ def draw(spec: MeasurementSpec, noise: Fraction, size: int, rng: Any) -> IntArra
     return np.asarray(out, dtype=np.int64)
 
 
-def _labels(prepared: Prepared, spec: MeasurementSpec, groups: IntArray) -> dict[str, Any]:
+def _labels(prepared: Frames, spec: MeasurementSpec, groups: IntArray) -> dict[str, Any]:
     d = spec.detail
     regions = prepared[regions_key(d["universe"], d["region_type"])]["REGION_ID"].to_numpy(dtype=object)
     its = prepared[spec_iterations_key(spec)]["ITERATION_CODE"].to_numpy(dtype=object)
@@ -111,7 +139,7 @@ def _variance_column(v: Fraction | float, n: int) -> npt.NDArray[np.float64]:
     return np.full(n, float(v), dtype=np.float64)
 
 
-def _domain(prepared: Prepared, spec: MeasurementSpec) -> tuple[IntArray, IntArray, int]:
+def _domain(prepared: Frames, spec: MeasurementSpec) -> tuple[IntArray, IntArray, int]:
     """(two-stage group ids, TotalOnly group ids, n_groups) over the public domain, in group order."""
     d = spec.detail
     total_only = prepared[spec_iterations_key(spec)]["TOTAL_ONLY"].to_numpy(dtype=bool)
@@ -122,7 +150,7 @@ def _domain(prepared: Prepared, spec: MeasurementSpec) -> tuple[IntArray, IntArr
     return groups[~to], groups[to], n_regions * n_it
 
 
-def measure_stage1(prepared: Prepared, spec: MeasurementSpec, rng: Any) -> NoisyMeasurement:
+def measure_stage1(prepared: Frames, spec: MeasurementSpec, rng: Any) -> NoisyMeasurement:
     """Noisy totals of every non-TotalOnly group (Alg. 2 line 15), budget γρ_i/s each."""
     d = spec.detail
     two, _, n_groups = _domain(prepared, spec)
@@ -149,7 +177,7 @@ def age_ranges(stat: int) -> tuple[IntArray, IntArray]:
     return edges, ends
 
 
-def measure_stage2(prepared: Prepared, spec: MeasurementSpec, rng: Any) -> NoisyMeasurement:
+def measure_stage2(prepared: Frames, spec: MeasurementSpec, rng: Any) -> NoisyMeasurement:
     """Step 2 of Alg. 2 for every group, shapes from the committed stage-1 totals in ``prepared``."""
     d = spec.detail
     s1_key = stage1_key(spec)

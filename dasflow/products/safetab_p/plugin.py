@@ -18,12 +18,11 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from dasflow.errors import InputError
+from dasflow.errors import InputError, IntegrityError
 from dasflow.io.files import input_prefix, local_dir, local_file
 from dasflow.io.store import ObjectStore
 from dasflow.privacy import accounting, relations, rng
 from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
-from dasflow.products.base import Prepared
 from dasflow.products.plugin import (
     BudgetPlan,
     CliCommand,
@@ -34,11 +33,13 @@ from dasflow.products.plugin import (
     budget_text,
     config_json,
 )
-from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, checks, load_public, moe, parse_config, with_stage1
+from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, checks, load_public, moe, parse_config
 from dasflow.products.safetab_p import cli as safetab_cli
 from dasflow.products.safetab_p import load_config as load_safetab_config
+from dasflow.products.safetab_p.measure import WithStage1
 from dasflow.products.safetab_p.product import PERSON_DIR, ground_truth_config, person_files, run_universe
 from dasflow.products.safetab_p.records import GRFC_FILE, PERSON_COLUMNS, PERSON_FILE, encode_persons, read_pipe_file
+from dasflow.products.safetab_p.tabulate import sum_cells
 from dasflow.validation.configs import check_infinity, check_keys
 
 #: keys the SafeTab-P production config may carry (safetab-p-production.md)
@@ -59,12 +60,11 @@ class PipelineSafeTabP(SafeTabP):
         specs = super().plan(config, public)
         return sorted(specs, key=lambda s: int(s.detail["stage"]))  # stable: plan order within a stage
 
-    def measure_adaptive(self, prepared: Prepared, spec: MeasurementSpec, rng: Any,
+    def measure_adaptive(self, prepared: Mapping[str, pd.DataFrame], spec: MeasurementSpec, rng: Any,
                          earlier: Mapping[str, NoisyMeasurement]) -> NoisyMeasurement:
         if int(spec.detail["stage"]) == 2:
-            for m in earlier.values():
-                if int(m.spec.detail["stage"]) == 1:
-                    prepared = with_stage1(prepared, m)
+            stage1 = {m.spec.key: m.table for m in earlier.values() if int(m.spec.detail["stage"]) == 1}
+            prepared = WithStage1(prepared, stage1)  # an overlay: the prepared frames are not copied
         return self.measure(prepared, spec, rng)
 
 
@@ -125,6 +125,55 @@ class SafeTabPPlugin(ProductPlugin[SafeTabPConfig]):
             return {"person_files": [str(f) for f in person_files(folder)], "source": PERSON_DIR}
         path = local_file(store, prefix + PERSON_FILE)
         return {"persons": read_pipe_file(path, PERSON_COLUMNS), "source": PERSON_FILE}
+
+    def _split_files(self, store: ObjectStore, prefix: str) -> list[str]:
+        """The file names of a split ``person-records/*.txt`` input (directly in the folder), in name order."""
+        folder = prefix + PERSON_DIR + "/"
+        return sorted(k[len(folder):] for k in store.list(folder)
+                      if k.endswith(".txt") and "/" not in k[len(folder):])
+
+    def partitions(self, store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any],
+                   config: SafeTabPConfig) -> list[str] | None:
+        """The files of a split input (``person-records/{id}.txt``, e.g. one per state: ids are the file names
+        without ``.txt``), or None for one ``person-records.txt``.
+
+        Exactness: every prepared count is a tabulation — per (population group, sex × AGE23 cell) of a (region
+        type, level), the number of persons whose flat map reaches the group — and a person's groups depend on
+        that person alone, so the tabulation of all files is the sum of the files' tabulations (USA and AIANNH
+        groups, which span states, included; :meth:`combine_prepared`). Stage 1's totals and stage 2's cells
+        at every candidate detail are sums of these cells, so both read exactly the counts of the unpartitioned
+        path: the same function of the data, computed in parts, with every sensitivity of the plan unchanged
+        (the files are disjoint person sets, so the add/remove-one-person neighbour changes one file)."""
+        prefix = input_prefix(inputs, "safetab-p", "confidential/safetab-p/")
+        names = self._split_files(store, prefix)
+        if not names:
+            return None
+        if store.exists(prefix + PERSON_FILE):
+            raise InputError(f"both {PERSON_FILE} and {PERSON_DIR}/ are present: give one person-records input",
+                             file=prefix + PERSON_FILE)
+        return [n[:-len(".txt")] for n in names]
+
+    def partition_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: SafeTabPConfig,
+                         partition: str) -> dict[str, Any]:
+        """One file of the split input, listed as a split input of one file (``prepare`` validates it and reads
+        it in slices); errors name ``person-records/{partition}.txt``."""
+        prefix = input_prefix(inputs, "safetab-p", "confidential/safetab-p/")
+        path = local_file(store, f"{prefix}{PERSON_DIR}/{partition}.txt")
+        return {"person_files": [str(path)], "source": PERSON_DIR}
+
+    def combine_prepared(self, name: str, parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
+        """Count tabulations (``counts/...``) summed per (GROUP, CELL) (:func:`.tabulate.sum_cells`); the public
+        domains (region IDs, iteration lists) are the same in every partition: the first, after checking that
+        every part equals it (``IntegrityError`` otherwise)."""
+        if not parts:
+            raise IntegrityError(f"prepared {name!r}: no partition holds it")
+        if name.startswith("counts/"):
+            return sum_cells(parts)
+        for i, part in enumerate(parts[1:], start=1):
+            if not part.equals(parts[0]):
+                raise IntegrityError(f"prepared {name!r}: partition {i} does not have the public domain of "
+                                     "partition 0")
+        return parts[0]
 
     def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any],
                       config: SafeTabPConfig) -> dict[str, Any]:

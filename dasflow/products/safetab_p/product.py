@@ -15,6 +15,11 @@ region spanning several files) is summed BEFORE noise: each population group sti
 count, never a sum of per-file noisy counts, so the privacy analysis is unchanged. Every file is validated
 before ``prepare`` returns, i.e. before any noise.
 
+Per-state preparation (the DAG's preprocessing partitions, ``SafeTabPPlugin.partitions``): ``prepare`` on each
+file alone gives each (region type, level) tabulation of that file's persons; the tabulations of the files add up
+row by row (:func:`~dasflow.products.safetab_p.tabulate.sum_cells`) to the tabulation of all persons, because a
+tabulation is a count per (population group, cell) and the files hold disjoint persons.
+
 Adaptive stage: ``measure(prepared, spec_stage2, rng)`` reads the committed stage-1 NoisyMeasurement's table from
 ``prepared[<stage-1 key>]`` — add it with :func:`~dasflow.products.safetab_p.measure.with_stage1` after committing
 stage 1. The stage-2 budget is fixed in the plan; only its query shape depends on the stage-1 noisy totals.
@@ -62,7 +67,7 @@ from dasflow.products.safetab_p.records import (
     read_pipe_file,
 )
 from dasflow.products.safetab_p.regions import Universe, iteration_set
-from dasflow.products.safetab_p.tabulate import PersonCounts, tabulate_level
+from dasflow.products.safetab_p.tabulate import PersonCounts, tabulate_cells
 
 PERSON_DIR = "person-records"  # DATA_DIR/person-records/*.txt: a split (e.g. per-state) person-records input
 #: rows encoded at a time: bounds the working set (and keeps numpy temporaries out of fresh, page-faulting mmaps)
@@ -180,8 +185,9 @@ class SafeTabP:
 
     def prepare(self, inputs: Mapping[str, Any], public: Mapping[str, Any]) -> Prepared:
         """Validate all person rows (every file of a split input), then flat-map and count per tabulated
-        (region type, level) over the region type's iteration set (granularity rule, :func:`.plan.level_of`);
-        see the module docstring for the partitioned path.
+        (region type, level) over the region type's iteration set (granularity rule, :func:`.plan.level_of`):
+        one row per non-zero (GROUP, CELL) (:func:`.tabulate.tabulate_cells`); see the module docstring for the
+        partitioned path.
 
         Also carries the public domains (region IDs, iteration lists) so that ``measure`` is self-contained.
         """
@@ -199,11 +205,11 @@ class SafeTabP:
         for rt, counts in person_counts(inputs, public, list(dict.fromkeys(rt for rt, _ in tab))):
             prepared[regions_key(universe, rt)] = pd.DataFrame({"REGION_ID": geo.region_ids[rt]})
             for lv in (lv for r, lv in tab if r == rt):
-                prepared[sparse_key(universe, rt, lv)] = tabulate_level(counts, levels[(rt, lv)])
+                prepared[sparse_key(universe, rt, lv)] = tabulate_cells(counts, levels[(rt, lv)])
             del counts
         return prepared
 
-    def measure(self, prepared: Prepared, spec: MeasurementSpec, rng: Any) -> NoisyMeasurement:
+    def measure(self, prepared: Mapping[str, pd.DataFrame], spec: MeasurementSpec, rng: Any) -> NoisyMeasurement:
         """Noise for one key; the generator is ``rng.spawn(spec.key)`` (deterministic per key in test
         mode)."""
         child = rng.spawn(spec.key) if hasattr(rng, "spawn") else rng
@@ -236,7 +242,7 @@ def run_universe(public: Mapping[str, Any], inputs: Mapping[str, Any], rng: Any)
     return run_prepared(public, SafeTabP().prepare(inputs, public), rng)
 
 
-def run_prepared(public: Mapping[str, Any], prepared: Prepared, rng: Any) -> RunResult:
+def run_prepared(public: Mapping[str, Any], prepared: Mapping[str, pd.DataFrame], rng: Any) -> RunResult:
     """stage 1 → stage 2 per level → postprocess → tables, from the output of ``prepare``."""
     product = SafeTabP()
     specs = product.plan(public["config"], public)

@@ -221,6 +221,28 @@ def tabulate_level(counts: PersonCounts, level: LevelIndex) -> pd.DataFrame:
     })
 
 
+def tabulate_cells(counts: PersonCounts, level: LevelIndex) -> pd.DataFrame:
+    """The tabulation stage 1 and stage 2 read for one (region type, iteration level): one row per non-zero
+    (GROUP, CELL) with its exact count, sorted by (GROUP, CELL) — :func:`tabulate_level` with repeated keys summed.
+
+    Every stage-2 candidate detail (total, Sex × AGE4/AGE9/AGE23) of a group is a sum of its 46 cells, so this
+    is all ``measure`` needs, and it is additive: the tabulation of disjoint person sets (e.g. states) is the
+    row-wise sum (:func:`sum_cells`) of theirs, whatever regions span them (USA, AIANNH areas)."""
+    return _cells_frame(tabulate_level(counts, level))
+
+
+def _cells_frame(sparse: pd.DataFrame) -> pd.DataFrame:
+    key = sparse["GROUP"].to_numpy(np.int64) * N_CELLS + sparse["CELL"].to_numpy(np.int64)
+    ks, cs = _sum_by_key(key, sparse["COUNT"].to_numpy(np.int64))
+    return pd.DataFrame({"GROUP": ks // N_CELLS, "CELL": (ks % N_CELLS).astype(np.int16), "COUNT": cs})
+
+
+def sum_cells(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """The tabulation of the union of disjoint person sets from theirs (:func:`tabulate_cells` frames): counts
+    of equal (GROUP, CELL) added, exact int64; equal to :func:`tabulate_cells` on all the persons at once."""
+    return _cells_frame(pd.concat([p[list(SPARSE_COLUMNS)] for p in parts], ignore_index=True))
+
+
 def merged(sparse: pd.DataFrame) -> pd.DataFrame:
     """One row per (GROUP, CELL) with its total count (for inspection and tests)."""
     out = sparse.groupby(["GROUP", "CELL"], sort=True)["COUNT"].sum().reset_index()
