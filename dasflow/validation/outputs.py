@@ -85,6 +85,44 @@ def _planned_variances(plan_record: Mapping[str, Any], product: str) -> set[floa
     return vs | {a + b for a in vs for b in vs}
 
 
+def _file_checks(plugin: OutputPlugin | None, rel: str, frame: pd.DataFrame) -> list[gx.Check]:
+    """The generic expectations of one release file: its product's header (if declared), no nulls, integer
+    COUNT, numeric VARIANCE."""
+    header = plugin.output_header(rel.partition("/")[2]) if plugin is not None else None
+    checks = [gx.Check("ExpectColumnValuesToNotBeNull", {"column": c}) for c in frame.columns]
+    if header is not None:
+        checks.insert(0, gx.Check("ExpectTableColumnsToMatchOrderedList", {"column_list": header}))
+    if "COUNT" in frame.columns:
+        checks.append(gx.Check("ExpectColumnValuesToMatchRegex", {"column": "COUNT", "regex": f"^(?:{_INT})$"}))
+    if "VARIANCE" in frame.columns:
+        checks.append(gx.Check("ExpectColumnValuesToMatchRegex", {"column": "VARIANCE", "regex": f"^(?:{_FLOAT})$"}))
+    return checks
+
+
+def _passing_groups(frames: Mapping[str, pd.DataFrame], suites: Mapping[str, list[gx.Check]]
+                    ) -> dict[str, gx.SuiteOutcome]:
+    """One GX run per group of files with the same product, columns and expectations, on the distinct values
+    of each column over the whole group; file → its outcome for the groups that pass.
+
+    Every expectation here is per value (not null, matches a regex) or on the column list, which the group
+    shares: it holds for the group's distinct values iff it holds for every file's rows, and a passing run's
+    results (unexpected count 0, the observed column list) are each file's. A group that fails is left out and
+    its files are validated one by one, so a failure is reported for its own file, row and column as before."""
+    groups: dict[tuple[str, tuple[str, ...], str], list[str]] = {}
+    for rel, frame in frames.items():
+        key = (rel.partition("/")[0], tuple(frame.columns), repr(suites[rel]))
+        groups.setdefault(key, []).append(rel)
+    out: dict[str, gx.SuiteOutcome] = {}
+    for (product, columns, _), members in sorted(groups.items()):
+        if len(members) < 2:
+            continue
+        values = {c: pd.concat([frames[rel][c] for rel in members], ignore_index=True) for c in columns}
+        res = gx.validate(f"output.{product}.group.{'|'.join(columns)}", suites[members[0]], domain_frame(values))
+        if res.success:
+            out.update(dict.fromkeys(members, res))
+    return out
+
+
 def validate_outputs(release: str | Path | Mapping[str, pd.DataFrame], plan_record: Mapping[str, Any],
                      configs: Mapping[str, Any] | None = None) -> ValidationResult:
     """Validate every release table (``{product}/{file}`` → frame, or a ``runs/{id}/release`` directory).
@@ -102,23 +140,17 @@ def validate_outputs(release: str | Path | Mapping[str, pd.DataFrame], plan_reco
     error: InputError | None = None
     files: dict[str, int] = {}
     plugins = {rel.partition("/")[0]: _plugin(rel.partition("/")[0]) for rel in frames}
-    for rel, frame in sorted(frames.items()):
+    text = {rel: frame.astype(str) for rel, frame in frames.items()}
+    suites = {rel: _file_checks(plugins[rel.partition("/")[0]], rel, frame) for rel, frame in text.items()}
+    passed = _passing_groups(text, suites)
+    for rel, frame in sorted(text.items()):
         product, _, file = rel.partition("/")
         plugin = plugins[product]
         files[rel] = len(frame)
-        frame = frame.astype(str)
         leaked = sorted(CONFIDENTIAL_COLUMNS & set(frame.columns))
-        header = plugin.output_header(file) if plugin is not None else None
-        checks = [gx.Check("ExpectColumnValuesToNotBeNull", {"column": c}) for c in frame.columns]
-        if header is not None:
-            checks.insert(0, gx.Check("ExpectTableColumnsToMatchOrderedList", {"column_list": header}))
-        if "COUNT" in frame.columns:
-            checks.append(gx.Check("ExpectColumnValuesToMatchRegex", {"column": "COUNT", "regex": f"^(?:{_INT})$"}))
-        if "VARIANCE" in frame.columns:
-            checks.append(gx.Check("ExpectColumnValuesToMatchRegex",
-                                   {"column": "VARIANCE", "regex": f"^(?:{_FLOAT})$"}))
-        out = gx.validate(f"output.{product}.{Path(file).name}.{'|'.join(frame.columns)}", checks,
-                          domain_frame({c: frame[c] for c in frame.columns}))
+        checks = suites[rel]
+        out = passed.get(rel) or gx.validate(f"output.{product}.{Path(file).name}.{'|'.join(frame.columns)}",
+                                             checks, domain_frame({c: frame[c] for c in frame.columns}))
         rows += [ExpectationRow(rel, r.expectation, r.column, r.success, r.unexpected, r.detail) for r in out.rows]
         if error is None and leaked:
             error = InputError(f"confidential column {leaked[0]} in a release file", file=rel, row=1,

@@ -147,3 +147,23 @@ def test_groupsize_release_consistency_is_checked() -> None:
     frames["groupsize/groupsize_county.csv"].loc[2, "COUNT"] = "-1"
     r = validate_outputs(frames, plan)
     assert r.error is not None and (r.error.row, r.error.column) == (4, "COUNT") and "non-negative" in str(r.error)
+
+
+def test_output_files_with_one_schema_are_checked_together_and_failures_still_name_their_file() -> None:
+    """Files of one product with the same columns share one GX run on their distinct values: a passing group
+    reports, per file, exactly what a run on that file alone reports; a failing one names its file and row."""
+    def frames() -> dict[str, pd.DataFrame]:
+        return {f"other/{name}.csv": pd.DataFrame({"GEO": [f"{name}1", f"{name}2", "x"], "COUNT": ["1", "-2", "3"]})
+                for name in ("a", "b", "c")}
+
+    plan: dict[str, list[dict[str, str]]] = {"entries": []}
+    together = validate_outputs(frames(), plan)
+    assert together.success
+    alone = [row for rel, frame in sorted(frames().items()) for row in validate_outputs({rel: frame}, plan).rows]
+    assert together.rows == alone and len(alone) == 9
+    bad = frames()
+    bad["other/b.csv"].loc[2, "COUNT"] = "3.5"
+    r = validate_outputs(bad, plan)
+    assert r.error is not None and (r.error.file, r.error.row, r.error.column) == ("other/b.csv", 4, "COUNT")
+    failed = [(row.suite, row.column) for row in r.rows if not row.success]
+    assert failed == [("other/b.csv", "COUNT")]

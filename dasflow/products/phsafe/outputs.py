@@ -143,10 +143,11 @@ def validate_output(output_path: str | Path, config: PHSafeConfig) -> None:
         if len(df) != len(dom):
             raise DasflowError(f"{path}: {len(df)} rows, expected {len(dom)}")
         cell_col = data_cell_column(table)
-        got = df[["REGION_ID", "REGION_TYPE", cell_col]].astype(str).agg("|".join, axis=1)
+        # cell keys "REGION_ID|REGION_TYPE|cell[|ITERATION_CODE]", joined column-wise (vectorised)
+        got = df["REGION_ID"].astype(str) + "|" + df["REGION_TYPE"].astype(str) + "|" + df[cell_col].astype(str)
         if has_iteration(table):
             got = got + "|" + df["ITERATION_CODE"]
-        want = dom[["REGION_ID", "REGION_TYPE"]].astype(str).agg("|".join, axis=1) + "|" + \
+        want = dom["REGION_ID"].astype(str) + "|" + dom["REGION_TYPE"].astype(str) + "|" + \
             dom["DATA_CELL"].astype(str)
         if has_iteration(table):
             want = want + "|" + dom["ITERATION_CODE"].astype(str)
