@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import threading
 import time
+from collections.abc import Callable
 
 # Embedded defaults for the ephemeral Prefect API (no telemetry off this machine; a loaded machine needs more
 # than the 20 s default to start the temporary server). An operator's environment overrides them.
@@ -107,12 +110,35 @@ def validate_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def start_api_early() -> Callable[[], None]:
+    """Start this process's temporary Prefect server in the background now, when no Prefect API is configured;
+    return a function that waits until it has started (or failed: the flow's own start then retries and
+    reports). The server is the one the flow would start on its first API call (one per process), so nothing
+    changes but the time: its start (tens of seconds with a fresh Prefect home: imports, database migrations)
+    overlaps the work done before the flow runs, e.g. the demo's synthetic census."""
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import PREFECT_SERVER_EPHEMERAL_ENABLED, get_current_settings
+
+    if get_current_settings().api.url or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+        return lambda: None
+
+    def start() -> None:
+        with contextlib.suppress(Exception):  # a failed start resets the server; the flow's start retries
+            SubprocessASGIServer().start()
+
+    thread = threading.Thread(target=start, name="prefect-api-start", daemon=True)
+    thread.start()
+    return thread.join
+
+
 def demo_command(args: argparse.Namespace) -> int:
     from dasflow.demo import prepare_demo
     from dasflow.flows.release import run_release
 
     t0 = time.perf_counter()
+    api_started = start_api_early()
     cfg = prepare_demo(Path(args.store), persons=args.persons, seed=args.seed)
+    api_started()
     run_release(cfg)
     ctx = open_run(cfg.release_id, cfg.store)
     _report(ctx, time.perf_counter() - t0)
