@@ -15,18 +15,22 @@ post-processes the same seeded measurements:
 Reported per run: wall seconds, CPU seconds summed over every process (client with the in-process scheduler,
 Prefect server, nannies, workers), both as ratios against the single-process run, the tasks (batches) and
 parts, cluster start-up separately, and whether the estimate files are byte-identical to the single-process
-run's. ``estimator_only`` is ``Product.postprocess`` on measurements already in memory (no store I/O).
+run's. Before each timed run the objects left by earlier runs in this process are frozen (``gc.freeze``), so
+the garbage collector does not rescan them (a ``dasflow run`` has no such history). ``estimator_only`` is
+``Product.postprocess`` on measurements already in memory (no store I/O).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -71,6 +75,17 @@ def tree_cpu() -> dict[str, float]:
         except psutil.Error:
             pass
     return out
+
+
+def thread_cpu(before: dict[int, tuple[str, float]] | None = None) -> dict[int, tuple[str, float]]:
+    """CPU seconds of this process's threads by native id (with their Python names), or since ``before``
+    (the 6 busiest)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    now = {t.id: (names.get(t.id, "native"), t.user_time + t.system_time) for t in psutil.Process().threads()}
+    if before is None:
+        return now
+    delta = {k: (n, round(c - before.get(k, (n, 0.0))[1], 2)) for k, (n, c) in now.items()}
+    return dict(sorted(delta.items(), key=lambda kv: -kv[1][1])[:6])
 
 
 def cpu_since(before: dict[str, float]) -> tuple[float, dict[str, float]]:
@@ -123,11 +138,15 @@ def main() -> None:
     out["estimator_only"] = {"wall": time.perf_counter() - t, "cpu": time.process_time() - c}
     del measurements
 
-    # the single-process run: the post-processing stage in this process, no task runner (it computes every
-    # part itself: loads the measurements and public inputs, writes the parts and the estimates)
+    # the single-process run: what the product subflow does, as stage calls in this process with no task
+    # runner (preprocess and measure skipped by their manifests; post-processing computes every part itself:
+    # loads the measurements and public inputs, writes the parts and the estimates)
     shutil.copytree(work / "base", work / "single")
+    gc.collect()
+    gc.freeze()
     before, t = tree_cpu(), time.perf_counter()
-    stages.postprocess_stage(open_run("scale-out", str(work / "single")), "topdown")
+    for stage in (stages.preprocess_stage, stages.measure_stage, stages.postprocess_stage):
+        stage(open_run("scale-out", str(work / "single")), "topdown")
     cpu, _ = cpu_since(before)
     out["single_process"] = {"wall": time.perf_counter() - t, "cpu": cpu}
     reference = estimates(work / "single")
@@ -137,6 +156,8 @@ def main() -> None:
         store_dir = work / runner
         shutil.copytree(work / "base", store_dir)
         run_cfg = parse_release_config(raw | {"store": str(store_dir), "task_runner": runner})
+        gc.collect()
+        gc.freeze()  # objects of the earlier runs in this process: not rescanned by every collection of this one
         before, t0 = tree_cpu(), time.perf_counter()
         with local_dask_cluster(run_cfg, workers=args.workers) as live:
             if live.dask_address:  # a standing cluster has its libraries loaded: import them now, untimed
@@ -144,13 +165,14 @@ def main() -> None:
                     client.run(importlib.import_module, "dasflow.tasks.stages")
             start_cpu, _ = cpu_since(before)
             started = time.perf_counter() - t0
-            before, t1 = tree_cpu(), time.perf_counter()
+            before, t1, threads = tree_cpu(), time.perf_counter(), thread_cpu()
             result = product_flow.with_options(task_runner=task_runner(live))("scale-out", str(store_dir), "topdown")
             wall = time.perf_counter() - t1
             cpu, per = cpu_since(before)
+            client_threads = thread_cpu(threads)
         single = out["single_process"]
         out[runner] = {"cluster_start_wall": started, "cluster_start_cpu": start_cpu, "wall": wall, "cpu": cpu,
-                       "cpu_by_process": per, "parts": result["postprocess_parts"],
+                       "cpu_by_process": per, "client_threads": client_threads, "parts": result["postprocess_parts"],
                        "batches": result["postprocess_batches"], "processes": len(result["part_processes"]),
                        "cpu_over_single": cpu / single["cpu"], "speed_up_over_single": single["wall"] / wall,
                        "estimates_identical_to_single": estimates(store_dir) == reference}
