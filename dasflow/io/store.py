@@ -17,7 +17,8 @@ import tempfile
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -27,6 +28,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dasflow.errors import DasflowError, InputError
+
+#: threads of a local store's ``put_many`` (each mostly waits for its fsync)
+_PUT_THREADS = 8
 
 
 class StoreError(DasflowError):
@@ -77,6 +81,11 @@ class ObjectStore(ABC):
     @abstractmethod
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Create ``key`` with ``data`` only if it does not exist; True if this call created it."""
+
+    def put_many(self, items: Mapping[str, bytes]) -> dict[str, str]:
+        """Write several objects, each exactly as ``put`` does (atomic, durable); return key → SHA-256. All are
+        written when it returns, in no particular order among themselves (a store may write them at once)."""
+        return {key: self.put(key, data) for key, data in items.items()}
 
     @abstractmethod
     def get(self, key: str) -> bytes:
@@ -154,6 +163,15 @@ class LocalStore(ObjectStore):
         tmp = self._temp(path, data)
         os.replace(tmp, path)
         return sha256_bytes(data)
+
+    def put_many(self, items: Mapping[str, bytes]) -> dict[str, str]:
+        """Concurrent ``put``s: each file is still written, fsync'd and renamed on its own, but the waits for the
+        disk overlap (the file system commits concurrent fsyncs together: ≈ 10× fewer waits for small files)."""
+        if len(items) < 2:
+            return super().put_many(items)
+        with ThreadPoolExecutor(max_workers=min(_PUT_THREADS, len(items))) as pool:
+            shas = list(pool.map(self.put, items.keys(), items.values()))
+        return dict(zip(items.keys(), shas, strict=True))
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         path = self._path(key)
@@ -389,6 +407,11 @@ class RestrictedStore(ObjectStore):
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         return self.inner.put_if_absent(self._ok(key), data)
+
+    def put_many(self, items: Mapping[str, bytes]) -> dict[str, str]:
+        for key in items:
+            self._ok(key)  # every key is checked before anything is written
+        return self.inner.put_many(items)
 
     def get(self, key: str) -> bytes:
         return self.inner.get(self._ok(key))

@@ -111,10 +111,9 @@ class StoredParts:
 
     def write(self, step: str, part: str, tables: Tables) -> dict[str, Any]:
         """Write the part's tables, then its manifest (last: a part without a manifest is not done)."""
-        outputs: dict[str, str] = {}
-        for name, table in sorted(tables.items()):
-            key = f"{self._base(step, part)}/{_safe(name)}.parquet"
-            outputs[key] = self.store.put(key, table_bytes(table))
+        # the tables at once (a local store overlaps their fsyncs), all written before the manifest
+        outputs = self.store.put_many({f"{self._base(step, part)}/{_safe(name)}.parquet": table_bytes(table)
+                                       for name, table in sorted(tables.items())})
         record = {"step": step, "part": part, "outputs": outputs,
                   "names": {f"{self._base(step, part)}/{_safe(n)}.parquet": n for n in tables}}
         self.store.put(self.manifest_key(step, part), (json.dumps(record, sort_keys=True, indent=1) + "\n").encode())

@@ -152,3 +152,30 @@ def test_open_store_resolves_uris(tmp_path) -> None:  # type: ignore[no-untyped-
     assert isinstance(open_store(tmp_path.as_uri()), LocalStore)
     with pytest.raises(Exception, match="unsupported store URI"):
         open_store("ftp://x/y")
+
+
+def test_put_many_writes_every_object_like_put(store: ObjectStore) -> None:
+    items = {f"runs/r1/parts/p{i:02d}.parquet": f"part {i}".encode() * (i + 1) for i in range(20)}
+    items["runs/r1/parts/sub/x.json"] = b"{}"
+    shas = store.put_many(items)
+    assert shas == {key: sha256_bytes(data) for key, data in items.items()}
+    assert {key: store.get(key) for key in items} == items
+    assert store.put_many({"runs/r1/parts/p00.parquet": b"replaced"}) == {
+        "runs/r1/parts/p00.parquet": sha256_bytes(b"replaced")}
+    assert store.get("runs/r1/parts/p00.parquet") == b"replaced"
+
+
+def test_put_many_through_a_restricted_view_refuses_before_writing(store: ObjectStore) -> None:
+    view = store.restricted(["confidential/"])
+    with pytest.raises(ForbiddenKey):
+        view.put_many({"runs/r1/a.json": b"1", "confidential/x.csv": b"2"})
+    assert not store.exists("runs/r1/a.json") and not store.exists("confidential/x.csv")
+    assert view.put_many({"runs/r1/a.json": b"1"}) == {"runs/r1/a.json": sha256_bytes(b"1")}
+
+
+def test_local_put_many_leaves_no_temp_files_and_fails_loudly(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    store = LocalStore(tmp_path)
+    store.put_many({f"a/{i}.json": b"1" for i in range(30)})
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(f"{i}.json" for i in range(30))
+    with pytest.raises(StoreError, match="invalid object key"):
+        store.put_many({"a/ok.json": b"1", "a/../bad": b"2"})
