@@ -1,15 +1,17 @@
-"""Partitioned preprocessing (issue #20 item 2): PHSafe's preprocess stage on one national pair of input files
-vs one folder per state, peak memory against the number of states.
+"""Partitioned preprocessing (issue #20 item 2): a product's preprocess stage on one national input vs one
+partition per state, peak memory against the number of states.
 
-    .venv/bin/python benchmarks/partitions.py [--persons 1000000 3000000] [--out benchmarks/results/partitions.json]
+    .venv/bin/python benchmarks/partitions.py [--product phsafe|safetab-p] [--persons 1000000 3000000]
+        [--out benchmarks/results/partitions.json]  (safetab-p default: results/partitions_safetab_p.json)
 
 For each total of persons and each state set (the 8 most populous states; all 51), one synthetic census is
-generated in both PHSafe layouts (``phsafe``: national ``persons.csv`` / ``units.csv``; ``phsafe_states``: one
-folder per state) and hard-linked into one store per layout. Validation runs in its own process (not
-measured); the preprocess stage then runs in a fresh process per layout, and its stage manifest's metrics give
-wall, CPU, the process RSS before the stage and its peak (``ru_maxrss``). Reported with the persons of the
-largest state, which bounds the partitioned peak: the national layout's peak grows with the total, the
-partitioned one's with the largest state. Prepared tables are checked identical between the layouts.
+generated in both layouts of the product (PHSafe: ``phsafe``, national ``persons.csv`` / ``units.csv``, vs
+``phsafe_states``, one folder per state; SafeTab-P: ``safetab_p``, one ``person-records.txt``, vs
+``safetab_p_states``, ``person-records/{SS}.txt``) and hard-linked into one store per layout. Validation runs
+in its own process (not measured); the preprocess stage then runs in a fresh process per layout, and its stage
+manifest's metrics give wall, CPU, the process RSS before the stage and its peak (``ru_maxrss``). Reported
+with the persons of the largest state, which bounds the partitioned peak: the national layout's peak grows with
+the total, the partitioned one's with the largest state. Prepared tables are checked identical between the layouts.
 """
 
 from __future__ import annotations
@@ -31,11 +33,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 EIGHT = ["06", "48", "12", "36", "42", "17", "39", "13"]
 
 
-def release_config(store_dir: Path, layout: str, states: list[str]) -> dict[str, Any]:
-    cfg = json.loads(resources.files("dasflow.demo_data").joinpath("phsafe-us-config.json").read_text())
+#: per product: (national layout, per-state layout), its demo config, the public file (census name, store key),
+#: the public input's name and the cap
+PRODUCTS: dict[str, dict[str, Any]] = {
+    "phsafe": {"layouts": ("phsafe", "phsafe_states"), "config": "phsafe-us-config.json",
+               "public": ("geo.csv", "public/phsafe/geo.csv"), "public_input": "phsafe_geo", "rho": "2"},
+    "safetab-p": {"layouts": ("safetab_p", "safetab_p_states"), "config": "safetab-p-config.json",
+                  "public": ("GRF-C.txt", "public/safetab-p/GRF-C.txt"), "public_input": "safetab-p_public",
+                  "rho": "100"},
+}
+
+
+def release_config(store_dir: Path, layout: str, states: list[str], product: str = "phsafe") -> dict[str, Any]:
+    spec = PRODUCTS[product]
+    cfg = json.loads(resources.files("dasflow.demo_data").joinpath(spec["config"]).read_text())
+    public_prefix = spec["public"][1].rsplit("/", 1)[0] + "/"
     return {"release_id": "bench", "universe": "US", "store": str(store_dir),
-            "inputs": {"phsafe": f"confidential/synth/{layout}/", "phsafe_geo": "public/phsafe/"},
-            "products": [{"name": "phsafe", "config_text": json.dumps(cfg)}], "cap": {"rho": "2"},
+            "inputs": {product: f"confidential/synth/{layout}/", spec["public_input"]: public_prefix},
+            "products": [{"name": product, "config_text": json.dumps(cfg)}], "cap": {"rho": spec["rho"]},
             "rng": {"mode": "test", "seed": 1}}
 
 
@@ -46,12 +61,16 @@ def child(mode: str, config_path: str) -> None:
     from dasflow.pipeline.run import freeze_config
 
     ctx = freeze_config(parse_release_config(json.loads(Path(config_path).read_text())))
+    product = ctx.config.products[0].name
     if mode == "validate":
-        stages.validate_stage(ctx, "phsafe")
+        stages.validate_stage(ctx, product)
         return
-    manifest = stages.preprocess_stage(ctx, "phsafe")
-    prepared = stages.load_prepared(ctx, "phsafe")
-    digest = {name: int(prepared[name]["COUNT"].astype("int64").sum()) for name in prepared}
+    manifest = stages.preprocess_stage(ctx, product)
+    prepared = stages.load_prepared(ctx, product)
+    digest = {}
+    for name in prepared:
+        frame = prepared[name]  # counts: their sum; public domains (no COUNT): their rows
+        digest[name] = int(frame["COUNT"].astype("int64").sum()) if "COUNT" in frame else len(frame)
     print(json.dumps({"metrics": manifest["metrics"], "partitions": len(manifest.get("partitions", [])),
                       "counts": digest}))
 
@@ -62,25 +81,28 @@ def run_child(mode: str, config_path: Path) -> dict[str, Any]:
     return json.loads(out.stdout.splitlines()[-1]) if mode == "preprocess" else {}
 
 
-def one(persons: int, states: list[str], work: Path) -> dict[str, Any]:
+def one(persons: int, states: list[str], work: Path, product: str = "phsafe") -> dict[str, Any]:
     from dasflow import synth
 
+    spec = PRODUCTS[product]
+    layouts: tuple[str, str] = spec["layouts"]
+    public_file, public_key = spec["public"]
     census = work / "census"
-    manifest = synth.generate(census, persons=persons, seed=7, states=states, formats=("phsafe", "phsafe_states"))
+    manifest = synth.generate(census, persons=persons, seed=7, states=states, formats=layouts)
     per_state = {s: int(v["persons"]) for s, v in manifest.data["states"].items()}
-    result: dict[str, Any] = {"persons": persons, "states": len(states)}
+    result: dict[str, Any] = {"product": product, "persons": persons, "states": len(states)}
     counts = {}
-    for layout in ("phsafe", "phsafe_states"):
+    for layout in layouts:
         store = work / layout
         root = store / "confidential/synth"
         root.mkdir(parents=True)
         os.link(census / "manifest.json", root / "manifest.json")
         shutil.copytree(census / layout, root / layout, copy_function=os.link,
-                        ignore=shutil.ignore_patterns("geo.csv"))
-        (store / "public/phsafe").mkdir(parents=True)
-        os.link(census / layout / "geo.csv", store / "public/phsafe/geo.csv")
+                        ignore=shutil.ignore_patterns(public_file))
+        (store / public_key).parent.mkdir(parents=True)
+        os.link(census / layout / public_file, store / public_key)
         cfg = work / f"{layout}.json"
-        cfg.write_text(json.dumps(release_config(store, layout, states)))
+        cfg.write_text(json.dumps(release_config(store, layout, states, product)))
         run_child("validate", cfg)
         rec = run_child("preprocess", cfg)
         m = rec["metrics"]
@@ -91,15 +113,16 @@ def one(persons: int, states: list[str], work: Path) -> dict[str, Any]:
                           "stage_peak_mb": round((m["peak_rss_bytes"] - m["rss_start_bytes"]) / 2**20)}
         shutil.rmtree(store)
     result["largest_state_persons"] = max(per_state.values())
-    result["prepared_identical_totals"] = counts["phsafe"] == counts["phsafe_states"]
+    result["prepared_identical_totals"] = counts[layouts[0]] == counts[layouts[1]]
     shutil.rmtree(census)
     return result
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--product", choices=sorted(PRODUCTS), default="phsafe")
     ap.add_argument("--persons", type=int, nargs="+", default=[1_000_000, 3_000_000])
-    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results/partitions.json")
+    ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -112,11 +135,13 @@ def main() -> None:
     for persons in args.persons:
         for states in (EIGHT, every):
             with tempfile.TemporaryDirectory(prefix="dasflow-partitions-") as tmp:
-                row = one(persons, states, Path(tmp))
+                row = one(persons, states, Path(tmp), args.product)
             print(json.dumps(row), flush=True)
             rows.append(row)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(rows, indent=1) + "\n")
+    name = "partitions.json" if args.product == "phsafe" else f"partitions_{args.product.replace('-', '_')}.json"
+    out: Path = args.out or Path(__file__).parent / "results" / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rows, indent=1) + "\n")
 
 
 if __name__ == "__main__":
