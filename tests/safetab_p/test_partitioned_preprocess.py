@@ -167,3 +167,16 @@ def test_sum_cells_adds_tabulations_and_the_combine_checks_public_domains() -> N
         PLUGIN.combine_prepared("regions/US/STATE", [regions, regions.iloc[::-1]])
     with pytest.raises(IntegrityError, match="no partition"):
         PLUGIN.combine_prepared("counts/US/USA/1", [])
+
+
+def test_the_state_layout_holds_the_national_records_one_file_per_state(census: Path) -> None:
+    header, *rows = (census / "safetab_p/person-records.txt").read_text().splitlines()
+    files = sorted((census / "safetab_p_states/person-records").glob("*.txt"))
+    assert [f.stem for f in files] == STATES
+    split = []
+    for f in files:
+        head, *part = f.read_text().splitlines()
+        assert head == header and part and {r.split("|")[3] for r in part} == {f.stem}
+        split += part
+    assert split == rows
+    assert (census / "safetab_p_states/GRF-C.txt").read_bytes() == (census / "safetab_p/GRF-C.txt").read_bytes()
