@@ -24,11 +24,11 @@ class MatrixPlugin(ProductPlugin[MatrixConfig]):
     title = 'Matrix mechanism (Eigen-Design)'
     name = "matrix"
     #: add/remove one person; one marginal per key (0/+1 cells), so → change-one ρ × 2, ε × 2
-    #: the PL94-like marginal workload on the synthetic census's TopDown persons (no public files)
-    demo = DemoEntry(inputs={"matrix": "confidential/synth/topdown/persons/"}, config_file="matrix-config.json")
     relation = relations.add_remove_product(change=relations.COUNTS_CHANGE)
     input_declarations = (InputDeclaration("matrix", "confidential/matrix/", confidential=True),)
     synth_format = "topdown"  # the matrix product reads the synthetic census's TopDown persons files
+    #: the PL94-like marginal workload on the synthetic census's TopDown persons (no public files)
+    demo = DemoEntry(inputs={"matrix": "confidential/synth/topdown/persons/"}, config_file="matrix-config.json")
 
     def product(self, config: MatrixConfig) -> MatrixProduct:
         return MatrixProduct(config)

@@ -104,14 +104,14 @@ class TopDownPlugin(ProductPlugin[TopDownConfig]):
     synth_format = "topdown"
     zero_filled = True
     input_declarations = (
+        InputDeclaration("topdown", "confidential/topdown/", confidential=True),
+        InputDeclaration("topdown_public", "public/topdown/", confidential=False),
+    )
     #: the synthetic census's TopDown persons and its public files (GRF-C, block facts, total/state invariants)
     demo = DemoEntry(inputs={"topdown": "confidential/synth/topdown/persons/", "topdown_public": "public/topdown/"},
                      config_file="topdown-config.json",
                      public_files={f"topdown/public/{name}": f"public/topdown/{name}"
                                    for name in ("GRF-C.txt", "block_facts.csv", "invariants.json")})
-        InputDeclaration("topdown", "confidential/topdown/", confidential=True),
-        InputDeclaration("topdown_public", "public/topdown/", confidential=False),
-    )
 
     def __init__(self) -> None:
         self._products: dict[int, tuple[Any, TopDown]] = {}
