@@ -28,7 +28,8 @@ def test_cap_is_the_plan_and_the_account_holds_two_demo_releases(tmp_path: Path)
     cfg = demo.prepare_demo(tmp_path / "store", 1000, None)
     assert {p.name for p in cfg.products} == {p.name for p, _ in demo.demo_plugins()}
     specs = [s for p in cfg.products for s in stages.product_specs(candidate_context(cfg), p.name)]
-    assert sum((s.budget or Fraction(0) for s in specs), Fraction(0)) == Fraction(demo.DEMO_CAP_RHO) == Fraction("8.201281")
+    total = sum((s.budget or Fraction(0) for s in specs), Fraction(0))
+    assert total == Fraction(demo.DEMO_CAP_RHO) == Fraction("8.201281")
     store = LocalStore(tmp_path / "store")
     acct = account.load_account(store, demo.DEMO_ACCOUNT)
     charge, _ = account.plan_charge(acct, specs)
