@@ -1,0 +1,309 @@
+"""National-run benchmark (issue #20 item 5): one seeded release of every product on a synthetic US census.
+
+Per size (``--persons``): a synthetic census of the 50 states and DC (``dasflow.synth.generate``) in the layouts
+the products read, per state where a product has a partitioned layout (``{format}_states``: PHSafe's state
+folders, SafeTab-P's per-state person-record files), else the format itself (TopDown's and group sizes' per-state
+Parquet), written into a fresh local store; then one release of all registered demo products through the stage
+functions with their demo configs (``dasflow/demo_data/*.json``), seeded test mode (the inputs are listed in the
+synthetic census's manifest). Every step — synth, each validate/plan/preprocess/measure/postprocess per
+product, the release stage — runs in a fresh subprocess, so each one's peak RSS is its own (``wait4``
+``ru_maxrss``: the interpreter and imports included, ≈ 0.2-0.3 GB); its wall and CPU come both from outside
+(the whole subprocess, imports included) and from the stage manifest's ``metrics`` (the stage function only).
+The whole run's peak RSS is ``getrusage(RUSAGE_CHILDREN).ru_maxrss``.
+
+Between consecutive sizes the script computes scaling exponents ``log(CPU2/CPU1) / log(n2/n1)`` per stage and
+product, and EXTRAPOLATES each stage from the largest measured size to 331 M persons as a power law with its
+exponent (CPU, wall, peak RSS; exponents of peak RSS are fitted on RSS above the interpreter baseline). These
+are extrapolations from small runs, not measurements.
+
+    .venv/bin/python benchmarks/national.py --persons 1e6,3e6 --out benchmarks/results/national.json
+
+``--keep`` keeps each size's store (else it is deleted after the size; the bytes written are printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import itertools
+import json
+import math
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from dasflow import demo, registry, synth  # noqa: E402
+from dasflow.config import parse_release_config  # noqa: E402
+from dasflow.io.store import LocalStore  # noqa: E402
+from dasflow.pipeline import stages  # noqa: E402
+from dasflow.pipeline.run import freeze_config, manifest_key  # noqa: E402
+from dasflow.products.plugin import DemoCensus  # noqa: E402
+from dasflow.release.stage import release_stage  # noqa: E402
+from dasflow.synth.reference import states as synth_states  # noqa: E402
+
+NATION = 331_000_000
+SEED = 2020
+#: the goals of issue #20 for the national release on this machine
+GOAL_WALL_S = 3600.0
+GOAL_RSS_BYTES = 16 * 2**30
+
+
+def _states_format(fmt: str) -> str:
+    """The per-state layout of a synth format when the generator has one (``phsafe`` -> ``phsafe_states``)."""
+    return f"{fmt}_states" if f"{fmt}_states" in synth.FORMATS else fmt
+
+
+def _relayout(path: str) -> str:
+    """A demo path under a synth format folder, moved to that format's per-state layout."""
+    head, sep, tail = path.partition("/")
+    return f"{_states_format(head)}{sep}{tail}"
+
+
+def _synth_step(store_dir: Path, persons: int) -> dict[str, Any]:
+    """Generate the census into ``confidential/synth/`` and the public files as the demo places them."""
+    store = LocalStore(store_dir)
+    entries = demo.demo_plugins()
+    root = store.local_path(demo.SYNTH_ROOT)
+    us = [code for code in sorted(synth_states()) if code != "72"]
+    formats = tuple(dict.fromkeys(_states_format(p.synth_format) for p, _ in entries if p.synth_format))
+    manifest = synth.generate(root, persons=persons, seed=SEED, states=us, formats=formats)
+    for _, entry in entries:
+        for src, dst in entry.public_files.items():
+            target = store.local_path(dst)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(root / _relayout(src), target)
+    census = DemoCensus(states=tuple(us), totals=manifest.data["totals"])
+    for plugin, _ in entries:
+        plugin.demo_public(store, census)
+    return {"formats": list(formats), "totals": manifest.data["totals"]}
+
+
+def release_config(store_dir: Path, persons: int) -> dict[str, Any]:
+    """The demo's seeded release config with each confidential input prefix moved to the per-state layout."""
+    raw = demo.demo_config(store_dir, persons, SEED).model_dump(mode="json", exclude_none=True)
+    synth_root = demo.SYNTH_ROOT + "/"
+    raw["release_id"] = f"national-{persons}"
+    raw["inputs"] = {k: synth_root + _relayout(v[len(synth_root):]) if v.startswith(synth_root) else v
+                     for k, v in raw["inputs"].items()}
+    return dict(raw)
+
+
+def _stage_step(config_file: Path, stage: str, product: str) -> dict[str, Any]:
+    """One stage function in this (fresh) process; returns its manifest's metrics when it writes one."""
+    raw = json.loads(config_file.read_text())
+    ctx = freeze_config(parse_release_config(raw, source="benchmarks/national.py"))
+    if stage == "plan":
+        stages.plan_stage(ctx)
+        return {}
+    if stage == "release":
+        release_stage(ctx)
+        product = "all"
+    else:
+        {"validate": stages.validate_stage, "preprocess": stages.preprocess_stage,
+         "measure": stages.measure_stage, "postprocess": stages.postprocess_stage}[stage](ctx, product)
+    record = json.loads(ctx.store.get(manifest_key(ctx, stage, product)))
+    metrics = record.get("metrics")
+    return dict(metrics) if isinstance(metrics, dict) else {}
+
+
+def _child(args: list[str]) -> dict[str, Any]:
+    """Run this script's worker mode in a fresh process: its own wall, CPU and peak RSS (``wait4``) and the
+    JSON it prints last."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", *args],
+                            stdout=subprocess.PIPE, text=True, env=os.environ | {"PYTHONHASHSEED": "0"})
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"worker {args} failed with exit code {proc.returncode}")
+    return {"process_wall_s": round(wall, 2), "process_cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+            "process_sys_s": round(usage.ru_stime, 2), "peak_rss_bytes": int(usage.ru_maxrss) * 1024,
+            "result": json.loads(out.strip().splitlines()[-1])}
+
+
+def _du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def run_size(persons: int, workdir: Path, keep: bool) -> dict[str, Any]:
+    store_dir = Path(tempfile.mkdtemp(prefix=f"national-{persons}-", dir=workdir)) / "store"
+    store_dir.mkdir(parents=True)
+    load0 = os.getloadavg()[0]
+    rows: list[dict[str, Any]] = []
+
+    def step(stage: str, product: str, args: list[str]) -> dict[str, Any]:
+        r = _child(args)
+        m = r.pop("result")
+        row = {"stage": stage, "product": product, **r}
+        if "cpu_seconds" in m:
+            row |= {"stage_wall_s": round(m["wall_seconds"], 2), "stage_cpu_s": round(m["cpu_seconds"], 2)}
+        rows.append(row)
+        print(f"  {stage:<11} {product:<10} {row.get('stage_wall_s', r['process_wall_s']):8.2f} s wall "
+              f"{row.get('stage_cpu_s', r['process_cpu_s']):8.2f} s CPU {r['peak_rss_bytes'] / 2**30:6.2f} GB "
+              f"peak (process {r['process_wall_s']:.1f} s)", flush=True)
+        return m
+
+    synth_info = step("synth", "all", ["synth", str(store_dir), str(persons)])
+    inputs_bytes = _du(store_dir)
+    raw = release_config(store_dir, persons)
+    config_file = store_dir.parent / "config.json"
+    config_file.write_text(json.dumps(raw))
+    products = [p["name"] for p in raw["products"]]
+    for p in products:
+        step("validate", p, ["stage", str(config_file), "validate", p])
+    step("plan", "all", ["stage", str(config_file), "plan", "all"])
+    for p in products:
+        for stage in ("preprocess", "measure", "postprocess"):
+            step(stage, p, ["stage", str(config_file), stage, p])
+    step("release", "all", ["stage", str(config_file), "release", "all"])
+    written = _du(store_dir)
+    print(f"  bytes written: {written / 1e9:.2f} GB ({inputs_bytes / 1e9:.2f} GB synthetic inputs)", flush=True)
+    if not keep:
+        shutil.rmtree(store_dir.parent)
+    release = [r for r in rows if r["stage"] != "synth"]
+    return {"persons": persons, "load_before": load0, "load_after": os.getloadavg()[0],
+            "synth": synth_info, "bytes_written": written, "input_bytes": inputs_bytes, "steps": rows,
+            "release_cpu_s": round(sum(r.get("stage_cpu_s", r["process_cpu_s"]) for r in release), 2),
+            "release_wall_s": round(sum(r.get("stage_wall_s", r["process_wall_s"]) for r in release), 2),
+            "release_process_wall_s": round(sum(r["process_wall_s"] for r in release), 2),
+            "release_peak_rss_bytes": max(r["peak_rss_bytes"] for r in release),
+            "kept": str(store_dir) if keep else None}
+
+
+def _exp(a: float, b: float, n1: int, n2: int) -> float | None:
+    return round(math.log(b / a) / math.log(n2 / n1), 3) if a > 0 and b > 0 else None
+
+
+def _power(v: float, e: float | None, n: int) -> float | None:
+    """``v`` measured at ``n`` persons carried to the nation as ``n**e`` (e floored at 0)."""
+    return None if e is None else v * (NATION / n) ** max(e, 0.0)
+
+
+def _affine(v1: float, v2: float, n1: int, n2: int) -> float:
+    """The line through (n1, v1), (n2, v2) at the nation (a fixed cost plus a per-person cost; slope floored
+    at 0)."""
+    slope = max((v2 - v1) / (n2 - n1), 0.0)
+    return v2 + slope * (NATION - n2)
+
+
+def scaling(runs: list[dict[str, Any]], baseline: int) -> dict[str, Any]:
+    """Exponents between consecutive sizes, per step, and the power-law extrapolation to the nation from the
+    last two sizes (``baseline``: the interpreter's RSS, subtracted before fitting RSS and added back)."""
+    pairs = []
+    for r1, r2 in itertools.pairwise(runs):
+        n1, n2 = r1["persons"], r2["persons"]
+        by1 = {(s["stage"], s["product"]): s for s in r1["steps"]}
+        rows = []
+        for s2 in r2["steps"]:
+            s1 = by1[(s2["stage"], s2["product"])]
+            cpu = "stage_cpu_s" if "stage_cpu_s" in s2 else "process_cpu_s"
+            wall = "stage_wall_s" if "stage_wall_s" in s2 else "process_wall_s"
+            e_cpu, e_wall = _exp(s1[cpu], s2[cpu], n1, n2), _exp(s1[wall], s2[wall], n1, n2)
+            rss1, rss2 = s1["peak_rss_bytes"] - baseline, s2["peak_rss_bytes"] - baseline
+            e_rss = _exp(rss1, rss2, n1, n2)
+            x_cpu, x_wall = _power(s2[cpu], e_cpu, n2), _power(s2[wall], e_wall, n2)
+            x_rss = _power(rss2, e_rss, n2)
+            a_cpu = _affine(s1[cpu], s2[cpu], n1, n2)
+            a_rss = _affine(s1["peak_rss_bytes"], s2["peak_rss_bytes"], n1, n2)
+            rows.append({"stage": s2["stage"], "product": s2["product"], "cpu_exponent": e_cpu,
+                         "wall_exponent": e_wall, "rss_exponent": e_rss,
+                         "extrapolated_cpu_s": None if x_cpu is None else round(x_cpu),
+                         "extrapolated_wall_s": None if x_wall is None else round(x_wall),
+                         "extrapolated_peak_rss_gb": None if x_rss is None else round((x_rss + baseline) / 2**30, 1),
+                         "affine_cpu_s": round(a_cpu), "affine_peak_rss_gb": round(a_rss / 2**30, 1)})
+        e_rel = _exp(r1["release_cpu_s"], r2["release_cpu_s"], n1, n2)
+        pairs.append({"from": n1, "to": n2, "release_cpu_exponent": e_rel, "steps": rows})
+    if not pairs:
+        return {"pairs": []}
+    last = pairs[-1]["steps"]
+    rel = [s for s in last if s["stage"] != "synth"]
+    cpu = sum(s["extrapolated_cpu_s"] or 0 for s in rel)
+    wall = sum(s["extrapolated_wall_s"] or 0 for s in rel)
+    rss = max(s["extrapolated_peak_rss_gb"] or 0 for s in rel)
+    goal_gb = GOAL_RSS_BYTES / 2**30
+    over = [f"{s['stage']} {s['product']}" for s in rel if (s["extrapolated_peak_rss_gb"] or 0) > goal_gb]
+    over_affine = [f"{s['stage']} {s['product']}" for s in rel if s["affine_peak_rss_gb"] > goal_gb]
+    affine_cpu = sum(s["affine_cpu_s"] for s in rel)
+    return {"pairs": pairs, "EXTRAPOLATION_to_persons": NATION,
+            "extrapolated_release_cpu_s": round(cpu), "extrapolated_release_wall_s_serial_stages": round(wall),
+            "extrapolated_release_wall_s_ideal_2_cores": round(cpu / 2),
+            "extrapolated_release_peak_rss_gb": rss, "stages_over_16gb": over,
+            "affine_release_cpu_s": affine_cpu, "affine_release_wall_s_ideal_2_cores": round(affine_cpu / 2),
+            "affine_release_peak_rss_gb": max(s["affine_peak_rss_gb"] for s in rel),
+            "affine_stages_over_16gb": over_affine,
+            "goal_wall_s": GOAL_WALL_S, "goal_peak_rss_gb": GOAL_RSS_BYTES / 2**30}
+
+
+def _worker(argv: list[str]) -> None:
+    if argv[0] == "synth":
+        out = _synth_step(Path(argv[1]), int(argv[2]))
+    elif argv[0] == "baseline":
+        out = {}
+    else:
+        out = _stage_step(Path(argv[1]), argv[2], argv[3])
+    sys.stdout.flush()
+    print(json.dumps(out, default=str), flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--persons", default="1e6,3e6", help="comma-separated sizes, e.g. 1e6,3e6")
+    ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    ap.add_argument("--keep", action="store_true", help="keep each size's store (else deleted after the size)")
+    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()))
+    ap.add_argument("--worker", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        _worker(args.worker)
+        return 0
+    sizes = [int(float(s)) for s in args.persons.split(",")]
+    baseline = _child(["baseline"])["peak_rss_bytes"]  # the interpreter with dasflow imported
+    print(f"interpreter + imports: {baseline / 2**20:.0f} MB peak RSS", flush=True)
+    runs = []
+    for n in sizes:
+        print(f"{n:,} persons", flush=True)
+        runs.append(run_size(n, args.workdir, args.keep))
+        print(f"  release: {runs[-1]['release_cpu_s']:.1f} CPU-s, {runs[-1]['release_wall_s']:.1f} s wall "
+              f"(stage functions), peak RSS {runs[-1]['release_peak_rss_bytes'] / 2**30:.2f} GB", flush=True)
+    result = {"benchmark": "national", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+              "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                          "python": platform.python_version()},
+              "products": [p.name for p in registry.plugins() if p.demo is not None], "seed": SEED,
+              "interpreter_peak_rss_bytes": baseline, "runs": runs,
+              "children_peak_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+              "scaling": scaling(runs, baseline)}
+    text = json.dumps(result, indent=1)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    sc = result["scaling"]
+    if sc["pairs"]:
+        print("EXTRAPOLATION to 331 M persons (power law from the two largest sizes):")
+        for s in sc["pairs"][-1]["steps"]:
+            print(f"  {s['stage']:<11} {s['product']:<10} exp CPU {s['cpu_exponent']} RSS {s['rss_exponent']} -> "
+                  f"{s['extrapolated_cpu_s']} CPU-s, {s['extrapolated_peak_rss_gb']} GB; "
+                  f"affine {s['affine_cpu_s']} CPU-s, "
+                  f"{s['affine_peak_rss_gb']} GB")
+        print(f"  affine (fixed + per-person) release: {sc['affine_release_cpu_s']} CPU-s, peak "
+              f"{sc['affine_release_peak_rss_gb']} GB; "
+              f"over 16 GB: {', '.join(sc['affine_stages_over_16gb']) or 'none'}")
+        print(f"  release: {sc['extrapolated_release_cpu_s']} CPU-s, peak {sc['extrapolated_release_peak_rss_gb']} GB;"
+              f" over 16 GB: {', '.join(sc['stages_over_16gb']) or 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
