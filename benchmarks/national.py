@@ -131,7 +131,7 @@ def _child(args: list[str]) -> dict[str, Any]:
         raise SystemExit(f"worker {args} failed with exit code {proc.returncode}")
     return {"process_wall_s": round(wall, 2), "process_cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
             "process_sys_s": round(usage.ru_stime, 2), "peak_rss_bytes": int(usage.ru_maxrss) * 1024,
-            "result": json.loads(out.strip().splitlines()[-1])}
+            "result": dict(json.loads(out.strip().splitlines()[-1]))}
 
 
 def _du(path: Path) -> int:
@@ -146,7 +146,7 @@ def run_size(persons: int, workdir: Path, keep: bool) -> dict[str, Any]:
 
     def step(stage: str, product: str, args: list[str]) -> dict[str, Any]:
         r = _child(args)
-        m = r.pop("result")
+        m: dict[str, Any] = r.pop("result")
         row = {"stage": stage, "product": product, **r}
         if "cpu_seconds" in m:
             row |= {"stage_wall_s": round(m["wall_seconds"], 2), "stage_cpu_s": round(m["cpu_seconds"], 2)}
@@ -230,16 +230,17 @@ def scaling(runs: list[dict[str, Any]], baseline: int) -> dict[str, Any]:
         return {"pairs": []}
     last = pairs[-1]["steps"]
     rel = [s for s in last if s["stage"] != "synth"]
-    cpu = sum(s["extrapolated_cpu_s"] or 0 for s in rel)
-    wall = sum(s["extrapolated_wall_s"] or 0 for s in rel)
+    total_cpu = sum(s["extrapolated_cpu_s"] or 0 for s in rel)
+    total_wall = sum(s["extrapolated_wall_s"] or 0 for s in rel)
     rss = max(s["extrapolated_peak_rss_gb"] or 0 for s in rel)
     goal_gb = GOAL_RSS_BYTES / 2**30
     over = [f"{s['stage']} {s['product']}" for s in rel if (s["extrapolated_peak_rss_gb"] or 0) > goal_gb]
     over_affine = [f"{s['stage']} {s['product']}" for s in rel if s["affine_peak_rss_gb"] > goal_gb]
     affine_cpu = sum(s["affine_cpu_s"] for s in rel)
     return {"pairs": pairs, "EXTRAPOLATION_to_persons": NATION,
-            "extrapolated_release_cpu_s": round(cpu), "extrapolated_release_wall_s_serial_stages": round(wall),
-            "extrapolated_release_wall_s_ideal_2_cores": round(cpu / 2),
+            "extrapolated_release_cpu_s": round(total_cpu),
+            "extrapolated_release_wall_s_serial_stages": round(total_wall),
+            "extrapolated_release_wall_s_ideal_2_cores": round(total_cpu / 2),
             "extrapolated_release_peak_rss_gb": rss, "stages_over_16gb": over,
             "affine_release_cpu_s": affine_cpu, "affine_release_wall_s_ideal_2_cores": round(affine_cpu / 2),
             "affine_release_peak_rss_gb": max(s["affine_peak_rss_gb"] for s in rel),
