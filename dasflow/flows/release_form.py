@@ -26,15 +26,15 @@ from dasflow.pipeline.run import open_run
 #: beside the demo configs, so no code here names a product
 FORM_DEFAULTS: dict[str, Any] = json.loads((Path(demo.__file__).with_name("demo_data") / "release-form.json")
                                            .read_text(encoding="utf-8"))
-#: the registered products (the form's product menu)
-PRODUCT_NAMES = registry.names()
+#: the registered products (the form's product menu, a JSON-schema enum)
+PRODUCT_MENU: list[Any] = list(registry.names())
 
 
 class ProductChoice(BaseModel):
     """One product of the release and where its config file is (read on the worker, kept verbatim)."""
 
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(description="the product", json_schema_extra={"enum": list[Any](PRODUCT_NAMES)})
+    name: str = Field(description="the product", json_schema_extra={"enum": PRODUCT_MENU})
     config_file: str = Field(description="its config (Census production format as-is): a path on the worker, "
                                          "relative to the dasflow checkout ($DASFLOW_HOME) or absolute")
 

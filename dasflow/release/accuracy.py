@@ -139,7 +139,9 @@ def compare(released: pd.DataFrame, truth: pd.DataFrame, zero_fill: bool = False
     if value not in left.columns:
         raise ValueError("release frame has neither COUNT nor ESTIMATE")
     left = left.rename(columns={value: "_RELEASED"})
+    left["_RELEASED"] = pd.to_numeric(left["_RELEASED"])  # release files are read as text: 0-fill numbers
     right = right[[*keys, "COUNT"]].rename(columns={"COUNT": "_TRUE"})
+    right["_TRUE"] = pd.to_numeric(right["_TRUE"])
     if not keys:
         merged = left.merge(right, how="cross")
     else:
