@@ -4,12 +4,18 @@ Every write is atomic (a reader sees the whole object or nothing) and ``put_if_a
 (``O_EXCL`` semantics on disk via ``link(2)`` of a finished temp file; ``If-None-Match: *`` on S3). The privacy
 ledger's one-entry-per-key guarantee rests on ``put_if_absent`` alone, so it holds across processes and hosts.
 
+Large objects stream both ways: ``writer(key)`` is a file-like sink whose object appears only when it is
+closed without error (a temp file renamed into place on disk; a multipart upload completed on S3 — aborted, so
+nothing appears, on an error), with its SHA-256 computed as the bytes go by; ``reader(key)`` is a seekable
+file of the object that never holds it in memory (the file itself on disk; a temporary file on S3).
+
 ``restricted(...)`` returns a view that refuses any key under the given prefixes: post-processing gets a view
 that cannot resolve ``confidential/`` keys at all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -20,7 +26,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from types import TracebackType
+from typing import IO, Any, TypeVar
 from urllib.parse import urlparse
 
 import pandas as pd
@@ -31,6 +38,10 @@ from dasflow.errors import DasflowError, InputError
 
 #: threads of a local store's ``put_many`` (each mostly waits for its fsync)
 _PUT_THREADS = 8
+#: bytes of one part of an S3 multipart upload (S3's minimum part is 5 MiB, except the last)
+S3_PART_BYTES = 8 * 2**20
+#: bytes read at a time when an object is streamed (hashes, copies to a temporary file)
+_READ_CHUNK = 2**20
 
 
 class StoreError(DasflowError):
@@ -67,6 +78,90 @@ def _check_key(key: str) -> str:
     if not key or key.startswith("/") or "\\" in key or any(p in ("", ".", "..") for p in key.split("/")):
         raise StoreError(f"invalid object key {key!r}")
     return key
+
+
+class ObjectWriter(io.RawIOBase):
+    """A streaming put: a writable binary file whose object is published atomically when ``close()`` (or the end
+    of a ``with`` block) succeeds, and never if the block raises or ``abort()`` is called. ``sha256`` and
+    ``size`` are known as soon as it is closed."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__()
+        self.key = key
+        self._hash = hashlib.sha256()
+        self.size = 0
+        self._done = False
+
+    @property
+    def sha256(self) -> str:
+        return self._hash.hexdigest()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        if self._done:
+            raise StoreError(f"write to {self.key!r} after it was closed")
+        view = memoryview(data).cast("B")
+        self._hash.update(view)
+        self._write(view)
+        self.size += len(view)
+        return len(view)
+
+    def tell(self) -> int:
+        return self.size
+
+    def close(self) -> None:
+        """Publish the object (idempotent)."""
+        if not self._done:
+            self._done = True
+            self._publish()
+        super().close()
+
+    def abort(self) -> None:
+        """Drop everything written; the object is not created or changed."""
+        if not self._done:
+            self._done = True
+            self._discard()
+        super().close()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
+
+    def _write(self, data: memoryview) -> None:
+        raise NotImplementedError
+
+    def _publish(self) -> None:
+        raise NotImplementedError
+
+    def _discard(self) -> None:
+        raise NotImplementedError
+
+
+class _SpooledWriter(ObjectWriter):
+    """The generic streaming put of a store without its own: spooled to a temporary file, then one ``put``."""
+
+    def __init__(self, store: ObjectStore, key: str) -> None:
+        super().__init__(key)
+        self._store = store
+        self._file = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close() / abort())
+
+    def _write(self, data: memoryview) -> None:
+        self._file.write(data)
+
+    def _publish(self) -> None:
+        try:
+            self._file.seek(0)
+            self._store.put(self.key, self._file.read())
+        finally:
+            self._file.close()
+
+    def _discard(self) -> None:
+        self._file.close()
 
 
 class ObjectStore(ABC):
@@ -111,6 +206,40 @@ class ObjectStore(ABC):
         """The object's first ``size`` bytes (a content check that need not read a whole input file)."""
         return self.get(key)[:size]
 
+    def writer(self, key: str) -> ObjectWriter:
+        """A streaming put of ``key`` (:class:`ObjectWriter`): use it in a ``with`` block; the object appears,
+        complete, only when the block ends without error."""
+        _check_key(key)
+        return _SpooledWriter(self, key)
+
+    def reader(self, key: str) -> IO[bytes]:
+        """The object as a seekable binary file (close it after use); ``StoreError`` if it does not exist."""
+        out = tempfile.TemporaryFile()  # noqa: SIM115 (the caller's to close)
+        out.write(self.get(key))
+        out.seek(0)
+        return out
+
+    def write_parquet(self, key: str, tables: Iterable[pa.Table], schema: pa.Schema | None = None) -> tuple[str, int]:
+        """Stream ``tables`` (same schema) into one Parquet object, one row group each (zstd, statistics); an
+        empty iterable writes a file of ``schema`` with no rows. Returns (sha256, rows)."""
+        rows = 0
+        with self.writer(key) as sink:
+            writer: pq.ParquetWriter | None = None
+            try:
+                for table in tables:
+                    if writer is None:
+                        writer = pq.ParquetWriter(sink, table.schema, compression="zstd", write_statistics=True)
+                    writer.write_table(table, row_group_size=max(table.num_rows, 1))
+                    rows += table.num_rows
+                if writer is None:
+                    if schema is None:
+                        raise StoreError(f"{key}: no tables and no schema to write")
+                    writer = pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=True)
+            finally:
+                if writer is not None:
+                    writer.close()
+        return sink.sha256, rows
+
     def get_text(self, key: str) -> str:
         return self.get(key).decode("utf-8")
 
@@ -132,6 +261,34 @@ class ObjectStore(ABC):
     def restricted(self, forbidden_prefixes: Iterable[str]) -> ObjectStore:
         """A view of this store that refuses every key under ``forbidden_prefixes``."""
         return RestrictedStore(self, tuple(forbidden_prefixes))
+
+
+class _LocalWriter(ObjectWriter):
+    """Streaming put of a local store: a temp file beside the target, fsync'd and renamed over it on close."""
+
+    def __init__(self, path: Path, key: str) -> None:
+        super().__init__(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._path = path
+        fd, self._tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        self._file = os.fdopen(fd, "wb")
+
+    def _write(self, data: memoryview) -> None:
+        self._file.write(data)
+
+    def _publish(self) -> None:
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            os.replace(self._tmp, self._path)
+        except BaseException:
+            self._discard()
+            raise
+
+    def _discard(self) -> None:
+        self._file.close()
+        Path(self._tmp).unlink(missing_ok=True)
 
 
 class LocalStore(ObjectStore):
@@ -208,6 +365,15 @@ class LocalStore(ObjectStore):
         except FileNotFoundError:
             raise StoreError(f"no object {key!r} in {self.uri}") from None
 
+    def writer(self, key: str) -> ObjectWriter:
+        return _LocalWriter(self._path(key), key)
+
+    def reader(self, key: str) -> IO[bytes]:
+        try:
+            return self._path(key).open("rb")
+        except FileNotFoundError:
+            raise StoreError(f"no object {key!r} in {self.uri}") from None
+
     def list(self, prefix: str = "") -> list[str]:
         base = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
         if not base.is_dir():
@@ -228,6 +394,66 @@ class LocalStore(ObjectStore):
     def local_path(self, key: str) -> Path:
         """Filesystem path of a key (local stores only)."""
         return self._path(key)
+
+
+class _S3Writer(ObjectWriter):
+    """Streaming put of an S3 store: a multipart upload of ``S3_PART_BYTES`` parts, completed on close (S3 makes
+    the object visible only then, whole) and aborted on an error; an object smaller than one part is a single
+    ``put_object``. At most one part is held in memory."""
+
+    def __init__(self, store: S3Store, key: str) -> None:
+        super().__init__(key)
+        self._store = store
+        self._buf = bytearray()
+        self._upload: str | None = None
+        self._parts: list[dict[str, Any]] = []
+
+    def _write(self, data: memoryview) -> None:
+        self._buf += data
+        while len(self._buf) >= S3_PART_BYTES:
+            self._send(bytes(self._buf[:S3_PART_BYTES]))
+            del self._buf[:S3_PART_BYTES]
+
+    def _send(self, part: bytes) -> None:
+        st, key = self._store, self._store._key(self.key)
+        if self._upload is None:
+            self._upload = str(st._call(f"multipart upload of {self.key!r}", lambda: st.client.create_multipart_upload(
+                Bucket=st.bucket, Key=key))["UploadId"])
+        number = len(self._parts) + 1
+        etag = st._call(f"part {number} of {self.key!r}", lambda: st.client.upload_part(
+            Bucket=st.bucket, Key=key, UploadId=self._upload, PartNumber=number, Body=part))["ETag"]
+        self._parts.append({"ETag": etag, "PartNumber": number})
+
+    def _publish(self) -> None:
+        from botocore.exceptions import ClientError
+
+        st = self._store
+        try:
+            if self._upload is None:
+                st.put(self.key, bytes(self._buf))
+                return
+            if self._buf:
+                self._send(bytes(self._buf))
+            upload, parts = self._upload, {"Parts": self._parts}
+            st._call(f"completion of {self.key!r}", lambda: st.client.complete_multipart_upload(
+                Bucket=st.bucket, Key=st._key(self.key), UploadId=upload, MultipartUpload=parts))
+        except ClientError as exc:
+            self._discard()
+            raise StoreError(f"streamed put of {self.key!r} failed: {exc}") from None
+        except BaseException:
+            self._discard()
+            raise
+        finally:
+            self._buf = bytearray()
+
+    def _discard(self) -> None:
+        self._buf = bytearray()
+        if self._upload is not None:
+            st, upload = self._store, self._upload
+            self._upload = None
+            # nothing was published either way; S3's lifecycle rules collect an upload whose abort failed
+            with contextlib.suppress(Exception):
+                st.client.abort_multipart_upload(Bucket=st.bucket, Key=st._key(self.key), UploadId=upload)
 
 
 class S3Store(ObjectStore):
@@ -334,6 +560,42 @@ class S3Store(ObjectStore):
                 raise StoreError(f"no object {key!r} in {self.uri}") from None
             raise StoreError(f"get of {key!r} failed: {exc}") from exc
 
+    def writer(self, key: str) -> ObjectWriter:
+        _check_key(key)
+        return _S3Writer(self, key)
+
+    def reader(self, key: str) -> IO[bytes]:
+        """The object copied into a temporary file in chunks (never whole in memory); a transfer that fails
+        part-way is retried from the start."""
+        from botocore.exceptions import ClientError
+
+        def fetch() -> IO[bytes]:
+            out = tempfile.TemporaryFile()  # noqa: SIM115 (the caller's to close)
+            try:
+                body = self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
+                for chunk in body.iter_chunks(_READ_CHUNK):
+                    out.write(chunk)
+                out.seek(0)
+            except BaseException:
+                out.close()
+                raise
+            return out
+
+        try:
+            return self._call(f"get of {key!r}", fetch)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                raise StoreError(f"no object {key!r} in {self.uri}") from None
+            raise StoreError(f"get of {key!r} failed: {exc}") from exc
+
+    def sha256(self, key: str) -> str:
+        """Streamed through a temporary file: memory stays flat whatever the object's size."""
+        digest = hashlib.sha256()
+        with self.reader(key) as fh:
+            while chunk := fh.read(_READ_CHUNK):
+                digest.update(chunk)
+        return digest.hexdigest()
+
     def head(self, key: str, size: int) -> bytes:
         """A ranged GET of the first ``size`` bytes (an empty object has none: S3 answers InvalidRange)."""
         from botocore.exceptions import ClientError
@@ -421,6 +683,12 @@ class RestrictedStore(ObjectStore):
 
     def head(self, key: str, size: int) -> bytes:
         return self.inner.head(self._ok(key), size)
+
+    def writer(self, key: str) -> ObjectWriter:
+        return self.inner.writer(self._ok(key))
+
+    def reader(self, key: str) -> IO[bytes]:
+        return self.inner.reader(self._ok(key))
 
     def exists(self, key: str) -> bool:
         return self.inner.exists(self._ok(key))
