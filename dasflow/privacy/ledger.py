@@ -21,6 +21,23 @@ Measure-once protocol for one key (DESIGN.md §2):
 Privacy argument: the released data are a post-processing of the set of NMFs; the ledger guarantees at most one
 NMF per planned key, each produced by the planned mechanism with the planned noise, so the release's privacy
 loss is the composition of the plan's entries, which ``freeze_plan`` checked against the cap before any noise.
+
+Segmented keys (``measure_segmented``; TopDown's levels below the state, one segment per state). A key whose
+measured units fall into disjoint public segments is drawn segment by segment, so only one segment's counts and
+noise are in memory at a time. The key, its spec, budget and sensitivity are unchanged: the segments are
+disjoint units of the one planned query (the same function of the data), each unit gets its own independent
+noise exactly as in one draw. Store layout of such a key:
+
+``measurements/{key}/seg={s}.parquet``        create-only: segment s's NMF (binding, key and segment in its
+                                              metadata).
+``entries/{key}.segments/{s}.json``           create-only: segment s's SHA-256 and rows, written right after it.
+``measurements/{key}.parquet``                the key's NMF is an *index* (one row per segment: object,
+                                              SHA-256, rows; the key's binding in its metadata); the commit records
+                                              the index's SHA-256, so every segment is bound transitively.
+
+Measure-once per segment: a stored segment is reused, never redrawn (a resume after a crash mid-key draws only
+the missing segments); a segment whose entry exists but whose object is gone is an ``IntegrityError`` (it was
+drawn; it is never drawn again). ``load`` and ``verify(deep=True)`` check every segment against the index.
 """
 
 from __future__ import annotations
@@ -28,6 +45,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import socket
 import time
 from collections import Counter
@@ -105,6 +123,23 @@ def check_plan(specs: Sequence[MeasurementSpec], cap: Cap) -> PlanTotal:
             f"plan total epsilon = {frac_str(total.epsilon)} exceeds the release cap epsilon = {cap.epsilon}"
         )
     return total
+
+
+#: a segment id is one path segment of the store
+SEGMENT_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+#: the columns of a segmented key's index (its NMF)
+INDEX_COLUMNS = ("SEGMENT", "OBJECT", "SHA256", "ROWS")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One stored segment of a segmented key: its id, object key, SHA-256 and rows."""
+
+    segment: str
+    nmf_key: str
+    sha256: str
+    rows: int
 
 
 @dataclass(frozen=True)
@@ -237,8 +272,149 @@ class Ledger:
         faults.point(f"measure:after-commit:{spec.key}")
         return measurement, drawn
 
-    def load(self, spec: MeasurementSpec, commit: Commit) -> NoisyMeasurement:
-        """The committed NMF of ``spec``, verified against its commit's SHA-256 and the release's binding."""
+    # ------------------------------------------------------------------------------ segmented measurement
+    def segment_key(self, key: str, segment: str) -> str:
+        return f"runs/{self.release_id}/measurements/{key}/seg={segment}.parquet"
+
+    def _segment_entry(self, key: str, segment: str) -> str:
+        return f"{self.root}/entries/{key}.segments/{segment}.json"
+
+    def measure_segmented(
+        self, spec: MeasurementSpec, segments: Sequence[str], draw: Callable[[str], NoisyMeasurement], *,
+        attempt: str
+    ) -> tuple[list[Segment], int]:
+        """The measure-once protocol for a key drawn segment by segment (module docstring); returns the key's
+        segments and how many were drawn now.
+
+        ``draw(s)`` is called at most once per segment, only for a segment never stored (and never recorded as
+        drawn), and its result is written and dropped before the next segment is drawn. A committed key returns
+        its index (verified against the commit) without reading a segment. Privacy: the segments partition the
+        key's measured units, each unit's noise is drawn once, so the key spends its planned budget once."""
+        planned = self.plan().get(spec.key)
+        if planned is None:
+            raise LedgerRefusal(f"unplanned measurement {spec.key!r}: refused before any noise")
+        if planned != spec_record(spec):
+            raise LedgerRefusal(f"measurement {spec.key!r} differs from its frozen plan entry: refused")
+        bad = [s for s in segments if not SEGMENT_ID.fullmatch(s)]
+        if bad or len(set(segments)) != len(segments) or not segments:
+            raise LedgerRefusal(f"{spec.key!r}: segments must be distinct path segments, at least one: {bad[:3]}")
+        commit = self.committed(spec.key)
+        if commit is not None:
+            found = self.segments(spec, commit)
+            if found is None:
+                raise IntegrityError(f"{self.store.uri}/{commit.nmf_key}: {spec.key!r} was committed unsegmented")
+            return found, 0
+        faults.point(f"measure:before-reserve:{spec.key}")
+        self.store.put_if_absent(
+            self._entry(spec.key, "reserved"),
+            _dumps({"key": spec.key, "attempt": attempt, "host": socket.gethostname(), "pid": os.getpid(),
+                    "time": time.time(), "segments": list(segments)}),
+        )
+        faults.point(f"measure:after-reserve:{spec.key}")
+        index_key = self.nmf_key(spec.key)
+        drawn = 0
+        written = False
+        if not self.store.exists(index_key):
+            entries: list[Segment] = []
+            modes: set[str] = set()
+            for segment in segments:
+                entry, mode, fresh = self._segment_once(spec, segment, draw)
+                entries.append(entry)
+                modes.add(mode)
+                drawn += int(fresh)
+            if len(modes) != 1:
+                raise IntegrityError(f"{spec.key!r}: segments drawn under different RNG modes {sorted(modes)}")
+            data = encode_index(entries, spec, modes.pop(), self.binding)
+            written = self.store.put_if_absent(index_key, data)
+            faults.point(f"measure:after-nmf:{spec.key}")
+        if not written:  # a previous attempt's or a concurrent winner's index: its segments exist and match it
+            data = self.store.get(index_key)
+            self._check_binding(spec.key, nmf_binding(data), index_key)
+            entries = decode_index(data, spec, f"{self.store.uri}/{index_key}")
+            if [e.segment for e in entries] != list(segments):
+                raise IntegrityError(f"{self.store.uri}/{index_key}: lists segments other than the key's")
+            for entry in entries:
+                self._segment_bytes(spec, entry)
+        commit_rec = _dumps({"key": spec.key, "nmf": index_key, "sha256": sha256_bytes(data),
+                             "rows": sum(e.rows for e in entries), "segments": len(entries),
+                             "budget": planned["budget"], "mechanism": planned["mechanism"],
+                             "rng_mode": nmf_binding(data)["rng_mode"], "binding": self.binding})
+        if not self.store.put_if_absent(self._entry(spec.key, "committed"), commit_rec):
+            existing = self.committed(spec.key)
+            if existing is None or existing.sha256 != sha256_bytes(data):
+                raise LedgerRefusal(f"conflicting commit for {spec.key!r}: refused")
+        faults.point(f"measure:after-commit:{spec.key}")
+        return entries, drawn
+
+    def _segment_once(self, spec: MeasurementSpec, segment: str, draw: Callable[[str], NoisyMeasurement]
+                      ) -> tuple[Segment, str, bool]:
+        """Measure-once for one segment: reuse the stored segment (checked against its entry), refuse one that
+        was drawn but is gone, else draw, write create-only, and record its entry. Returns (segment, RNG mode,
+        drawn now)."""
+        skey = self.segment_key(spec.key, segment)
+        ekey = self._segment_entry(spec.key, segment)
+        recorded = stored_record(self.store, ekey, "segment entry")
+        drawn = False
+        if not self.store.exists(skey):
+            if recorded is not None:
+                raise IntegrityError(f"{self.store.uri}/{skey}: segment {segment!r} of {spec.key!r} was drawn "
+                                     f"(recorded in {ekey}) but is missing; it is never drawn again (restore it "
+                                     "from a backup)")
+            if self.store.exists(f"{self.root}/abandoned.json"):
+                raise LedgerRefusal(f"release {self.release_id} was abandoned: nothing is drawn")
+            self.check_never_drawn(spec.key)
+            fresh = draw(segment)
+            data = encode_nmf(fresh, spec, self.binding, segment=segment)
+            del fresh
+            drawn = self.store.put_if_absent(skey, data)  # a concurrent winner's segment is used instead
+            faults.point(f"measure:after-segment:{spec.key}:{segment}")
+        if not drawn:
+            data = self.store.get(skey)
+        sha = sha256_bytes(data)
+        if recorded is not None and recorded.get("sha256") != sha:
+            raise IntegrityError(f"{self.store.uri}/{skey}: does not match the SHA-256 recorded in {ekey} "
+                                 "(tampered or corrupt)")
+        meta = pq.read_schema(io.BytesIO(data)).metadata or {}
+        self._check_segment_meta(spec.key, segment, meta, skey)
+        self._check_binding(spec.key, nmf_binding(data), skey)
+        entry = Segment(segment, skey, sha, pq.read_metadata(io.BytesIO(data)).num_rows)
+        if recorded is None:
+            self.store.put_if_absent(ekey, _dumps({"key": spec.key, "segment": segment, "nmf": skey,
+                                                   "sha256": sha, "rows": entry.rows}))
+        return entry, meta.get(b"dasflow.rng_mode", b"").decode(), drawn
+
+    def _check_segment_meta(self, key: str, segment: str, meta: Mapping[bytes, bytes], where: str) -> None:
+        if meta.get(b"dasflow.key", b"").decode() != key or meta.get(b"dasflow.segment", b"").decode() != segment:
+            raise IntegrityError(f"{self.store.uri}/{where}: is not segment {segment!r} of {key!r}")
+
+    def segments(self, spec: MeasurementSpec, commit: Commit) -> list[Segment] | None:
+        """The segments of a committed key from its index (verified against the commit's SHA-256 and the
+        binding); None if the key's NMF is not segmented."""
+        data = self._committed_bytes(spec, commit)
+        if not is_index(data):
+            return None
+        return decode_index(data, spec, f"{self.store.uri}/{commit.nmf_key}")
+
+    def _segment_bytes(self, spec: MeasurementSpec, entry: Segment) -> bytes:
+        """One segment's bytes, checked against its index row and the binding (``IntegrityError`` naming it)."""
+        try:
+            data = self.store.get(entry.nmf_key)
+        except StoreError:
+            raise IntegrityError(f"{self.store.uri}/{entry.nmf_key}: segment {entry.segment!r} of {spec.key!r} is "
+                                 "missing; it is never drawn again (restore it from a backup)") from None
+        if sha256_bytes(data) != entry.sha256:
+            raise IntegrityError(f"{self.store.uri}/{entry.nmf_key}: segment {entry.segment!r} of {spec.key!r} "
+                                 "does not match the SHA-256 in its index (tampered or corrupt)")
+        self._check_segment_meta(spec.key, entry.segment, pq.read_schema(io.BytesIO(data)).metadata or {},
+                                 entry.nmf_key)
+        self._check_binding(spec.key, nmf_binding(data), entry.nmf_key)
+        return data
+
+    def load_segment(self, spec: MeasurementSpec, entry: Segment) -> NoisyMeasurement:
+        """One segment of a committed key (an entry of :meth:`segments`), verified against the index."""
+        return decode_nmf(self._segment_bytes(spec, entry), spec)
+
+    def _committed_bytes(self, spec: MeasurementSpec, commit: Commit) -> bytes:
         try:
             data = self.store.get(commit.nmf_key)
         except StoreError:
@@ -248,7 +424,17 @@ class Ledger:
             raise IntegrityError(f"{self.store.uri}/{commit.nmf_key}: does not match its committed SHA-256 "
                                  "(tampered or corrupt)")
         self._check_binding(spec.key, nmf_binding(data), commit.nmf_key)
-        return decode_nmf(data, spec)
+        return data
+
+    def load(self, spec: MeasurementSpec, commit: Commit) -> NoisyMeasurement:
+        """The committed NMF of ``spec``, verified against its commit's SHA-256 and the release's binding (of a
+        segmented key: its segments in index order, each verified against the index, as one table)."""
+        data = self._committed_bytes(spec, commit)
+        if not is_index(data):
+            return decode_nmf(data, spec)
+        parts = [self.load_segment(spec, e) for e in decode_index(data, spec, f"{self.store.uri}/{commit.nmf_key}")]
+        table = pd.concat([p.table for p in parts], ignore_index=True)
+        return NoisyMeasurement(spec=spec, table=table, rng_mode=nmf_binding(data)["rng_mode"])
 
     # ------------------------------------------------------------------------------------------ integrity
     def _check_binding(self, key: str, bound: Mapping[str, str], where: str) -> None:
@@ -325,9 +511,15 @@ class Ledger:
                 if cb.get(field) != mine:
                     raise IntegrityError(f"{self.store.uri}/{ckey}: commit bound to {field} {cb.get(field)!r}, "
                                          f"the release has {mine!r}")
-            if deep:
+            if deep:  # every NMF's bytes (of a segmented key: the index and every segment, one at a time)
                 spec = spec_from_record(entry)
-                self.load(spec, Commit(key=key, nmf_key=rec["nmf"], sha256=rec["sha256"], rows=int(rec["rows"])))
+                commit = Commit(key=key, nmf_key=rec["nmf"], sha256=rec["sha256"], rows=int(rec["rows"]))
+                data = self._committed_bytes(spec, commit)
+                if is_index(data):
+                    for seg in decode_index(data, spec, f"{self.store.uri}/{commit.nmf_key}"):
+                        self._segment_bytes(spec, seg)
+                else:
+                    decode_nmf(data, spec)
             committed.append(key)
         return committed
 
@@ -389,10 +581,10 @@ def nmf_binding(data: bytes) -> dict[str, str]:
 
 
 def encode_nmf(m: NoisyMeasurement, spec: MeasurementSpec | None = None,
-               binding: Mapping[str, str] | None = None) -> bytes:
+               binding: Mapping[str, str] | None = None, *, segment: str | None = None) -> bytes:
     """Parquet bytes of a noisy measurement, with its ledger key, spec, RNG mode and binding (config hash, RNG
     mode, confidential inputs hash) in the schema metadata (``spec``: the ledger's spec of the key, when it
-    differs from the product's own)."""
+    differs from the product's own; ``segment``: the segment of a segmented key it holds)."""
     spec = spec or m.spec
     frame = m.table
     exact = [c for c in frame.columns if frame[c].dtype == object and len(frame)
@@ -404,6 +596,8 @@ def encode_nmf(m: NoisyMeasurement, spec: MeasurementSpec | None = None,
             b"dasflow.spec": json.dumps(spec_record(spec), sort_keys=True).encode(),
             b"dasflow.fraction_columns": json.dumps(exact).encode(),
             b"dasflow.binding": json.dumps({**(binding or {}), "rng_mode": m.rng_mode}, sort_keys=True).encode()}
+    if segment is not None:
+        meta[b"dasflow.segment"] = segment.encode()
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
     buf = io.BytesIO()
     # LZ4 with dictionary pages: ~4x faster to read back than zstd for the multi-million-row SafeTab-P NMFs, at
@@ -430,6 +624,38 @@ def decode_nmf(data: bytes, spec: MeasurementSpec) -> NoisyMeasurement:
     for column in json.loads(meta.get(b"dasflow.fraction_columns", b"[]")):
         frame[column] = frame[column].map(Fraction).astype(object)
     return NoisyMeasurement(spec=spec, table=frame, rng_mode=meta.get(b"dasflow.rng_mode", b"").decode())
+
+
+def encode_index(entries: Sequence[Segment], spec: MeasurementSpec, rng_mode: str,
+                 binding: Mapping[str, str] | None = None) -> bytes:
+    """Parquet bytes of a segmented key's NMF: one row per segment (``INDEX_COLUMNS``), with the key, spec, RNG
+    mode and binding in the schema metadata as :func:`encode_nmf` writes them (deterministic bytes)."""
+    table = pa.table({"SEGMENT": pa.array([e.segment for e in entries], type=pa.string()),
+                      "OBJECT": pa.array([e.nmf_key for e in entries], type=pa.string()),
+                      "SHA256": pa.array([e.sha256 for e in entries], type=pa.string()),
+                      "ROWS": pa.array([e.rows for e in entries], type=pa.int64())})
+    meta = {b"dasflow.key": spec.key.encode(), b"dasflow.rng_mode": rng_mode.encode(),
+            b"dasflow.spec": json.dumps(spec_record(spec), sort_keys=True).encode(),
+            b"dasflow.segmented": b"1",
+            b"dasflow.binding": json.dumps({**(binding or {}), "rng_mode": rng_mode}, sort_keys=True).encode()}
+    buf = io.BytesIO()
+    pq.write_table(table.replace_schema_metadata(meta), buf, compression="lz4")
+    return buf.getvalue()
+
+
+def is_index(data: bytes) -> bool:
+    """Whether NMF bytes are a segmented key's index."""
+    return (pq.read_schema(io.BytesIO(data)).metadata or {}).get(b"dasflow.segmented") == b"1"
+
+
+def decode_index(data: bytes, spec: MeasurementSpec, where: str) -> list[Segment]:
+    """A segmented key's segments from its index bytes, checking the index belongs to ``spec``."""
+    table = pq.read_table(io.BytesIO(data))
+    meta = table.schema.metadata or {}
+    if meta.get(b"dasflow.key", b"").decode() != spec.key or tuple(table.column_names) != INDEX_COLUMNS:
+        raise IntegrityError(f"{where}: is not the segment index of {spec.key!r}")
+    cols = [table.column(c).to_pylist() for c in INDEX_COLUMNS]
+    return [Segment(str(s), str(k), str(h), int(r)) for s, k, h, r in zip(*cols, strict=True)]
 
 
 def audit_csv(rows: Iterable[Mapping[str, Any]]) -> str:
