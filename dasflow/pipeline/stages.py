@@ -34,7 +34,9 @@ from dasflow.privacy.composition import PlanTotal
 from dasflow.privacy.ledger import frac_str, stored_record
 from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
 from dasflow.products.partition import PartitionedPostprocess
-from dasflow.validation import run_product_suite, store_results
+from dasflow.products.plugin import overrides
+from dasflow.validation import run_product_suite, run_streamed_suite, store_results
+from dasflow.validation.stream import DEFAULT_CHUNK_ROWS
 
 Progress = Callable[[int, int, str], None]
 
@@ -112,10 +114,11 @@ def validate_stage(ctx: RunContext, product: str) -> dict[str, Any]:
     before the config is frozen (``candidate_context``).
 
     Every input file passes the plugin's phase-0 ``preflight`` before its reader parses it; then the product's
-    suites, cross-file facts and own check run (``validation.run_product_suite``). The full result and its HTML
-    page are written under ``validation/`` whether the inputs passed or not (the page may quote input values: it
-    stays in ``runs/``, never in ``release/``); a failure raises its ``InputError`` before any preprocessing,
-    ledger entry or noise."""
+    suites, cross-file facts and own check run (``validation.run_product_suite``; a plugin with ``stream_checks``
+    streams its confidential files in chunks of ``validation_chunk_rows``: ``validation.run_streamed_suite``).
+    The full result and its HTML page are written under ``validation/`` whether the inputs passed or not (the
+    page may quote input values: it stays in ``runs/``, never in ``release/``); a failure raises its
+    ``InputError`` before any preprocessing, ledger entry or noise."""
     meter = StageMeter.start()
     inputs = check_inputs(ctx)
     current = manifest_if_current(ctx, "validate", product, inputs)
@@ -126,8 +129,12 @@ def validate_stage(ctx: RunContext, product: str) -> dict[str, Any]:
     plugin.preflight(ctx.store, ctx.config.inputs, public=True)
     public = plugin.public_inputs(ctx.store, ctx.config.inputs, cfg)
     plugin.preflight(ctx.store, ctx.config.inputs, public=False)
-    confidential = plugin.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
-    result = run_product_suite(plugin, confidential, public, cfg)
+    if overrides(plugin, "stream_checks"):  # confidential files read in chunks: memory follows the largest
+        result = run_streamed_suite(plugin, ctx.store, ctx.config.inputs, public, cfg,
+                                    ctx.config.validation_chunk_rows or DEFAULT_CHUNK_ROWS)
+    else:
+        confidential = plugin.confidential_inputs(ctx.store, ctx.config.inputs, cfg)
+        result = run_product_suite(plugin, confidential, public, cfg)
     store_results(ctx.store, ctx.root, product, result)
     result.raise_for_failure()  # InputError: nothing downstream runs
     summary = {k: v for k, v in result.summary.items() if k != "expectations"} | {

@@ -183,6 +183,14 @@ class ProductPlugin(ABC, Generic[C]):
 
         return InputChecks(suites=[], facts=[], summary=summary, own=own)
 
+    def stream_checks(self, store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any], config: C,
+                      chunk_rows: int) -> InputChecks:
+        """:meth:`input_checks` with the confidential inputs read from the store in chunks (each partition file,
+        and at most ``chunk_rows`` rows at a time), keeping only what cross-row rules need: memory follows the
+        largest chunk. A plugin that implements it is validated this way by the validate stage (same verdict,
+        summary and report as :meth:`input_checks` on the whole input); default: not implemented."""
+        raise NotImplementedError(f"{self.name} has no streamed input validation")
+
     def output_header(self, file: str) -> list[str] | None:
         """The spec header of one release file (relative to ``release/{name}/``); None: generic checks only."""
         return None

@@ -47,14 +47,35 @@ def _extremes(values: Column) -> pd.Series:
     return out
 
 
-def domain_frame(columns: Mapping[str, Column], extremes_only: set[str] | frozenset[str] = frozenset()
-                 ) -> pd.DataFrame:
-    """One column per input column holding its distinct values (padded with repeats), dtypes kept.
+def domain_parts(columns: Mapping[str, Column], extremes_only: set[str] | frozenset[str] = frozenset()
+                 ) -> dict[str, pd.Series]:
+    """Each column's distinct values in order of first appearance (or, in ``extremes_only``, its min, max and
+    a null if present), unpadded: what :func:`domain_frame` pads into one frame."""
+    return {name: (_extremes(v) if name in extremes_only else _distinct(v)) for name, v in columns.items()}
 
-    Columns in ``extremes_only`` (checked only by range, null and type expectations) keep just their min, max
-    and a null if present: ``min <= v <= max`` for every v, so a range holds for all rows iff it holds for both.
-    """
-    parts = {name: (_extremes(v) if name in extremes_only else _distinct(v)) for name, v in columns.items()}
+
+def merge_parts(first: Mapping[str, pd.Series], then: Mapping[str, pd.Series],
+                extremes_only: set[str] | frozenset[str] = frozenset()) -> dict[str, pd.Series]:
+    """The parts of ``first``'s rows followed by ``then``'s: distinct values of the concatenation keep the order
+    of first appearance, extremes are the extremes of both, so folding the parts of consecutive chunks gives
+    exactly the parts of the whole column (columns in ``first``'s order, then any new ones)."""
+    out = dict(first)
+    for name, s in then.items():
+        if name not in out:
+            out[name] = s
+            continue
+        if len(s) == 0:
+            continue
+        if len(out[name]) == 0:
+            out[name] = s
+            continue
+        both = pd.concat([out[name], s], ignore_index=True)
+        out[name] = _extremes(both) if name in extremes_only else _distinct(both)
+    return out
+
+
+def pad_parts(parts: Mapping[str, pd.Series]) -> pd.DataFrame:
+    """One frame of the parts, each padded to the longest by repeating its first value (dtypes kept)."""
     n = max((len(s) for s in parts.values()), default=0)
     out = {}
     for name, s in parts.items():
@@ -64,6 +85,16 @@ def domain_frame(columns: Mapping[str, Column], extremes_only: set[str] | frozen
         pad = n - len(s)
         out[name] = pd.concat([s, pd.Series([s.iloc[0]] * pad, dtype=s.dtype)], ignore_index=True) if pad else s
     return pd.DataFrame(out)
+
+
+def domain_frame(columns: Mapping[str, Column], extremes_only: set[str] | frozenset[str] = frozenset()
+                 ) -> pd.DataFrame:
+    """One column per input column holding its distinct values (padded with repeats), dtypes kept.
+
+    Columns in ``extremes_only`` (checked only by range, null and type expectations) keep just their min, max
+    and a null if present: ``min <= v <= max`` for every v, so a range holds for all rows iff it holds for both.
+    """
+    return pad_parts(domain_parts(columns, extremes_only))
 
 
 def facts_frame(facts: list[dict[str, object]]) -> pd.DataFrame:

@@ -30,6 +30,7 @@ from dasflow.validation import gx, suites
 from dasflow.validation.domain import Column, domain_frame, facts_frame
 from dasflow.validation.report import render_html
 from dasflow.validation.result import ExpectationRow, ValidationResult
+from dasflow.validation.stream import StreamedSuite, locate, range_only, suite_rows
 
 
 @dataclass(frozen=True)
@@ -108,20 +109,6 @@ def _first_row_of(col: Column, value: Any) -> int | None:
     return int(hit[0]) + 2 if hit.size else None
 
 
-_RANGE_CHECKS = frozenset({"ExpectColumnValuesToBeBetween", "ExpectColumnValuesToNotBeNull",
-                           "ExpectColumnValuesToBeOfType"})
-
-
-def range_only(checks: Sequence[Check]) -> set[str]:
-    """Columns whose every expectation depends only on dtype, nulls and the min/max (e.g. MAFID: millions of
-    distinct values, checked by ``ToBeBetween``)."""
-    by_col: dict[str, set[str]] = {}
-    for c in checks:
-        if c.column is not None:
-            by_col.setdefault(c.column, set()).add(c.expectation)
-    return {col for col, kinds in by_col.items() if kinds <= _RANGE_CHECKS}
-
-
 class InputPlugin(Protocol):
     """What input validation needs of a product plugin (``dasflow.products.plugin.ProductPlugin``): its name
     and its ``input_checks`` (an ``InputChecks``: suites, facts, summary, own check)."""
@@ -130,6 +117,18 @@ class InputPlugin(Protocol):
     def name(self) -> str: ...
 
     def input_checks(self, confidential: Mapping[str, Any], public: Mapping[str, Any], config: Any) -> Any: ...
+
+
+class StreamedInputPlugin(Protocol):
+    """What streamed input validation needs of a product plugin: its name and ``stream_checks`` (an
+    ``InputChecks`` whose suites may be :class:`~dasflow.validation.stream.StreamedSuite`, built in one chunked
+    pass over the confidential files)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def stream_checks(self, store: Any, inputs: Mapping[str, str], public: Mapping[str, Any], config: Any,
+                      chunk_rows: int) -> Any: ...
 
 
 def _error_from_suite(s: InputSuite, columns: Mapping[str, Column], rows: list[ExpectationRow],
@@ -155,15 +154,29 @@ def run_product_suite(plugin: InputPlugin, confidential: Mapping[str, Any], publ
     product without suites: its own ``validate`` and zero expectations). Call ``result.raise_for_failure()`` to
     fail closed.
     """
-    product = plugin.name
+    return evaluate(plugin.name, lambda: plugin.input_checks(confidential, public, config))
+
+
+def run_streamed_suite(plugin: StreamedInputPlugin, store: Any, inputs: Mapping[str, str],
+                       public: Mapping[str, Any], config: Any, chunk_rows: int) -> ValidationResult:
+    """:func:`run_product_suite` with the confidential inputs streamed: ``plugin.stream_checks`` reads them in
+    chunks of at most ``chunk_rows`` rows (or one partition file at a time), keeping only the suites' domains,
+    the rules' counts and first rows and the key sets cross-row rules need. Same verdict, summary and report
+    as the whole-input path on the same inputs; errors name the file and its own row."""
+    return evaluate(plugin.name, lambda: plugin.stream_checks(store, inputs, public, config, chunk_rows))
+
+
+def evaluate(product: str, build: Callable[[], Any]) -> ValidationResult:
+    """Run an ``InputChecks`` plan (``build()``: its suites, facts, summary and own check; an ``InputError``
+    while building it is the result's error) into one :class:`ValidationResult`."""
     error: InputError | None = None
     rows: list[ExpectationRow] = []
-    inputs: list[InputSuite] = []
+    inputs: list[InputSuite | StreamedSuite] = []
     facts: list[dict[str, object]] = []
     summary: dict[str, Any] = {}
     own: Callable[[], None] | None = None
     try:
-        checks = plugin.input_checks(confidential, public, config)
+        checks = build()
         inputs, facts, summary, own = list(checks.suites), list(checks.facts), checks.summary, checks.own
     except InputError as exc:  # the inputs could not even be assembled (e.g. an iteration file is unreadable)
         error = exc
@@ -173,6 +186,12 @@ def run_product_suite(plugin: InputPlugin, confidential: Mapping[str, Any], publ
         except InputError as exc:
             error = exc
     for s in inputs:
+        if isinstance(s, StreamedSuite):
+            new_rows, failure = _run_streamed(s)
+            rows += new_rows
+            if failure is not None and error is None:
+                error = failure
+            continue
         columns = s.load()
         out = gx.validate(s.suite, s.checks, domain_frame(columns, extremes_only=range_only(s.checks)))
         rows += out.rows
@@ -193,3 +212,32 @@ def run_product_suite(plugin: InputPlugin, confidential: Mapping[str, Any], publ
     result = ValidationResult(product=product, success=error is None, summary=summary, rows=rows, error=error)
     result.html = render_html(result)
     return result
+
+
+def _run_streamed(s: StreamedSuite) -> tuple[list[ExpectationRow], InputError | None]:
+    """A streamed suite: one GX run on the union of its parts' domains; only if that fails, one per part (in
+    order), the first failing part's error located by reading that part again."""
+    if not s.parts:
+        return [], None
+    out = gx.validate(s.suite, s.checks, s.union() if len(s.parts) > 1 else s.parts[0].frame())
+    if out.success:
+        return suite_rows(out, len(s.parts)), None
+    rows: list[ExpectationRow] = []
+    error: InputError | None = None
+    for part in s.parts:
+        o = out if len(s.parts) == 1 else gx.validate(s.suite, s.checks, part.frame())
+        rows += o.rows
+        if not o.success and error is None:
+            check = o.first_failure[0] if o.first_failure else None
+            bad = next(r for r in o.rows if not r.success)
+            column = bad.column or (check.column if check else None)
+            file, row = part.file, None
+            if o.first_failure is not None and o.first_failure[2] and column is not None:
+                where = locate(part.source, column, o.first_failure[2][0])
+                if where is not None:
+                    file, row = where
+            elif column is None:
+                row = 1  # header-level expectation (column set, order)
+            error = InputError(f"{bad.expectation} failed ({bad.detail}) [suite {s.suite}]", file=file, row=row,
+                               column=column)
+    return rows, error

@@ -8,8 +8,9 @@ failed. The summary holds counts only (rows per file, persons per state), never 
 
 from __future__ import annotations
 
+import itertools
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +20,14 @@ from dasflow.errors import DasflowError, InputError
 from dasflow.io.files import input_prefix, local_file
 from dasflow.io.store import ObjectStore
 from dasflow.products.phsafe.config import PHSafeConfig
-from dasflow.products.phsafe.inputs import SCHEMAS, Inputs, check_cross_file
+from dasflow.products.phsafe.inputs import SCHEMAS, Inputs, check_cross_file, read_table
 from dasflow.products.phsafe.outputs import columns, validate_output
 from dasflow.products.phsafe.tables import OUTPUT_TABLES
 from dasflow.products.plugin import InputChecks
 from dasflow.validation.gx import Check
 from dasflow.validation.preflight import check_delimited
 from dasflow.validation.products import InputSuite, fact, first_dup_mask, not_in, per_state
+from dasflow.validation.stream import Chunk, KeySet, RowFact, StreamedSuite, line_chunks, row_chunks
 from dasflow.validation.suites import US_AND_PR, between, cols, in_set
 
 _MAFID = between("MAFID", 100_000_000, 900_000_000)
@@ -114,6 +116,138 @@ def input_checks(confidential: Mapping[str, Any], public: Mapping[str, Any], con
         # fact has failed; its InputError is then the authoritative one.
         if any(int(str(f["violations"])) for f in facts):
             check_cross_file(Inputs(persons=p, units=u, geo=g, files=FILES), config.state_filter)
+
+    return InputChecks(suites=suites, facts=facts, summary=summary, own=own)
+
+
+#: check_cross_file's message for each fact rule (the facts replicate it rule for rule, in its order)
+_MESSAGES: dict[str, str] = {
+    "unique MAFID": "duplicate MAFID", "person MAFID in units": "person MAFID is not in units",
+    "unit MAFID in geo": "unit MAFID is not in geo", "geo MAFID in units": "geo MAFID is not in units",
+    **{f"{c} set for occupied units": f"{c} is NIU (0) for an occupied housing unit"
+       for c in ("HHRACE", "HHSPAN", "TEN", "HHT2")},
+    "GQ persons are RTYPE 5 with RELSHIP 37/38":
+        "RTYPE and RELSHIP disagree (GQ persons are RTYPE 5 with RELSHIP 37/38)",
+}
+
+
+def _file_chunks(path: Path, label: str, name: str, chunk_rows: int) -> Iterator[Chunk]:
+    """One confidential file read in runs of at most ``chunk_rows`` lines, each through the product's exact
+    reader (``read_table``: phases 1–2, same acceptance and messages) — a file that fits in one run directly, a
+    longer one through a private temporary copy of each run. Reader errors name the file and its own row; the
+    chunks are labelled ``label`` (the suites' and facts' name of the file)."""
+    runs = line_chunks(path, chunk_rows)
+    first = next(runs)
+    second = next(runs, None)
+    if second is None:  # the whole file is one run
+        yield from row_chunks(label, read_table(path, name), chunk_rows)
+        return
+    with tempfile.TemporaryDirectory(prefix="dasflow-validate-") as tmp:
+        part = Path(tmp, path.name)
+        for offset, header, data in itertools.chain([first, second], runs):  # one run in memory at a time
+            part.write_bytes(header + data)
+            cols = _relabel(lambda: read_table(part, name), part, path, offset)
+            yield from row_chunks(label, cols, chunk_rows, offset)
+
+
+def _relabel(read: Callable[[], dict[str, np.ndarray]], path: Path, source: Path,
+             offset: int) -> dict[str, np.ndarray]:
+    """``read()`` of a run copied to ``path``, with a reader error moved to the ``source`` file and its own row
+    (``offset`` data rows before the run)."""
+    try:
+        return read()
+    except InputError as exc:
+        row = exc.row + offset if exc.row is not None and exc.row > 1 else exc.row
+        text = str(exc)
+        message = text.split(": ", 1)[1] if exc.file is not None and ": " in text else text
+        raise InputError(message.replace(str(path), str(source)), file=str(source), row=row,
+                         column=exc.column) from None
+
+
+def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any], config: PHSafeConfig,
+                  chunk_rows: int) -> InputChecks:
+    """:func:`input_checks` in one pass over the confidential files in chunks (every state folder's, or the
+    national pair's, at most ``chunk_rows`` rows at a time): units first (their MAFIDs kept as a
+    :class:`KeySet`, 8 bytes per unit, for the uniqueness and person → unit rules), then persons. The public
+    ``geo.csv`` is held whole (public). Same suites, facts (rule for rule and in order, first rows global in
+    each file, which is named), summary and, on a failed fact, ``check_cross_file``'s message."""
+    prefix = input_prefix(inputs, "phsafe", "confidential/phsafe/")
+    folders = state_folders(store, prefix)
+    g = public["geo"]
+
+    def files(name: str) -> list[tuple[str, Path]]:
+        if folders is None:
+            return [(FILES[name], local_file(store, prefix + FILES[name]))]
+        return [(f"{f}/{FILES[name]}", local_file(store, f"{prefix}{f}/{FILES[name]}")) for f in folders]
+
+    def source(name: str) -> Callable[[], Iterator[Chunk]]:
+        def chunks() -> Iterator[Chunk]:
+            for label, path in files(name):
+                yield from _file_chunks(path, label, name, chunk_rows)
+        return chunks
+
+    streamed = {n: StreamedSuite(f"phsafe.{n}", SUITES[n]) for n in ("persons", "units")}
+    parts = {n: streamed[n].part(FILES[n], source(n)) for n in ("persons", "units")}
+    geo_keys = KeySet()
+    geo_keys.add(g["MAFID"])
+    units_keys = KeySet()
+    unit_dup = RowFact("unique MAFID", FILES["units"], "MAFID")
+    unit_geo = RowFact("unit MAFID in geo", FILES["units"], "MAFID")
+    occupied_facts = {c: RowFact(f"{c} set for occupied units", FILES["units"], c)
+                      for c in ("HHRACE", "HHSPAN", "TEN", "HHT2")}
+    rows = {n: 0 for n in FILES}
+    for chunk in source("units")():
+        u = chunk.columns
+        parts["units"].add(chunk)
+        unit_dup.add(units_keys.first_seen(u["MAFID"]), chunk)
+        unit_geo.add(~geo_keys.contains(u["MAFID"]), chunk)
+        occupied = (u["RTYPE"] == 2) & (u["HHT"] != 0)
+        for c, f in occupied_facts.items():
+            f.add(occupied & (u[c] == 0), chunk)
+        rows["units"] += chunk.rows
+    order = np.argsort(g["MAFID"], kind="stable")
+    sorted_geo = g["MAFID"][order]
+    person_unit = RowFact("person MAFID in units", FILES["persons"], "MAFID")
+    gq = RowFact("GQ persons are RTYPE 5 with RELSHIP 37/38", FILES["persons"], "RELSHIP")
+    states = np.zeros(101, dtype=np.int64)  # index: state code + 1 (0: no geography)
+    for chunk in source("persons")():
+        p = chunk.columns
+        parts["persons"].add(chunk)
+        person_unit.add(~units_keys.contains(p["MAFID"]), chunk)
+        gq.add((p["RTYPE"] == 5) != np.isin(p["RELSHIP"], (37, 38)), chunk)
+        pos = np.minimum(np.searchsorted(sorted_geo, p["MAFID"]), max(len(order) - 1, 0))
+        found = sorted_geo[pos] == p["MAFID"] if len(order) else np.zeros(len(p["MAFID"]), bool)
+        state = np.where(found, g["TABBLKST"][order[pos]] if len(order) else 0, -1).astype(np.int64)
+        states += np.bincount(state + 1, minlength=101)[:101]
+        rows["persons"] += chunk.rows
+    rows["geo"] = len(g["MAFID"])
+    allowed = np.array(sorted(int(s) for s in config.state_filter), dtype=np.int64)
+    facts = [
+        unit_dup.record(),
+        fact("unique MAFID", FILES["geo"], "MAFID", first_dup_mask(g["MAFID"])),
+        person_unit.record(),
+        unit_geo.record(),
+        fact("geo MAFID in units", FILES["geo"], "MAFID", ~units_keys.contains(g["MAFID"])),
+        fact("TABBLKST in state_filter", FILES["geo"], "TABBLKST", not_in(g["TABBLKST"], allowed)),
+        *[f.record() for f in occupied_facts.values()],
+        gq.record(),
+    ]
+    suites = [streamed["persons"], streamed["units"], InputSuite("phsafe.geo", FILES["geo"], g, SUITES["geo"])]
+    summary = {"rows": {FILES[n]: rows[n] for n in ("persons", "units", "geo")}, "universe": config.universe,
+               "persons_per_state": {(f"{s - 1:02d}" if s else "??"): int(states[s])
+                                     for s in np.flatnonzero(states).tolist()}}
+
+    def own() -> None:
+        # check_cross_file's error, worded from the first failed fact (its rule-for-rule replica): the same file,
+        # row, column and message, without holding the inputs whole
+        bad = next((f for f in facts if int(str(f["violations"]))), None)
+        if bad is None:
+            return
+        rule, row = str(bad["rule"]), int(str(bad["first_row"]))
+        message = _MESSAGES.get(rule)
+        if rule == "TABBLKST in state_filter":
+            message = f"TABBLKST {int(g['TABBLKST'][row - 2]):02d} is not in state_filter"
+        raise InputError(message or f"{rule} violated", file=str(bad["file"]), row=row, column=str(bad["column"]))
 
     return InputChecks(suites=suites, facts=facts, summary=summary, own=own)
 

@@ -123,6 +123,11 @@ class PHSafePlugin(ProductPlugin[PHSafeConfig]):
                      config: PHSafeConfig) -> InputChecks:
         return checks.input_checks(confidential, public, config)
 
+    def stream_checks(self, store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any],
+                      config: PHSafeConfig, chunk_rows: int) -> InputChecks:
+        """The same checks with ``persons.csv`` / ``units.csv`` (national or per state folder) read in chunks."""
+        return checks.stream_checks(store, inputs, public, config, chunk_rows)
+
     def output_header(self, file: str) -> list[str] | None:
         return checks.output_header(file)
 

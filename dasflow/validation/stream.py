@@ -1,0 +1,284 @@
+"""Streamed input validation: a confidential input is read one chunk at a time (a partition file, or a fixed
+number of rows of a file), every per-row and per-column check runs on the chunk, and only what cross-row and
+cross-file rules need is kept between chunks, so peak memory follows the largest chunk, not the nation.
+
+What is kept, per input:
+
+* the *domain parts* of each column (distinct values in order of first appearance, or min/max/null;
+  :mod:`dasflow.validation.domain`), folded chunk by chunk: the fold of consecutive chunks equals the parts of
+  the whole column, so GX validates exactly the frame it validated on the whole input (same verdict, same
+  report);
+* per rule, a violation count and the first offending (file, row) (:class:`RowFact`): rows are global in their
+  file (the chunk's ``offset`` plus its own row), never chunk-relative;
+* key sets for uniqueness and foreign-key rules as sorted int64 runs (:class:`KeySet`, a log-structured merge:
+  8 bytes per key, membership by binary search).
+
+A domain failure is located by reading the failing file again up to the first occurrence of the failing value
+(:func:`locate`): the second read happens only for data that failed. Fail closed as before: every check draws
+no noise, and the validate stage raises the first failure before anything downstream runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import pyarrow as pa
+
+from dasflow.validation import gx
+from dasflow.validation.domain import Column, domain_parts, merge_parts, pad_parts
+
+#: rows per chunk of a single large input file, when the release config does not set
+#: ``validation_chunk_rows`` (≈ 100–200 MB of parsed text columns for the widest input, SafeTab-P's persons)
+DEFAULT_CHUNK_ROWS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive rows of one input file: ``file`` as errors name it, ``offset`` = data rows of that file before
+    this chunk (row ``i`` of the chunk is file row ``offset + i + 2``, the header being row 1)."""
+
+    file: str
+    offset: int
+    columns: Mapping[str, Column]
+
+    @property
+    def rows(self) -> int:
+        return len(next(iter(self.columns.values()))) if self.columns else 0
+
+
+#: a re-readable chunk stream (called again only to locate a failed value)
+ChunkSource = Callable[[], Iterable[Chunk]]
+
+
+def row_chunks(file: str, columns: Mapping[str, Column], chunk_rows: int, offset: int = 0) -> Iterator[Chunk]:
+    """Chunks of at most ``chunk_rows`` rows over columns already in memory (slices, no copies); at least one
+    chunk, so an empty file still shows its columns."""
+    n = len(next(iter(columns.values()))) if columns else 0
+    for start in range(0, max(n, 1), chunk_rows):  # over chunks, not records
+        yield Chunk(file, offset + start, {c: v[start:start + chunk_rows] for c, v in columns.items()})
+
+
+def table_chunks(file: str, batches: Iterable[pa.Table | pa.RecordBatch], chunk_rows: int) -> Iterator[Chunk]:
+    """Chunks of at most ``chunk_rows`` rows from a stream of Arrow batches of one file (global offsets)."""
+    offset = 0
+    pending: list[pa.Table] = []
+    held = 0
+    seen = False
+    for batch in batches:
+        table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        pending.append(table)
+        held += table.num_rows
+        while held >= chunk_rows:
+            whole = pa.concat_tables(pending)
+            head, rest = whole.slice(0, chunk_rows), whole.slice(chunk_rows)
+            yield Chunk(file, offset, {c: head.column(c) for c in head.column_names})
+            seen = True
+            offset += chunk_rows
+            pending, held = [rest], rest.num_rows
+    if held or not seen:
+        whole = pa.concat_tables(pending) if pending else None
+        if whole is not None:
+            yield Chunk(file, offset, {c: whole.column(c) for c in whole.column_names})
+
+
+def _data_lines(data: bytes) -> int:
+    """Non-empty lines in ``data`` (a line is counted without its newline; a line of only ``\\r`` is empty, as
+    the CSV readers skip it)."""
+    arr = np.frombuffer(data, dtype=np.uint8)
+    if arr.size == 0:
+        return 0
+    ends = np.flatnonzero(arr == 10)
+    if ends.size == 0 or ends[-1] != arr.size - 1:
+        ends = np.append(ends, arr.size)  # a last line without a newline
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    length = ends - starts
+    cr_only = (length == 1) & (arr[np.minimum(starts, arr.size - 1)] == 13)
+    return int(np.count_nonzero((length > 0) & ~cr_only))
+
+
+def line_chunks(path: Path, chunk_rows: int, block_bytes: int = 1 << 23) -> Iterator[tuple[int, bytes, bytes]]:
+    """A delimited text file as ``(offset, header, lines)``: its header line and consecutive runs of at most
+    ``chunk_rows`` lines (cut at newlines, read in ``block_bytes`` blocks; newlines counted with numpy), with
+    ``offset`` the non-empty data lines before the run (the file's own row numbers: row = offset + chunk row).
+    At least one run, possibly empty. Memory: one run and one block."""
+    with path.open("rb") as fh:
+        header = fh.readline()
+        offset = 0
+        pending: list[bytes] = []
+        held = 0
+        emitted = False
+        while True:
+            block = fh.read(block_bytes)
+            if not block:
+                break
+            while block:
+                nl = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+                if held + nl.size < chunk_rows:
+                    pending.append(block)
+                    held += int(nl.size)
+                    break
+                cut = int(nl[chunk_rows - held - 1]) + 1
+                data = b"".join([*pending, block[:cut]])
+                yield offset, header, data
+                emitted = True
+                offset += _data_lines(data)
+                pending, held, block = [], 0, block[cut:]
+        if pending or not emitted:
+            yield offset, header, b"".join(pending)
+
+
+def _first_row_of(col: Column, value: Any) -> int | None:
+    """0-based index of the first occurrence of ``value`` in a column (vectorised), None if absent."""
+    arr = col.to_numpy(zero_copy_only=False) if isinstance(col, pa.ChunkedArray | pa.Array) else np.asarray(col)
+    try:
+        hit = np.flatnonzero(pd.isna(arr) if value is None else arr == value)
+    except (TypeError, ValueError):
+        return None
+    return int(hit[0]) if hit.size else None
+
+
+def locate(source: ChunkSource, column: str, value: Any) -> tuple[str, int] | None:
+    """The file and 1-based row (header = 1) of the first occurrence of ``value`` in ``column``, reading the
+    chunks again only up to it."""
+    for chunk in source():
+        if column not in chunk.columns:
+            return None
+        i = _first_row_of(chunk.columns[column], value)
+        if i is not None:
+            return chunk.file, chunk.offset + i + 2
+    return None
+
+
+@dataclass
+class SuitePart:
+    """One input file's share of a streamed suite (the report lists a suite's expectations once per part, as
+    when each file was validated whole): its name, its re-readable chunks and its folded domain parts."""
+
+    file: str
+    source: ChunkSource
+    extremes_only: frozenset[str]
+    parts: dict[str, pd.Series] = field(default_factory=dict)
+
+    def add(self, chunk: Chunk) -> None:
+        self.parts = merge_parts(self.parts, domain_parts(chunk.columns, self.extremes_only), self.extremes_only)
+
+    def frame(self) -> pd.DataFrame:
+        return pad_parts(self.parts)
+
+
+@dataclass
+class StreamedSuite:
+    """A GX suite over one or more input files read in chunks (``parts``; e.g. one per state file).
+
+    Validated once on the union of the parts' domains: every expectation here is a property of the column set
+    and of each value alone (:mod:`dasflow.validation.domain`), so it holds on every part iff it holds on the
+    union, and the per-part outcomes of a passing union are the union's. Only when the union fails is each
+    part validated on its own, in order, which gives exactly the rows and the first error of validating each
+    file whole."""
+
+    suite: str
+    checks: Sequence[gx.Check]
+    parts: list[SuitePart] = field(default_factory=list)
+
+    def part(self, file: str, source: ChunkSource) -> SuitePart:
+        """A new part (a file) of this suite."""
+        p = SuitePart(file, source, frozenset(range_only(self.checks)))
+        self.parts.append(p)
+        return p
+
+    def union(self) -> pd.DataFrame:
+        merged: dict[str, pd.Series] = {}
+        for p in self.parts:
+            merged = merge_parts(merged, p.parts, p.extremes_only)
+        return pad_parts(merged)
+
+
+_RANGE_CHECKS = frozenset({"ExpectColumnValuesToBeBetween", "ExpectColumnValuesToNotBeNull",
+                           "ExpectColumnValuesToBeOfType"})
+
+
+def range_only(checks: Sequence[gx.Check]) -> set[str]:
+    """Columns whose every expectation depends only on dtype, nulls and the min/max (e.g. MAFID: millions of
+    distinct values, checked by ``ToBeBetween``)."""
+    by_col: dict[str, set[str]] = {}
+    for c in checks:
+        if c.column is not None:
+            by_col.setdefault(c.column, set()).add(c.expectation)
+    return {col for col, kinds in by_col.items() if kinds <= _RANGE_CHECKS}
+
+
+class RowFact:
+    """One row-level or cross-file rule over a chunked input: its violation count and first offending row.
+
+    ``add`` takes a chunk's violation mask; the first violation is the one of the earliest chunk, so with chunks
+    in file order it is the file's first offending row (global). Recorded as :func:`products.fact` records them
+    (``file`` is the file of the first violation, or the rule's own label when there is none)."""
+
+    def __init__(self, rule: str, file: str, column: str) -> None:
+        self.rule, self.file, self.column = rule, file, column
+        self.violations = 0
+        self.first: tuple[str, int] | None = None
+
+    def add(self, bad: npt.ArrayLike, chunk: Chunk) -> None:
+        idx = np.flatnonzero(np.asarray(bad, dtype=bool))
+        self.violations += int(idx.size)
+        if idx.size and self.first is None:
+            self.first = (chunk.file, chunk.offset + int(idx[0]) + 2)
+
+    def add_count(self, violations: int, first_row: int, file: str) -> None:
+        """A violation count and first row already computed for one file (e.g. a whole-file rule)."""
+        self.violations += violations
+        if violations and self.first is None:
+            self.first = (file, first_row)
+
+    def record(self) -> dict[str, object]:
+        file, row = self.first if self.first is not None else (self.file, 0)
+        return {"rule": self.rule, "file": file, "column": self.column, "violations": self.violations,
+                "first_row": row}
+
+
+class KeySet:
+    """A growing set of int64 keys held as sorted runs whose sizes at least double from the newest to the oldest
+    (a log-structured merge): adding n keys costs O(n log n) in all, a membership query one binary search per
+    run (O(log² n)), and memory is 8 bytes per key added (no Python objects)."""
+
+    def __init__(self) -> None:
+        self._runs: list[npt.NDArray[np.int64]] = []
+
+    def __len__(self) -> int:
+        return sum(r.size for r in self._runs)
+
+    def add(self, keys: npt.ArrayLike) -> None:
+        run = np.sort(np.asarray(keys, dtype=np.int64), kind="stable")
+        while self._runs and self._runs[-1].size <= run.size:  # merge equal-or-smaller runs (sorted runs:
+            run = np.sort(np.concatenate([self._runs.pop(), run]), kind="stable")  # timsort merges them in O(n))
+        self._runs.append(run)
+
+    def contains(self, keys: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        k = np.asarray(keys, dtype=np.int64)
+        found = np.zeros(k.size, dtype=bool)
+        for run in self._runs:
+            if run.size == 0:
+                continue
+            pos = np.minimum(np.searchsorted(run, k), run.size - 1)
+            found |= run[pos] == k
+        return found
+
+    def first_seen(self, keys: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        """True on every key that occurred before (earlier in ``keys`` or in an earlier call); then adds them:
+        with chunks in file order, the rows a whole-file ``duplicated(keep="first")`` marks."""
+        k = np.asarray(keys, dtype=np.int64)
+        dup = np.asarray(pd.Series(k).duplicated(keep="first").to_numpy(), dtype=bool) | self.contains(k)
+        self.add(k)
+        return dup
+
+
+def suite_rows(out: gx.SuiteOutcome, copies: int) -> list[Any]:
+    """The expectation rows of a passing union, once per part (see :class:`StreamedSuite`)."""
+    return [r for _ in range(copies) for r in out.rows]

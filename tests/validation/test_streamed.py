@@ -1,0 +1,200 @@
+"""Issue #20: input validation streamed by partition and chunk gives the verdict, summary, report and first error
+of validating each input whole (every corpus case, chunks of a few rows), with errors naming the file and its own
+row; chunk-boundary cases (a duplicate key split across chunks, a bad value in a chunk's last row); the
+streaming building blocks."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from dasflow.errors import InputError
+from dasflow.io.store import LocalStore
+from dasflow.registry import get_plugin
+from dasflow.validation import gx, run_product_suite, run_streamed_suite
+from dasflow.validation.domain import domain_frame
+from dasflow.validation.result import ValidationResult
+from dasflow.validation.stream import Chunk, KeySet, RowFact, StreamedSuite, line_chunks, row_chunks
+from dasflow.validation.suites import between, cols, in_set
+from tests.validation.helpers import CASES, CONFIG_FILES, INPUTS, _config_text, corpus_store
+
+STREAMED = ["phsafe", "safetab-p"]
+
+
+def _whole(store: LocalStore, product: str) -> ValidationResult | InputError:
+    """Today's path: the confidential inputs read whole (a reader error raised there), then the suites."""
+    plugin = get_plugin(product)
+    cfg = plugin.load_config(_config_text(CONFIG_FILES[product]), "US")
+    pub = plugin.public_inputs(store, INPUTS, cfg)
+    try:
+        conf = plugin.confidential_inputs(store, INPUTS, cfg)
+    except InputError as exc:
+        return exc
+    return run_product_suite(plugin, conf, pub, cfg)
+
+
+def _streamed(store: LocalStore, product: str, chunk_rows: int) -> ValidationResult:
+    plugin = get_plugin(product)
+    cfg = plugin.load_config(_config_text(CONFIG_FILES[product]), "US")
+    return run_streamed_suite(plugin, store, INPUTS, plugin.public_inputs(store, INPUTS, cfg), cfg, chunk_rows)
+
+
+def _same(whole: ValidationResult | InputError, streamed: ValidationResult) -> None:
+    if isinstance(whole, InputError):  # a reader error: the same error, now recorded in the result
+        assert streamed.error is not None and not streamed.success
+        assert (streamed.error.file, streamed.error.row, streamed.error.column, str(streamed.error)) == \
+            (whole.file, whole.row, whole.column, str(whole))
+        return
+    assert streamed.success == whole.success
+    assert streamed.to_json() == whole.to_json()
+    assert streamed.html == whole.html
+
+
+def _preflight_passes(store: LocalStore, product: str) -> bool:
+    try:
+        get_plugin(product).preflight(store, INPUTS, public=True)
+        get_plugin(product).preflight(store, INPUTS, public=False)
+        get_plugin(product).public_inputs(store, INPUTS, get_plugin(product).load_config(
+            _config_text(CONFIG_FILES[product]), "US"))
+    except InputError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("case", [None, *sorted(c for c, s in CASES.items() if s["product"] in STREAMED)])
+def test_streamed_validation_equals_whole_input_validation(tmp_path: Path, case: str | None) -> None:
+    """Every corpus case (and the valid base) of the streamed products: same verdict, same JSON result and HTML
+    page (errors, facts, counts, expectation rows) at chunk sizes 2 and one chunk per file."""
+    store = corpus_store(tmp_path / "store", case)
+    products = [CASES[case]["product"]] if case else STREAMED
+    for product in products:
+        if not _preflight_passes(store, product):  # phase 0 runs before either path (validate_stage)
+            continue
+        whole = _whole(store, product)
+        for chunk_rows in (2, 10**6):
+            _same(whole, _streamed(store, product, chunk_rows))
+
+
+def _units_lines(path: Path) -> list[str]:
+    return path.read_text().splitlines(keepends=True)
+
+
+def test_phsafe_duplicate_mafid_split_across_chunks_and_bad_value_in_last_row_of_a_chunk(tmp_path: Path) -> None:
+    """A unit MAFID repeated 9 rows later is found with chunks of 4 rows (the copy in another chunk), named by
+    the file's own row; a bad value in the last row of a chunk is located in the file, not in the chunk."""
+    store = corpus_store(tmp_path / "store")
+    units = tmp_path / "store" / INPUTS["phsafe"] / "units.csv"
+    lines = _units_lines(units)
+    first = lines[1].split(lines[0][5] if "|" not in lines[0] else "|")
+    sep = "|" if "|" in lines[0] else ","
+    dup = lines[10].split(sep)
+    dup[1] = first[1]  # data row 10 (file row 11) repeats data row 1's MAFID
+    lines[10] = sep.join(dup)
+    units.write_text("".join(lines))
+    whole = _whole(store, "phsafe")
+    for chunk_rows in (4, 3):
+        r = _streamed(store, "phsafe", chunk_rows)
+        assert not r.success and r.error is not None
+        assert (r.error.file, r.error.row, r.error.column) == ("units.csv", 11, "MAFID")
+        _same(whole, r)
+    shutil.copytree(tmp_path / "store", tmp_path / "store2")
+    store2 = LocalStore(tmp_path / "store2")
+    persons = tmp_path / "store2" / INPUTS["phsafe"] / "persons.csv"
+    lines = _units_lines(persons)
+    sep = "|" if "|" in lines[0] else ","
+    bad = lines[8].split(sep)  # data row 8: the last row of the 2nd chunk of 4
+    bad[4] = "64"  # CENRACE outside 01..63
+    lines[8] = sep.join(bad)
+    persons.write_text("".join(lines))
+    r = _streamed(store2, "phsafe", 4)
+    assert r.error is not None and r.error.file is not None
+    assert (Path(r.error.file).name, r.error.row, r.error.column) == ("persons.csv", 9, "CENRACE")
+    assert str(_whole(store2, "phsafe")) == str(r.error)
+
+
+def test_safetab_bad_value_in_the_last_row_of_a_chunk_names_the_file_row(tmp_path: Path) -> None:
+    store = corpus_store(tmp_path / "store")
+    path = tmp_path / "store" / INPUTS["safetab-p"] / "person-records.txt"
+    lines = _units_lines(path)
+    cells = lines[6].split("|")
+    cells[1] = "3"  # QSEX
+    lines[6] = "|".join(cells)
+    path.write_text("".join(lines))
+    whole = _whole(store, "safetab-p")
+    for chunk_rows in (3, 6, 5):
+        r = _streamed(store, "safetab-p", chunk_rows)
+        assert r.error is not None and (r.error.row, r.error.column) == (7, "QSEX"), r.error
+        _same(whole, r)
+
+
+def test_line_chunks_cut_at_newlines_with_file_rows(tmp_path: Path) -> None:
+    p = tmp_path / "f.csv"
+    p.write_bytes(b"A|B\n" + b"".join(b"%d|x\n" % i for i in range(10)))
+    runs = list(line_chunks(p, 3, block_bytes=5))
+    assert [o for o, _, _ in runs] == [0, 3, 6, 9]
+    assert all(h == b"A|B\n" for _, h, _ in runs)
+    assert b"".join(d for _, _, d in runs) == p.read_bytes()[4:]
+    p.write_bytes(b"A|B\n1|x\n\n2|y")  # a blank line is not a row; a last line without newline is
+    assert [(o, d) for o, _, d in line_chunks(p, 1)] == [(0, b"1|x\n"), (1, b"\n"), (1, b"2|y")]
+    p.write_bytes(b"A|B\n")
+    assert list(line_chunks(p, 2)) == [(0, b"A|B\n", b"")]
+
+
+def test_keyset_first_seen_equals_duplicated_over_the_whole_column() -> None:
+    rng = np.random.default_rng(1)
+    keys = rng.integers(0, 500, 3000)
+    ks = KeySet()
+    dup = np.concatenate([ks.first_seen(keys[i:i + 37]) for i in range(0, keys.size, 37)])
+    assert np.array_equal(dup, pd.Series(keys).duplicated().to_numpy())
+    assert np.array_equal(ks.contains(np.arange(600)), np.isin(np.arange(600), keys))
+    assert len(ks) == keys.size
+
+
+def test_rowfact_counts_every_violation_and_names_the_first_global_row() -> None:
+    f = RowFact("rule", "f.csv", "X")
+    for chunk in row_chunks("f.csv", {"X": np.array([0, 0, 0, 0, 1, 0, 1])}, 3):
+        f.add(np.asarray(chunk.columns["X"]) == 1, chunk)
+    assert f.record() == {"rule": "rule", "file": "f.csv", "column": "X", "violations": 2, "first_row": 6}
+
+
+def test_streamed_suite_domain_equals_the_whole_columns_domain() -> None:
+    """Folding the chunks' domain parts gives the frame of the whole columns (order of first appearance, min
+    and max of range-only columns), so GX sees exactly what it saw on the whole input."""
+    rng = np.random.default_rng(2)
+    x = rng.integers(1, 30, 1000)
+    y = pa.chunked_array([pa.array([str(v) for v in rng.integers(0, 9, 1000)])])
+    m = rng.integers(100_000_000, 900_000_000, 1000)
+    checks = [*cols(["X", "Y", "M"]), between("X", 1, 29), in_set("Y", [str(i) for i in range(9)]),
+              between("M", 100_000_000, 900_000_000)]
+    suite = StreamedSuite("t", checks)
+    whole = {"X": x, "Y": y, "M": m}
+    part = suite.part("f", lambda: row_chunks("f", whole, 64))
+    for chunk in row_chunks("f", whole, 64):
+        part.add(chunk)
+    expected = domain_frame(whole, extremes_only={"M"})
+    assert part.frame().equals(expected) and suite.union().equals(expected)
+    assert gx.validate("t", checks, part.frame()).success
+
+
+def test_chunk_rows_is_an_execution_setting() -> None:
+    """``validation_chunk_rows`` does not change the release's identity (same verdict at any size)."""
+    from dasflow.config import parse_release_config
+
+    raw: dict[str, Any] = {"release_id": "r", "universe": "US", "products": [{"name": "phsafe", "config_text": "{}"}],
+                           "cap": {"rho": "1"}, "rng": {"mode": "test", "seed": 1}}
+    a = parse_release_config(raw, source="a")
+    b = parse_release_config({**raw, "validation_chunk_rows": 5}, source="b")
+    assert b.validation_chunk_rows == 5 and a.sha256() == b.sha256()
+    with pytest.raises(InputError):
+        parse_release_config({**raw, "validation_chunk_rows": 0}, source="c")
+
+
+def test_chunk_is_typed() -> None:
+    c = Chunk("f", 3, {"a": np.arange(4)})
+    assert c.rows == 4
