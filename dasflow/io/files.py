@@ -5,7 +5,6 @@ from __future__ import annotations
 import atexit
 import functools
 import hashlib
-import io
 import os
 import shutil
 import tempfile
@@ -107,17 +106,54 @@ def local_dir(store: ObjectStore, prefix: str) -> Path:
     return target
 
 
+def parquet_folders(store: ObjectStore, prefix: str, what: str) -> dict[str, list[str]] | None:
+    """The ``.parquet`` objects under ``prefix`` grouped by the folder holding them (e.g. one folder per state:
+    ``units/{SS}/part-*.parquet``), keyed by the folder's last path segment, in key order; None when every file
+    lies directly under ``prefix`` (one unpartitioned input). ``InputError`` naming the prefix when there are no
+    files, files both directly under it and in folders, or two folders with the same last segment."""
+    keys = [k for k in store.list(prefix) if k.endswith(".parquet")]
+    if not keys:
+        raise InputError(f"no {what}", file=prefix)
+    folders: dict[str, list[str]] = {}
+    paths: dict[str, str] = {}
+    flat = False
+    for key in keys:
+        rel = key[len(prefix):]
+        if "/" not in rel:
+            flat = True
+            continue
+        folder = rel.rsplit("/", 1)[0]
+        name = folder.rsplit("/", 1)[-1]
+        if paths.setdefault(name, folder) != folder:
+            raise InputError(f"folders {paths[name]}/ and {folder}/ have the same name {name!r}: one partition "
+                             "each", file=prefix)
+        folders.setdefault(name, []).append(key)
+    if not folders:
+        return None
+    if flat:
+        raise InputError(f"{what}: files both directly under the prefix and in folders: one layout only",
+                         file=prefix)
+    return dict(sorted(folders.items()))
+
+
+def read_parquet_keys(store: ObjectStore, keys: Sequence[str], columns: Sequence[str]) -> pa.Table:
+    """The Parquet objects ``keys``, reduced to ``columns`` (only those are decoded) and concatenated;
+    ``InputError`` naming the file and the first missing column."""
+    parts = []
+    for key in keys:
+        source = pa.BufferReader(store.get(key))
+        names = pq.read_schema(source).names
+        missing = [c for c in columns if c not in names]
+        if missing:
+            raise InputError(f"missing column(s) {', '.join(missing)}", file=key, column=missing[0])
+        parts.append(pq.read_table(source, columns=list(columns)))
+    return pa.concat_tables(parts)
+
+
 def read_parquet_records(store: ObjectStore, prefix: str, columns: Sequence[str], what: str) -> pa.Table:
     """Every ``.parquet`` object under ``prefix``, reduced to ``columns`` and concatenated; ``InputError``
     naming the prefix when there are none, or the file and the first missing column."""
     keys = [k for k in store.list(prefix) if k.endswith(".parquet")]
     if not keys:
         raise InputError(f"no {what}", file=prefix)
-    parts = []
-    for key in keys:
-        table = pq.read_table(io.BytesIO(store.get(key)))
-        missing = [c for c in columns if c not in table.column_names]
-        if missing:
-            raise InputError(f"missing column(s) {', '.join(missing)}", file=key, column=missing[0])
-        parts.append(table.select(list(columns)))
-    return pa.concat_tables(parts)
+    return read_parquet_keys(store, keys, columns)

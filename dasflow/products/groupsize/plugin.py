@@ -13,30 +13,54 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from dasflow.errors import InputError
-from dasflow.io.files import input_prefix, read_parquet_records
+from dasflow.io.files import input_prefix, parquet_folders, read_parquet_keys, read_parquet_records
 from dasflow.io.store import ObjectStore, StoreError
 from dasflow.privacy import accounting
 from dasflow.products.groupsize import checks
 from dasflow.products.groupsize.product import GroupSizeConfig, GroupSizeProduct
 from dasflow.products.groupsize.relation import RELATION
 from dasflow.products.groupsize.reporting import groupsize_consistency, groupsize_truth
-from dasflow.products.plugin import DemoCensus, DemoEntry, InputChecks, InputDeclaration, ProductPlugin
+from dasflow.products.plugin import (
+    DemoCensus,
+    DemoEntry,
+    InputChecks,
+    InputDeclaration,
+    ProductPlugin,
+    sum_counts,
+)
 from dasflow.synth.reference import counties as synth_counties
 from dasflow.validation.configs import check_infinity, check_keys
 
 UNIT_COLUMNS = ("TABBLKST", "TABBLKCOU", "HHGQ", "SIZE")
-
-
+UNIT_FILES = "group-size unit files"
 
 GROUPSIZE_KEYS = frozenset({"budget", "privacy_defn", "mechanism", "k", "level_shares", "window_multiplier"})
 GROUPSIZE_REQUIRED = frozenset({"budget", "privacy_defn", "mechanism"})
 
+
+def _codes(column: pd.Series, label: Any) -> np.ndarray:
+    """``label`` of every value of a code column, formatted once per distinct value (object array)."""
+    codes, uniq = pd.factorize(column, use_na_sentinel=False)
+    return np.asarray([label(v) for v in uniq], dtype=object)[codes]
+
+
+def households_frame(units: pa.Table) -> pd.DataFrame:
+    """The occupied housing units (HHGQ 0, SIZE ≥ 1) of a unit table as STATE (2 digits), COUNTY (3), SIZE."""
+    frame = units.to_pandas()
+    households = frame[(frame["HHGQ"] == 0) & (frame["SIZE"] >= 1)]
+    return pd.DataFrame({
+        "STATE": _codes(households["TABBLKST"], lambda v: str(v).zfill(2)),
+        "COUNTY": _codes(households["TABBLKCOU"], lambda v: str(int(v)).zfill(3)),
+        "SIZE": households["SIZE"].to_numpy(),
+    })
 
 
 class GroupSizePlugin(ProductPlugin[GroupSizeConfig]):
@@ -90,14 +114,40 @@ class GroupSizePlugin(ProductPlugin[GroupSizeConfig]):
     def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str],
                                  config: GroupSizeConfig) -> dict[str, Any]:
         prefix = input_prefix(inputs, "groupsize", "confidential/groupsize/")
-        units = read_parquet_records(store, prefix, UNIT_COLUMNS, "group-size unit files").to_pandas()
-        households = units[(units["HHGQ"] == 0) & (units["SIZE"] >= 1)]
-        frame = pd.DataFrame({
-            "STATE": households["TABBLKST"].astype(str).str.zfill(2).to_numpy(),
-            "COUNTY": households["TABBLKCOU"].astype(int).astype(str).str.zfill(3).to_numpy(),
-            "SIZE": households["SIZE"].to_numpy(),
-        })
-        return {"households": frame, "households_source": prefix}
+        units = read_parquet_records(store, prefix, UNIT_COLUMNS, UNIT_FILES)
+        return {"households": households_frame(units), "households_source": prefix}
+
+    def partitions(self, store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any],
+                   config: GroupSizeConfig) -> list[str] | None:
+        """The folders of the unit files (``units/{SS}/part-*.parquet``: one per state), or None when the files
+        lie directly under the input prefix.
+
+        Exactness: a household is one unit row and lands in exactly one (county, size) cell, so each level's
+        (regions, k) counts of the whole input are the sum of the partitions' counts over the same public tree,
+        and every query (counts, cumulative, chain-cumulative) is linear in them: the per-level answers add up
+        (:meth:`combine_prepared`). The public invariant n is checked on the whole input by the validate stage
+        (bound to the same input hashes) before any preprocessing. Same function of the data, same
+        sensitivities."""
+        folders = parquet_folders(store, input_prefix(inputs, "groupsize", "confidential/groupsize/"), UNIT_FILES)
+        return None if folders is None else list(folders)
+
+    def partition_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: GroupSizeConfig,
+                         partition: str) -> dict[str, Any]:
+        """One folder's occupied housing units (errors name the folder); ``partition`` tells ``prepare`` that the
+        whole-input invariant n is not this part's total."""
+        prefix = input_prefix(inputs, "groupsize", "confidential/groupsize/")
+        folders = parquet_folders(store, prefix, UNIT_FILES) or {}
+        if partition not in folders:
+            raise InputError(f"no unit files in a folder {partition!r}", file=prefix)
+        keys = folders[partition]
+        units = read_parquet_keys(store, keys, UNIT_COLUMNS)
+        return {"households": households_frame(units), "households_source": keys[0].rsplit("/", 1)[0] + "/",
+                "partition": partition}
+
+    def combine_prepared(self, name: str, parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
+        """A level's query answers per (REGION, SIZE) summed over the partitions (exact int64; every part has
+        the whole public tree's rows)."""
+        return sum_counts(name, parts, count="VALUE")
 
     def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any],
                       config: GroupSizeConfig) -> dict[str, Any]:

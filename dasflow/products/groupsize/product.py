@@ -202,12 +202,16 @@ class GroupSizeProduct:
 
     # -- prepare ----------------------------------------------------------------------------------------
     def prepare(self, inputs: Mapping[str, Any], public: Mapping[str, Any]) -> Prepared:
-        """Validate the households table and tabulate each level's query (stability: the query itself)."""
+        """Validate the households table and tabulate each level's query (stability: the query itself).
+
+        ``inputs["partition"]`` marks one partition of the input (the plugin's ``partition_inputs``): its
+        tabulation covers the whole public tree, and the public invariant n is checked on the whole input only
+        (validation), since a partition's total is a part of it."""
         hier = build_hierarchy(public["geography"])
         source = str(inputs.get("households_source", "<households>"))
         counts = tabulate_households(inputs["households"], hier, self.config.k, source)
         n_public = int(public["n_groups"])
-        if int(counts[0].sum()) != n_public:
+        if inputs.get("partition") is None and int(counts[0].sum()) != n_public:
             raise InputError(
                 f"households table has {int(counts[0].sum())} occupied units but the public invariant n is "
                 f"{n_public}",
@@ -329,9 +333,13 @@ def tabulate_households(
             row=row + 2,  # 1-based with the header as row 1
             column="SIZE",
         )
-    key = households["STATE"].astype(str) + "\x00" + households["COUNTY"].astype(str)
-    lookup = pd.Index([s + "\x00" + c for s, c in hier.counties])
-    leaf = lookup.get_indexer(pd.Index(key))
+    st_code, st_uniq = pd.factorize(households["STATE"].astype(str))
+    co_code, co_uniq = pd.factorize(households["COUNTY"].astype(str))
+    width = max(len(co_uniq), 1)
+    pair, pair_inv = np.unique(st_code.astype(np.int64) * width + co_code, return_inverse=True)
+    lookup = pd.Index([s + "\x00" + c for s, c in hier.counties])  # each distinct (STATE, COUNTY) looked up once
+    found = lookup.get_indexer(pd.Index([f"{st_uniq[p // width]}\x00{co_uniq[p % width]}" for p in pair.tolist()]))
+    leaf = found[pair_inv.reshape(-1)] if len(pair) else np.zeros(0, dtype=np.int64)
     if np.any(leaf < 0):
         row = int(np.flatnonzero(leaf < 0)[0])
         raise InputError(
