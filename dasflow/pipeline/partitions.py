@@ -21,7 +21,7 @@ import io
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -77,15 +77,20 @@ def table_from_bytes(data: bytes, rows: RowRange | None = None) -> pa.Table:
 class StoredParts:
     """Part outputs of one product under ``{root}/postprocessed/{product}/parts/{digest}/``.
 
-    ``loader(keys)`` returns committed measurements by the product's keys (all when ``keys`` is None).
+    ``loader(keys)`` returns committed measurements by the product's keys (all when ``keys`` is None);
+    ``segments(key)`` the segment ids of a segmented key (None: not segmented) and ``segment(key, id)`` one
+    segment's measurement, read and verified when asked for and not kept.
     """
 
     def __init__(self, store: ObjectStore, root: str, product: str, digest: str,
-                 loader: Any) -> None:
+                 loader: Any, segments: Callable[[str], Sequence[str] | None] | None = None,
+                 segment: Callable[[str, str], NoisyMeasurement] | None = None) -> None:
         self.store = store
         self.product = product
         self.prefix = f"{root}/postprocessed/{product}/parts/{digest}"
         self._loader = loader
+        self._segments = segments
+        self._segment = segment
         self._cache: dict[str, NoisyMeasurement] = {}
         self._verified: dict[tuple[str, str], dict[str, Any]] = {}
 
@@ -132,6 +137,14 @@ class StoredParts:
         if keys is None:
             return dict(self._cache)
         return {k: self._cache[k] for k in keys}
+
+    def measurement_segments(self, key: str) -> Sequence[str] | None:
+        return None if self._segments is None else self._segments(key)
+
+    def measurement_segment(self, key: str, segment: str) -> NoisyMeasurement:
+        if self._segment is None:
+            raise InputError(f"{self.product}: measurement {key} is not segmented")
+        return self._segment(key, segment)
 
     def part(self, step: str, part: str, names: Sequence[str] | None = None,
              rows: RowRange | None = None) -> Tables:

@@ -105,6 +105,9 @@ class PartitionedPrepared(Mapping[str, pd.DataFrame]):
         for key, out in outputs.items():
             keys.setdefault(str(out["name"]), []).append((order[str(out["part"])], key))
         self._keys = {name: [k for _, k in sorted(found)] for name, found in sorted(keys.items())}
+        self._by_part: dict[str, dict[str, str]] = {}
+        for key, out in outputs.items():
+            self._by_part.setdefault(str(out["part"]), {})[str(out["name"])] = key
         self._store = store
         self._combine = combine
         self._last: tuple[str, pd.DataFrame] | None = None
@@ -124,6 +127,31 @@ class PartitionedPrepared(Mapping[str, pd.DataFrame]):
             self._small[name] = frame
             self._small_bytes += size
         return frame
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def partition(self, part: str) -> Mapping[str, pd.DataFrame]:
+        """One partition's own frames, read by name when used and not combined (empty for a partition id the
+        preprocess did not have): a segmented measurement reads only its partition's counts."""
+        return _PartFrames(self._store, self._by_part.get(part, {}))
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+class _PartFrames(Mapping[str, pd.DataFrame]):
+    """One partition's prepared frames by name, each read from the store when used (the last one kept)."""
+
+    def __init__(self, store: ObjectStore, keys: Mapping[str, str]) -> None:
+        self._store = store
+        self._keys = dict(sorted(keys.items()))
+        self._last: tuple[str, pd.DataFrame] | None = None
+
+    def __getitem__(self, name: str) -> pd.DataFrame:
+        if self._last is None or self._last[0] != name:
+            self._last = (name, self._store.get_parquet(self._keys[name]))
+        return self._last[1]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys)

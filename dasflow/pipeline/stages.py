@@ -31,8 +31,9 @@ from dasflow.pipeline.run import (
 )
 from dasflow.privacy import account, faults, rng
 from dasflow.privacy.composition import PlanTotal
-from dasflow.privacy.ledger import frac_str, stored_record
+from dasflow.privacy.ledger import Segment, frac_str, stored_record
 from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
+from dasflow.products.base import SegmentedMeasure
 from dasflow.products.partition import PartitionedPostprocess
 from dasflow.products.plugin import overrides
 from dasflow.validation import run_product_suite, run_streamed_suite, store_results
@@ -216,13 +217,36 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
     attempt = new_token()
     drawn = 0
     done: dict[str, NoisyMeasurement] = {}
+    product_obj = plugin.product(ctx.product_config(product))
+
+    def prepared() -> Mapping[str, pd.DataFrame]:
+        if "prepared" not in cache:
+            cache["prepared"] = load_prepared(ctx, product)
+        return cache["prepared"]
+
+    def segment_frames(segment: str) -> Mapping[str, pd.DataFrame]:
+        """A segment's counts: its own partition's frames (segment ids are partition ids), or the whole input's
+        frames of an unpartitioned preprocess (the product keeps the segment's rows)."""
+        frames = prepared()
+        return frames.partition(segment) if isinstance(frames, PartitionedPrepared) else frames
+
     for i, (spec, native) in enumerate(pairs):
+        segmented = product_obj if isinstance(product_obj, SegmentedMeasure) else None
+        segments = None if segmented is None else segmented.segments(native)
+        if segmented is not None and segments:  # one segment at a time (ledger.measure_segmented)
+
+            def draw_segment(segment: str, spec: MeasurementSpec = spec,
+                             native: MeasurementSpec = native,
+                             segmented: SegmentedMeasure = segmented) -> NoisyMeasurement:
+                return segmented.measure_segment(segment_frames(segment), native, segment, g.spawn(spec.key))
+
+            _, fresh_segments = ctx.ledger.measure_segmented(spec, segments, draw_segment, attempt=attempt)
+            drawn += int(fresh_segments > 0)
+            progress(i + 1, len(pairs), spec.key)
+            continue
 
         def draw(spec: MeasurementSpec = spec, native: MeasurementSpec = native) -> NoisyMeasurement:
-            if "prepared" not in cache:
-                cache["prepared"] = load_prepared(ctx, product)
-            product_obj = plugin.product(ctx.product_config(product))
-            return measure_one(product_obj, cache["prepared"], native, g.spawn(spec.key), done)
+            return measure_one(product_obj, prepared(), native, g.spawn(spec.key), done)
 
         measurement, fresh = ctx.ledger.measure_once(spec, draw, attempt=attempt)
         done[native.key] = dataclasses.replace(measurement, spec=native)
@@ -267,6 +291,30 @@ def load_measurements(ctx: RunContext, product: str,
             raise LedgerRefusal(f"{product}: {spec.key!r} is not measured yet; run the measure stage first")
         out[native.key] = dataclasses.replace(ctx.ledger.load(spec, commit), spec=native)
     return out
+
+
+def measurement_segments(ctx: RunContext, product: str, key: str) -> list[Segment] | None:
+    """The segments of one committed key of the product (its own key), from the ledger's verified index; None
+    when the key was measured whole."""
+    spec = _ledger_spec_of(ctx, product, key)
+    commit = ctx.ledger.committed(spec.key)
+    if commit is None:
+        raise LedgerRefusal(f"{product}: {spec.key!r} is not measured yet; run the measure stage first")
+    return ctx.ledger.segments(spec, commit)
+
+
+def load_segment(ctx: RunContext, product: str, key: str, segment: Segment) -> NoisyMeasurement:
+    """One segment of a committed key of the product, verified against the key's index."""
+    spec = _ledger_spec_of(ctx, product, key)
+    native = next(n for s, n in planned(ctx, product) if s.key == spec.key)
+    return dataclasses.replace(ctx.ledger.load_segment(spec, segment), spec=native)
+
+
+def _ledger_spec_of(ctx: RunContext, product: str, key: str) -> MeasurementSpec:
+    for spec, native in planned(ctx, product):
+        if native.key == key:
+            return spec
+    raise LedgerRefusal(f"{product}: {key!r} is not a planned key")
 
 
 def _measurement_hashes(ctx: RunContext, product: str) -> dict[str, str]:
@@ -322,8 +370,24 @@ def stored_parts(ctx: RunContext, product: str) -> StoredParts:
     digest = parts_digest(_measurement_hashes(ctx, product), code_version())
     key = f"parts:{product}:{digest}"
     if key not in ctx._cache:
+        indexes: dict[str, dict[str, Segment] | None] = {}
+
+        def index(k: str) -> dict[str, Segment] | None:
+            if k not in indexes:
+                found = measurement_segments(ctx, product, k)
+                indexes[k] = None if found is None else {s.segment: s for s in found}
+            return indexes[k]
+
+        def segment(k: str, seg: str) -> NoisyMeasurement:
+            found = index(k)
+            if found is None or seg not in found:
+                raise LedgerRefusal(f"{product}: {k!r} has no segment {seg!r}")
+            return load_segment(ctx, product, k, found[seg])
+
         ctx._cache[key] = StoredParts(ctx.post_store(), ctx.root, product, digest,
-                                       lambda keys: load_measurements(ctx, product, keys))
+                                       lambda keys: load_measurements(ctx, product, keys),
+                                       segments=lambda k: None if (i := index(k)) is None else list(i),
+                                       segment=segment)
     parts: StoredParts = ctx._cache[key]
     return parts
 

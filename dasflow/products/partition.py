@@ -51,6 +51,15 @@ class PartSource(Protocol):
 
     def measurements(self, keys: Sequence[str] | None = None) -> Mapping[str, NoisyMeasurement]: ...
 
+    def measurement_segments(self, key: str) -> Sequence[str] | None:
+        """The segment ids of a key measured in segments (the ledger's index order), None for a whole key."""
+        ...
+
+    def measurement_segment(self, key: str, segment: str) -> NoisyMeasurement:
+        """One segment of a segmented key, verified against the key's committed index (not cached)."""
+        ...
+
+
     def part(self, step: str, part: str, names: Sequence[str] | None = None,
              rows: RowRange | None = None) -> Tables:
         """The part's tables (only ``names`` if given; with ``rows = (column, lo, hi)`` only the rows whose

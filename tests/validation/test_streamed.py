@@ -198,3 +198,41 @@ def test_chunk_rows_is_an_execution_setting() -> None:
 def test_chunk_is_typed() -> None:
     c = Chunk("f", 3, {"a": np.arange(4)})
     assert c.rows == 4
+
+
+def _split_persons(root: Path, parts: int) -> None:
+    """The corpus's person-records.txt as a split input of ``parts`` files (person-records/NN.txt)."""
+    path = root / INPUTS["safetab-p"] / "person-records.txt"
+    lines = path.read_text().splitlines(keepends=True)
+    folder = path.parent / "person-records"
+    folder.mkdir()
+    body = lines[1:]
+    step = -(-len(body) // parts)
+    for i in range(parts):
+        (folder / f"{i:02d}.txt").write_text(lines[0] + "".join(body[i * step:(i + 1) * step]))
+    path.unlink()
+
+
+def test_safetab_split_input_one_gx_run_gives_the_per_file_report(tmp_path: Path) -> None:
+    """A split input (3 files): the persons suite validated once on the union of the files' domains gives the
+    per-file rows of validating each file whole; a bad value in the second file is named in that file."""
+    store = corpus_store(tmp_path / "store")
+    _split_persons(tmp_path / "store", 3)
+    whole = _whole(store, "safetab-p")
+    assert isinstance(whole, ValidationResult) and whole.success
+    assert sum(r.suite == "safetab_p.persons" for r in whole.rows) == 3 * len({(r.expectation, r.column)
+                                                                              for r in whole.rows
+                                                                              if r.suite == "safetab_p.persons"})
+    for chunk_rows in (4, 10**6):
+        _same(whole, _streamed(store, "safetab-p", chunk_rows))
+    second = sorted((tmp_path / "store" / INPUTS["safetab-p"] / "person-records").glob("*.txt"))[1]
+    lines = second.read_text().splitlines(keepends=True)
+    cells = lines[5].split("|")
+    cells[6] = "12a4"  # TABBLK: not 4 digits (the GX regex and the product's own check)
+    lines[5] = "|".join(cells)
+    second.write_text("".join(lines))
+    whole = _whole(store, "safetab-p")
+    r = _streamed(store, "safetab-p", 4)
+    assert r.error is not None and (r.error.file, r.error.row, r.error.column) == \
+        ("person-records/01.txt", 6, "TABBLK")
+    _same(whole, r)

@@ -10,13 +10,14 @@ checked one file at a time (one file's persons in memory). The summary holds cou
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 
 from dasflow.errors import InputError
 from dasflow.io.files import input_prefix, local_dir, local_file
@@ -31,7 +32,7 @@ from dasflow.products.safetab_p.iterations import (
     RACE_ITER_FILE,
 )
 from dasflow.products.safetab_p.outputs import T1_COLUMNS, T2_COLUMNS
-from dasflow.products.safetab_p.product import PERSON_DIR
+from dasflow.products.safetab_p.product import PERSON_DIR, person_files
 from dasflow.products.safetab_p.records import (
     GRFC_COLUMNS,
     GRFC_FILE,
@@ -44,6 +45,7 @@ from dasflow.validation.domain import Column
 from dasflow.validation.gx import Check
 from dasflow.validation.preflight import check_delimited
 from dasflow.validation.products import InputSuite, fact, fact_not_in, first_dup_mask, table_columns
+from dasflow.validation.stream import Chunk, RowFact, StreamedSuite, line_chunks
 from dasflow.validation.suites import STATE_FIPS, cols, in_set, regex
 
 _CODE_OR_NULL = r"[0-9]{4}|Null"
@@ -117,11 +119,10 @@ def _read_text_table(path: Path) -> pd.DataFrame:
     return out
 
 
-def input_checks(confidential: Mapping[str, Any], public: Mapping[str, Any],
-                 config: SafeTabPConfig) -> InputChecks:
-    """Suites of the person file(s), the GRF-C and the iteration files; the cross-file facts (blocks in the
-    GRF-C, codes in the code list, the release universe, iteration-file consistency); persons per state; and
-    ``encode_persons`` (the product's own reader check) as the own check, its first error authoritative."""
+def _public_checks(public: Mapping[str, Any]) -> tuple[list[InputSuite], list[dict[str, object]], pa.Array,
+                                                       pa.Array, dict[str, int]]:
+    """The GRF-C's and the iteration files' suites, their facts, the GRF-C block keys, the code list (with
+    "Null") and their row counts (public inputs, held whole)."""
     geo, index = public["geography"], public["iterations"]
     it_dir = Path(index.source)
     its = {name: _read_text_table(it_dir / name) for name in ITERATION_FILES}
@@ -149,7 +150,17 @@ def input_checks(confidential: Mapping[str, Any], public: Mapping[str, Any],
              (~cmap.RACE_ETH_CODE.isin(its[CODES_FILE].RACE_ETH_CODE)).to_numpy()),
         fact("unique mapping row", CODE_TO_ITER_FILE, "RACE_ETH_CODE", cmap.duplicated().to_numpy()),
     ]
-    code_set = pa.array([*codes, "Null"])
+    rows = {Path(geo.source).name: int(grfc.num_rows), **{n: len(f) for n, f in its.items()}}
+    return inputs, static, grfc_key, pa.array([*codes, "Null"]), rows
+
+
+def input_checks(confidential: Mapping[str, Any], public: Mapping[str, Any],
+                 config: SafeTabPConfig) -> InputChecks:
+    """Suites of the person file(s), the GRF-C and the iteration files; the cross-file facts (blocks in the
+    GRF-C, codes in the code list, the release universe, iteration-file consistency); persons per state; and
+    ``encode_persons`` (the product's own reader check) as the own check, its first error authoritative."""
+    geo, index = public["geography"], public["iterations"]
+    inputs, static, grfc_key, code_set, public_rows = _public_checks(public)
     # the person file, or a split input file by file (one file's persons in memory at a time): per file the
     # cross-file facts and the product's own checks in one read, the GX suite in a second (lazy) read
     files: list[tuple[str, Path | None]] = [(PERSON_FILE, None)]
@@ -179,8 +190,7 @@ def input_checks(confidential: Mapping[str, Any], public: Mapping[str, Any],
         del persons
     inputs = person_suites + inputs
     facts = block_facts + static + code_facts
-    summary = {"rows": {**row_counts, Path(geo.source).name: int(grfc.num_rows),
-                        **{n: len(f) for n, f in its.items()}},
+    summary = {"rows": {**row_counts, **public_rows},
                "universe": public["universe"], "persons_per_state": dict(sorted(per_state.items()))}
 
     def own() -> None:
@@ -188,6 +198,94 @@ def input_checks(confidential: Mapping[str, Any], public: Mapping[str, Any],
             raise own_error[0]
 
     return InputChecks(suites=inputs, facts=facts, summary=summary, own=own)
+
+
+def person_paths(store: ObjectStore, inputs: Mapping[str, str]) -> list[tuple[str, Path]]:
+    """The person-records files as (name in messages, local path): ``person-records.txt``, or every file of a
+    split ``person-records/*.txt`` (both present is refused, as the plugin's reader refuses it)."""
+    prefix = input_prefix(inputs, "safetab-p", "confidential/safetab-p/")
+    split = [k for k in store.list(prefix + PERSON_DIR + "/") if k.endswith(".txt")]
+    if not split:
+        return [(PERSON_FILE, local_file(store, prefix + PERSON_FILE))]
+    if store.exists(prefix + PERSON_FILE):
+        raise InputError(f"both {PERSON_FILE} and {PERSON_DIR}/ are present: give one person-records input",
+                         file=prefix + PERSON_FILE)
+    return [(f"{PERSON_DIR}/{f.name}", f) for f in person_files(local_dir(store, prefix + PERSON_DIR + "/"))]
+
+
+def _pipe_chunks(path: Path, name: str, chunk_rows: int) -> Iterator[Chunk]:
+    """One person-records file in runs of at most ``chunk_rows`` lines, each parsed as ``read_pipe_file`` parses
+    the whole file (pipe, no quoting, every column text); a malformed run is handed to ``read_pipe_file`` on the
+    whole file, whose error (file, row, reason) is the authoritative one."""
+    for offset, header, data in line_chunks(path, chunk_rows):
+        try:
+            table = pacsv.read_csv(
+                pa.BufferReader(header + data), parse_options=pacsv.ParseOptions(delimiter="|", quote_char=False),
+                convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in PERSON_COLUMNS},
+                                                     strings_can_be_null=False))
+        except (pa.ArrowInvalid, UnicodeDecodeError):
+            table = None
+        if table is None or tuple(table.column_names) != PERSON_COLUMNS:
+            read_pipe_file(path, PERSON_COLUMNS)  # raises the whole-file reader's error
+            raise InputError("malformed pipe-delimited file", file=str(path))
+        yield Chunk(name, offset, table_columns(table))
+
+
+def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any],
+                  config: SafeTabPConfig, chunk_rows: int) -> InputChecks:
+    """:func:`input_checks` in one pass over the person records in chunks (the national file, or each file of a
+    split input, at most ``chunk_rows`` rows at a time): per chunk the facts (rows global in the file), the
+    per-state counts, ``encode_persons`` (the product's own check, with the chunk's row offset) and the suite's
+    domain. The persons suite is validated once on the union of the files' domains (per file only if that
+    fails, :class:`StreamedSuite`), which gives the report of one suite per file at the cost of one GX run.
+    Own check: the first error of the first file and chunk holding one (chunks in file order; within a chunk
+    ``encode_persons``' check order, as the product's sliced ``prepare`` reports it)."""
+    geo, index = public["geography"], public["iterations"]
+    public_suites, static, grfc_key, code_set, public_rows = _public_checks(public)
+    persons_suite = StreamedSuite("safetab_p.persons", PERSONS_SUITE)
+    per_state: dict[str, int] = {}
+    row_counts: dict[str, int] = {}
+    own_error: list[InputError] = []
+    block_facts: list[dict[str, object]] = []
+    code_facts: list[dict[str, object]] = []
+    for name, path in person_paths(store, inputs):
+        part = persons_suite.part(name, functools.partial(_pipe_chunks, path, name, chunk_rows))
+        block: RowFact | None = None
+        codes: list[RowFact] = []
+        rows = 0
+        for chunk in part.source():
+            persons = pa.table(dict(chunk.columns))
+            block_fact, codes_of_chunk = _person_facts(persons, name, grfc_key, code_set, public["universe"],
+                                                       config)
+            if block is None:
+                block = RowFact(str(block_fact["rule"]), name, str(block_fact["column"]))
+                codes = [RowFact(str(f["rule"]), name, str(f["column"])) for f in codes_of_chunk]
+            for acc, f in zip([block, *codes], [block_fact, *codes_of_chunk], strict=True):
+                acc.add_count(int(str(f["violations"])), int(str(f["first_row"])) + chunk.offset, name)
+            for v in pc.value_counts(persons.column("TABBLKST")).to_pylist():
+                per_state[str(v["values"])] = per_state.get(str(v["values"]), 0) + int(v["counts"])
+            rows += persons.num_rows
+            if not own_error:
+                try:
+                    encode_persons(persons, geo, index, config.max_race_codes, config.state_filter_us, name,
+                                   row_offset=chunk.offset)
+                except InputError as exc:
+                    own_error.append(exc)
+            part.add(chunk)
+            del persons
+        row_counts[name] = rows
+        assert block is not None  # a file yields at least one chunk
+        block_facts.append(block.record())
+        code_facts += [c.record() for c in codes]
+    summary = {"rows": {**row_counts, **public_rows},
+               "universe": public["universe"], "persons_per_state": dict(sorted(per_state.items()))}
+
+    def own() -> None:
+        if own_error:
+            raise own_error[0]
+
+    return InputChecks(suites=[persons_suite, *public_suites], facts=block_facts + static + code_facts,
+                       summary=summary, own=own)
 
 
 def _read_columns(path: Path) -> dict[str, Column]:

@@ -203,6 +203,11 @@ class SafeTabPPlugin(ProductPlugin[SafeTabPConfig]):
                      config: SafeTabPConfig) -> InputChecks:
         return checks.input_checks(confidential, public, config)
 
+    def stream_checks(self, store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any],
+                      config: SafeTabPConfig, chunk_rows: int) -> InputChecks:
+        """The same checks with the person records (one file or a split input) read in chunks."""
+        return checks.stream_checks(store, inputs, public, config, chunk_rows)
+
     def output_header(self, file: str) -> list[str] | None:
         return checks.output_header(file)
 

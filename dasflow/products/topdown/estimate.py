@@ -33,10 +33,20 @@ from dasflow.products.topdown.model import (
 from dasflow.products.topdown.spine import Spine
 
 __all__ = ["Constraints", "EstimatorOptions", "FamilyResult", "GroupAnswers", "Histogram", "LevelReport",
-           "combine_bottom_up", "consistency_violations", "estimate_families", "estimate_root", "estimate_topdown",
-           "root_total"]
+           "bottom_up_start", "combine_bottom_up", "consistency_violations", "estimate_families", "estimate_root",
+           "estimate_topdown", "root_total"]
 
 log = logging.getLogger(__name__)
+
+
+def bottom_up_start(spine: Spine, measurements: Sequence[Sequence[GroupAnswers]], max_entries: int) -> int:
+    """The deepest level whose dense size (units × the widest group's rows) is within ``max_entries``: the
+    bottom-up pass changes only the levels above it and reads only it and those (public facts only)."""
+    for l in range(spine.n_levels - 1, -1, -1):
+        rows = max((g.n_rows for g in measurements[l]), default=1)
+        if spine.n_units(l) * rows <= max_entries:
+            return l
+    return 0
 
 
 def combine_bottom_up(spine: Spine, measurements: Sequence[Sequence[GroupAnswers]],
@@ -48,12 +58,7 @@ def combine_bottom_up(spine: Spine, measurements: Sequence[Sequence[GroupAnswers
     answers.
     An unmeasured node (γ = 0, an only child's parent chain) takes its subtree's combination."""
     out = [list(m) for m in measurements]
-    start = 0
-    for l in range(spine.n_levels - 1, -1, -1):
-        rows = max((g.n_rows for g in measurements[l]), default=1)
-        if spine.n_units(l) * rows <= max_entries:
-            start = l
-            break
+    start = bottom_up_start(spine, measurements, max_entries)
     for l in range(start - 1, -1, -1):
         par = spine.parent[l + 1]
         nu, nc = spine.n_units(l), spine.n_units(l + 1)

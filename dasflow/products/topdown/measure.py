@@ -5,6 +5,11 @@ get independent exact noise: discrete Gaussian with ``σ² = Δ₂²/(2·ρ·γ_
 change-one-record neighbours, :func:`dasflow.privacy.accounting.gaussian_sigma2_sq`), or under pure DP the
 two-sided geometric with scale ``Δ₁/(ε γ_u α_i) = 2/(ε γ_u α_i)``. Geounits with γ_u = 0 emit nothing
 (Theorem 3: their y is ∞). Together with the spine's path-sum invariant this is ρ-zCDP (ε-DP) overall.
+
+Segments. Below the state level a key's measured units split by state (:func:`state_segments`, from the public
+spine only), and the key may be drawn one state at a time (only that state's histogram in memory): every unit
+still gets its own independent noise with the parameter of its γ_u, so the segments together are exactly the
+key's planned mechanism on the same query — spec, budget and sensitivity unchanged.
 """
 
 from __future__ import annotations
@@ -80,6 +85,46 @@ def measured_units(spine: Spine, level: int) -> IntArray:
     return np.flatnonzero(spine.gamma_num[level] > 0).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class StateSegments:
+    """The states of a spine as measurement segments: ``codes`` (sorted 2-digit state FIPS), the state level
+    ``top`` and per level the index into ``codes`` of every unit's state (``None`` above the state level). Keys
+    at and above ``top`` are whole; deeper keys are drawn per state."""
+
+    codes: tuple[str, ...]
+    top: int
+    of_unit: tuple[IntArray | None, ...]
+
+    def measured(self, spine: Spine, level: int) -> list[str] | None:
+        """The segments of a key at ``level``: the states with a measured unit there (None: a whole key)."""
+        of = self.of_unit[level]
+        if of is None or level <= self.top:
+            return None
+        present = np.unique(of[measured_units(spine, level)])
+        return [self.codes[int(i)] for i in present] or None
+
+
+def state_segments(spine: Spine) -> StateSegments:
+    """Each unit's state (the first two digits of its blocks' GEOIDs) at the state level and below; InputError if
+    a unit there spans two states (public geography only)."""
+    if "state" not in spine.levels:
+        return StateSegments((), spine.n_levels, (None,) * spine.n_levels)
+    top = spine.levels.index("state")
+    block_state = np.asarray(spine.block_geoid.astype(str).astype("U2"))
+    codes, block_code = np.unique(block_state, return_inverse=True)
+    block_code = block_code.astype(np.int64)
+    of_unit: list[IntArray | None] = [None] * spine.n_levels
+    for l, bu in enumerate(spine.block_unit):
+        if l < top:
+            continue
+        of = np.zeros(spine.n_units(l), dtype=np.int64)
+        of[bu] = block_code
+        if not np.array_equal(of[bu], block_code):
+            raise InputError(f"topdown: a {spine.levels[l]} unit of the spine spans two states")
+        of_unit[l] = of
+    return StateSegments(tuple(str(c) for c in codes), top, tuple(of_unit))
+
+
 def noise_parameter(strategy: Strategy, gamma: Fraction, alpha: Fraction) -> Fraction:
     """σ² (zCDP) or geometric scale (pure DP) through the privacy core's calibrations (S3)."""
     share = strategy.budget * gamma * alpha
@@ -123,9 +168,11 @@ def _fit(out: npt.NDArray[np.integer[Any]], values: IntArray) -> npt.NDArray[np.
 
 
 def measure_group(spine: Spine, strategy: Strategy, level: int, group: QueryGroup, hist: Histogram,
-                  g: Any, *, chunk_cells: int = 8_000_000) -> GroupMeasurement:
-    """Noisy answers of ``group`` at every measured unit of ``level`` (chunked; exact samplers only)."""
-    units = measured_units(spine, level)
+                  g: Any, *, chunk_cells: int = 8_000_000, units: IntArray | None = None) -> GroupMeasurement:
+    """Noisy answers of ``group`` at every measured unit of ``level`` (chunked; exact samplers only), or at the
+    measured units ``units`` only (ascending; one segment of the level, e.g. one state's units: rows of ``hist``
+    at other units are ignored)."""
+    units = measured_units(spine, level) if units is None else units
     schema = strategy.schema
     rows = group.row_index(schema)
     R = group.n_rows(schema)

@@ -3,8 +3,11 @@
 Steps, in order (``dasflow.pipeline.partitions``):
 
 ``combine``
-    one part: the NMFs as per-level query answers, after the bottom-up combination when configured; one
-    table per level and query group down to level a, one per level, query group and level-a subtree below.
+    the NMFs as per-level query answers, after the bottom-up combination when configured: part ``all`` holds
+    one table per level and query group down to level a, and per level-a subtree the tables of the levels the
+    bottom-up pass reads whole (down to its start level, within its memory bound); one part per state (its FIPS)
+    holds the deeper levels' tables of the state's subtrees, read from the state's segments of the keys (the
+    measure stage draws those keys one state at a time), so no part holds a deep level of the nation.
 ``level-0``
     the root (one part).
 ``level-1`` … ``level-a``
@@ -37,13 +40,14 @@ from dasflow.products.topdown.estimate import (
     GroupAnswers,
     Histogram,
     LevelReport,
+    bottom_up_start,
     combine_bottom_up,
     consistency_violations,
     estimate_families,
     estimate_root,
     root_total,
 )
-from dasflow.products.topdown.product import TopDown, estimates_from_histograms
+from dasflow.products.topdown.product import TopDown, estimates_from_histograms, group_answers_of, measurement_key
 from dasflow.products.topdown.spine import Spine
 
 #: The partition level is the shallowest level with at least this many units (or the deepest internal level).
@@ -53,6 +57,9 @@ MIN_PARTS = 8
 #: levels below the partition level (PL 94 strategy, BENCHMARKS.md "Scale-out") makes that ≈ 10 CPU-s a task,
 #: against ≈ 0.3 CPU-s of fixed cost per task (Prefect task run, public inputs, input parts).
 BATCH_BLOCKS = 40_000
+
+#: the combine step's state parts only split stored answers (no solver): this many times ``BATCH_BLOCKS`` a task
+COMBINE_BATCH = 8
 
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
 
@@ -123,6 +130,24 @@ def _answers_from_table(template: GroupAnswers, table: pa.Table) -> GroupAnswers
                         template.detailed)
 
 
+def _subtree_tables(level: int, g: GroupAnswers, owner_of_unit: IntArray, subtrees: IntArray) -> Tables:
+    """One table per level-a subtree in ``subtrees`` of a group's answers at ``level`` (also a subtree without a
+    measured unit: every part of the level's step reads one); rows in unit order."""
+    owner = owner_of_unit[g.units]
+    ordered = bool((owner[1:] >= owner[:-1]).all())  # subtrees are contiguous in unit order
+    out: Tables = {}
+    for s in subtrees:
+        if ordered:
+            i, j = np.searchsorted(owner, [s, s + 1])
+            sel: Any = slice(int(i), int(j))
+        else:
+            sel = owner == s
+        sub = GroupAnswers(g.name, g.row_index, g.n_rows, g.units[sel], np.asarray(g.answers)[sel],
+                           g.variance[sel], g.detailed)
+        out[_answers_name(level, g.name, str(int(s)))] = _answers_table(sub)
+    return out
+
+
 def _hist_table(h: Histogram, status: Mapping[str, int], iterations: int, seconds: float, cpu: float) -> Tables:
     stat = pa.table({"STATUS": pa.array(sorted(status), type=pa.string()),
                      "COUNT": pa.array([status[k] for k in sorted(status)], type=pa.int64())})
@@ -140,16 +165,41 @@ class PartitionedTopDown:
 
     def __init__(self, product: TopDown) -> None:
         self.product = product
+        self._public: Mapping[str, Any] = {}
 
     def _layout(self, public: Mapping[str, Any]) -> tuple[Spine, int, list[IntArray]]:
         sp = self.product.spine(public)
         a = partition_level(sp)
         return sp, a, _ancestors(sp, a)
 
+    def _whole(self, sp: Spine, a: int) -> int:
+        """The deepest level the combine step's ``all`` part holds: level a, or the bottom-up pass's start level
+        when that is deeper (the pass reads it and the levels above whole); deeper levels come per state."""
+        opts = self.product.config.options
+        if not opts.bottom_up:
+            return a
+        return max(a, bottom_up_start(sp, self._templates(), opts.bottom_up_max_entries))
+
+    def _states(self, sp: Spine, a: int) -> tuple[tuple[str, ...], IntArray | None]:
+        """The combine step's state parts (FIPS) and each level-a unit's index among them; none when the levels
+        below the ``all`` part are absent or the spine has no states."""
+        segs = self.product.segmentation(sp)
+        of_a = segs.of_unit[a] if a < len(segs.of_unit) else None
+        if of_a is None or not segs.codes or self._whole(sp, a) >= sp.n_levels - 1:
+            return (), None
+        return segs.codes, of_a
+
     def post_steps(self, public: Mapping[str, Any]) -> list[PostStep]:
         sp, a, anc = self._layout(public)
-        steps = [PostStep("combine", ("all",)), PostStep("level-0", ("root",))]
         blocks = np.bincount(anc[-1], minlength=sp.n_units(a))  # a subtree's work grows with its blocks
+        codes, of_a = self._states(sp, a)
+        if of_a is None:
+            steps = [PostStep("combine", ("all",))]
+        else:
+            per_state = np.bincount(of_a, weights=blocks, minlength=len(codes))
+            steps = [PostStep("combine", ("all", *codes), weights=(float(per_state.max()), *per_state.tolist()),
+                              batch_weight=BATCH_BLOCKS * COMBINE_BATCH)]
+        steps.append(PostStep("level-0", ("root",)))
         for l in range(1, sp.n_levels):
             if l <= a:
                 steps.append(PostStep(f"level-{l}", ("all",)))
@@ -175,40 +225,72 @@ class PartitionedTopDown:
         subtree only — its own tables, so a part never reads or filters another part's answers."""
         templates = self._templates()[level]
         names = [_answers_name(level, t.name, part) for t in templates]
-        tables = source.part("combine", "all", names)
+        where = "all"
+        if part is not None:
+            sp = self.product.spine(self._public)
+            a = partition_level(sp)
+            codes, of_a = self._states(sp, a)
+            if of_a is not None and level > self._whole(sp, a):
+                where = codes[int(of_a[int(part)])]
+        tables = source.part("combine", where, names)
         return [_answers_from_table(t, tables[n]) for t, n in zip(templates, names, strict=True)]
 
-    def _combined_tables(self, sp: Spine, a: int, anc: list[IntArray],
-                         groups: Sequence[Sequence[GroupAnswers]]) -> Tables:
-        """The combine step's output: levels up to a whole, deeper levels one table per level-a subtree (every
-        part of the level's step, also a subtree without a measured unit)."""
+    def _combine_all(self, sp: Spine, a: int, anc: list[IntArray], source: PartSource) -> Tables:
+        """The combine step's ``all`` part: the levels down to :meth:`_whole`, read whole (after the bottom-up
+        pass when configured); levels up to a as one table per group, deeper ones per level-a subtree."""
+        st = self.product.config.strategy
+        opts = self.product.config.options
+        whole = self._whole(sp, a)
+        keys = [measurement_key(st.levels[l], g.name) for l in range(whole + 1) for g in st.per_level[l].groups]
+        loaded = source.measurements(keys)
+        groups = [[group_answers_of(st, g, loaded[measurement_key(st.levels[l], g.name)].table)
+                   for g in st.per_level[l].groups] if l <= whole else t
+                  for l, t in enumerate(self._templates())]
+        del loaded
+        if opts.bottom_up:
+            groups = combine_bottom_up(sp, groups, opts.bottom_up_max_entries)
         out: Tables = {}
-        for l, level in enumerate(groups):
-            for g in level:
+        for l in range(whole + 1):
+            for g in groups[l]:
                 if l <= a:
                     out[_answers_name(l, g.name, None)] = _answers_table(g)
+                else:
+                    out.update(_subtree_tables(l, g, anc[l], np.unique(anc[l])))
+        return out
+
+    def _combine_state(self, sp: Spine, a: int, anc: list[IntArray], source: PartSource, state: str) -> Tables:
+        """The combine step's part of one state: the levels below :meth:`_whole`, one table per level, group and
+        level-a subtree of the state, from the state's segment of each key only (raw answers: the bottom-up pass
+        does not reach these levels)."""
+        st = self.product.config.strategy
+        codes, of_a = self._states(sp, a)
+        assert of_a is not None
+        code = codes.index(state)
+        out: Tables = {}
+        for l in range(self._whole(sp, a) + 1, sp.n_levels):
+            subtrees = np.unique(anc[l])
+            subtrees = subtrees[of_a[subtrees] == code]
+            for g, template in zip(st.per_level[l].groups, self._templates()[l], strict=True):
+                key = measurement_key(st.levels[l], g.name)
+                segments = source.measurement_segments(key)
+                if segments is None:  # a key drawn whole (no measured unit below the state level)
+                    table = source.measurements([key])[key].table
+                elif state in segments:
+                    table = source.measurement_segment(key, state).table
+                else:  # no measured unit of this state at the level
+                    out.update(_subtree_tables(l, template, anc[l], subtrees))
                     continue
-                owner = anc[l][g.units]
-                ordered = bool((owner[1:] >= owner[:-1]).all())  # subtrees are contiguous in unit order
-                for s in np.unique(anc[l]):
-                    if ordered:
-                        i, j = np.searchsorted(owner, [s, s + 1])
-                        sel: Any = slice(int(i), int(j))
-                    else:
-                        sel = owner == s
-                    sub = GroupAnswers(g.name, g.row_index, g.n_rows, g.units[sel], np.asarray(g.answers)[sel],
-                                       g.variance[sel], g.detailed)
-                    out[_answers_name(l, g.name, str(int(s)))] = _answers_table(sub)
+                out.update(_subtree_tables(l, group_answers_of(st, g, table), anc[l], subtrees))
         return out
 
     def post_part(self, step: str, part: str, source: PartSource, public: Mapping[str, Any]) -> Tables:
         sp, a, anc = self._layout(public)
         opts = self.product.config.options
+        self._public = public
         if step == "combine":
-            groups = self.product.group_answers(source.measurements())
-            if opts.bottom_up:
-                groups = combine_bottom_up(sp, groups, opts.bottom_up_max_entries)
-            return self._combined_tables(sp, a, anc, groups)
+            if part == "all":
+                return self._combine_all(sp, a, anc, source)
+            return self._combine_state(sp, a, anc, source, part)
         level = int(step.removeprefix("level-"))
         t0, c0 = time.perf_counter(), time.process_time()
         constraints = self._constraints(public, level)

@@ -21,13 +21,17 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from dasflow.errors import InputError
+from dasflow.errors import InputError, IntegrityError
 from dasflow.io.files import input_prefix, read_parquet_records
 from dasflow.io.store import ObjectStore, StoreError
 from dasflow.privacy import accounting
@@ -53,6 +57,8 @@ from dasflow.products.topdown.strategy import (
 )
 
 PERSON_GEO = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK")
+#: a state folder of the per-state input layout (``{prefix}{SS}/part-*.parquet``)
+STATE_FOLDER = re.compile(r"[0-9]{2}")
 KNOWN_KEYS = {"preset", "fanout_cutoff", "budget", "privacy_defn", "beta", "strategy", "total_invariant",
               "invariants", "structural_zeros"}
 
@@ -151,11 +157,65 @@ class TopDownPlugin(ProductPlugin[TopDownConfig]):
                                  config: TopDownConfig) -> dict[str, Any]:
         prefix = input_prefix(inputs, "topdown", "confidential/topdown/")
         names = list(config.strategy.schema.names)
-        frame = read_parquet_records(store, prefix, [*PERSON_GEO, *names], "person files").to_pandas()
-        geoid = (frame["TABBLKST"].astype(str).str.zfill(2) + frame["TABBLKCOU"].astype(str).str.zfill(3)
-                 + frame["TABTRACTCE"].astype(str).str.zfill(6) + frame["TABBLK"].astype(str).str.zfill(4))
-        persons = pd.DataFrame({"GEOID": geoid, **{n: frame[n].to_numpy() for n in names}})
-        return {"persons": persons, "persons_source": prefix}
+        frame = read_parquet_records(store, prefix, [*PERSON_GEO, *names], "person files")
+        return {"persons": _persons(frame, names), "persons_source": prefix}
+
+    # ------------------------------------------------------------------------ preprocessing partitions
+    def partitions(self, store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any],
+                   config: TopDownConfig) -> list[str] | None:
+        """The input's state folders (``{SS}/part-*.parquet``, the synthetic census's ``topdown`` layout), or
+        None when every person file lies directly under the prefix (one national pass).
+
+        Exactness: ``prepare`` tabulates each person into its block's cell and sums up the spine; a state's
+        folder holds exactly the persons of its blocks (:meth:`partition_inputs` refuses any other), so each
+        level's histogram is the sum of the states' histograms — disjoint units below the state level, sums of
+        per-state rows at and above it (:meth:`combine_prepared`). Same function of the data, same
+        sensitivities."""
+        prefix = input_prefix(inputs, "topdown", "confidential/topdown/")
+        folders = _state_folders(store, prefix)
+        return None if folders is None else sorted(folders)
+
+    def partition_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: TopDownConfig,
+                         partition: str) -> dict[str, Any]:
+        """One state folder's persons; ``InputError`` naming the file, row and column for a person whose
+        TABBLKST is not the folder's state (its block would be tabulated in another state's partition)."""
+        prefix = input_prefix(inputs, "topdown", "confidential/topdown/")
+        folders = _state_folders(store, prefix) or {}
+        names = list(config.strategy.schema.names)
+        tables = []
+        for key in folders.get(partition, []):
+            table = pq.read_table(io.BytesIO(store.get(key)))
+            missing = [c for c in (*PERSON_GEO, *names) if c not in table.column_names]
+            if missing:
+                raise InputError(f"missing column(s) {', '.join(missing)}", file=key, column=missing[0])
+            state = table.column("TABBLKST").cast(pa.string()).to_numpy(zero_copy_only=False)
+            wrong = np.flatnonzero(np.char.zfill(state.astype(str), 2) != partition)
+            if wrong.size:
+                raise InputError(f"person's TABBLKST is not the state {partition} of its folder", file=key,
+                                 row=int(wrong[0]) + 1, column="TABBLKST")
+            tables.append(table.select([*PERSON_GEO, *names]))
+        if not tables:
+            raise InputError(f"no person files in state folder {partition}", file=f"{prefix}{partition}/")
+        return {"persons": _persons(pa.concat_tables(tables), names), "persons_source": f"{prefix}{partition}/"}
+
+    def combine_prepared(self, name: str, parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
+        """One level's histogram (UNIT, CELL, COUNT; sorted by unit and cell, counts ≥ 1) of the nation from the
+        states' histograms: rows of the same (UNIT, CELL) summed exactly — below the state level the states'
+        units are disjoint and the rows are the states' rows in order; at and above it the few national and
+        state rows are sums of per-state partial counts. Equal to ``prepare`` on all persons."""
+        if not parts:
+            raise IntegrityError(f"prepared {name!r}: no partition holds it")
+        if any(list(p.columns) != ["UNIT", "CELL", "COUNT"] for p in parts):
+            raise IntegrityError(f"prepared {name!r}: a partition is not a UNIT, CELL, COUNT histogram")
+        unit, cell, count = (np.concatenate([p[c].to_numpy(np.int64) for p in parts]) for c in ("UNIT", "CELL",
+                                                                                                 "COUNT"))
+        order = np.lexsort((cell, unit))
+        unit, cell, count = unit[order], cell[order], count[order]
+        first = np.ones(unit.size, dtype=bool)
+        first[1:] = (unit[1:] != unit[:-1]) | (cell[1:] != cell[:-1])
+        at = np.flatnonzero(first)
+        total = np.add.reduceat(count, at) if at.size else count
+        return pd.DataFrame({"UNIT": unit[at], "CELL": cell[at], "COUNT": total.astype(np.int64)})
 
     def validate(self, confidential: Mapping[str, Any], public: Mapping[str, Any],
                       config: TopDownConfig) -> dict[str, Any]:
@@ -214,6 +274,33 @@ class TopDownPlugin(ProductPlugin[TopDownConfig]):
         """Post-processing in parts (root, then per state / partition unit and level): the Dask scale-out."""
         assert isinstance(product, TopDown)
         return PartitionedTopDown(product)
+
+
+def _persons(frame: pa.Table, names: Sequence[str]) -> pd.DataFrame:
+    """Person records as ``prepare`` reads them: the block GEOID and the schema attributes."""
+    geo = {c: frame.column(c).to_pandas().astype(str) for c in PERSON_GEO}
+    geoid = (geo["TABBLKST"].str.zfill(2) + geo["TABBLKCOU"].str.zfill(3) + geo["TABTRACTCE"].str.zfill(6)
+             + geo["TABBLK"].str.zfill(4))
+    return pd.DataFrame({"GEOID": geoid, **{n: frame.column(n).to_numpy() for n in names}})
+
+
+def _state_folders(store: ObjectStore, prefix: str) -> dict[str, list[str]] | None:
+    """The person files under ``prefix`` by state folder (``{SS}/…parquet``, keys in order), or None when they
+    all lie directly under it; ``InputError`` for a mixed layout or a folder that is not a 2-digit state."""
+    keys = sorted(k for k in store.list(prefix) if k.endswith(".parquet"))
+    flat = [k for k in keys if "/" not in k[len(prefix):]]
+    if not keys or len(flat) == len(keys):
+        return None
+    if flat:
+        raise InputError("person files both directly under the prefix and in state folders: one layout only",
+                         file=flat[0])
+    folders: dict[str, list[str]] = {}
+    for key in keys:
+        folder = key[len(prefix):].split("/", 1)[0]
+        if not STATE_FOLDER.fullmatch(folder):
+            raise InputError(f"person files lie in folder {folder!r}, not a 2-digit state FIPS folder", file=key)
+        folders.setdefault(folder, []).append(key)
+    return folders
 
 
 PLUGIN = TopDownPlugin()

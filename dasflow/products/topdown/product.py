@@ -49,15 +49,18 @@ from dasflow.products.topdown.invariants import (
     structural_cell_codes,
 )
 from dasflow.products.topdown.measure import (
+    GroupMeasurement,
+    StateSegments,
     block_histogram,
     level_histograms,
     measure_group,
     measured_units,
     noise_parameter,
     noise_variance,
+    state_segments,
 )
 from dasflow.products.topdown.spine import Spine, SpineConfig, build_spine
-from dasflow.products.topdown.strategy import CHANGE_ONE_SENSITIVITY, Strategy
+from dasflow.products.topdown.strategy import CHANGE_ONE_SENSITIVITY, QueryGroup, Strategy
 
 IntArray = npt.NDArray[np.int64]
 
@@ -134,6 +137,7 @@ class TopDown:
         self._spines: dict[str, Spine] = {}
         self._masks: dict[tuple[str, int], tuple[pd.DataFrame, IntArray]] = {}
         self._by_blocks: dict[int, tuple[pd.DataFrame, SpineConfig, Spine]] = {}
+        self._segments: dict[str, StateSegments] = {}
 
     # -- public helpers ----------------------------------------------------------------------------------
     def spine(self, public: Mapping[str, Any], config: TopDownConfig | None = None) -> Spine:
@@ -208,13 +212,7 @@ class TopDown:
                 key = _key(level, g.name)
                 if key not in measurements:
                     raise InputError(f"topdown: measurement {key} missing")
-                t = measurements[key].table
-                units = t["UNIT"].to_numpy(np.int64)
-                answers = (np.stack(t[NOISY_COLUMN].to_list()) if len(t)
-                           else np.zeros((0, g.n_rows(st.schema)), dtype=np.int64))
-                groups.append(GroupAnswers(g.name, g.row_index(st.schema), g.n_rows(st.schema), units,
-                                           answers, np.array([float(v) for v in t[VARIANCE_COLUMN]]),
-                                           set(g.keep) == set(st.schema.names)))
+                groups.append(group_answers_of(st, g, measurements[key].table))
             per_level.append(groups)
         return per_level
 
@@ -264,16 +262,60 @@ class TopDown:
     def measure(self, prepared: Prepared, spec: MeasurementSpec, rng: Any) -> NoisyMeasurement:
         """Noise for one planned key (exact samplers; generator spawned from the key)."""
         sp = self._spine_for(spec)
-        st = self.config.strategy
         l = int(spec.detail["level_index"])
-        group = next(g for g in st.per_level[l].groups if g.name == spec.detail["query_group"])
         df = prepared[f"hist/{spec.level}"]
         hist = Histogram(df["UNIT"].to_numpy(np.int64), df["CELL"].to_numpy(np.int64),
                          df["COUNT"].to_numpy(np.int64))
         g = rng.spawn(spec.key)
-        gm = measure_group(sp, st, l, group, hist, g)
+        return self._measurement(sp, spec, measure_group(sp, self.config.strategy, l, self._group(spec), hist, g), g)
+
+    def segments(self, spec: MeasurementSpec) -> list[str] | None:
+        """The segments a key may be drawn in (public, from the spine): below the state level the states with a
+        measured unit at the key's level, as 2-digit FIPS codes — the ids of the preprocessing partitions of a
+        per-state input; None for the keys at and above the state level (drawn whole)."""
+        sp = self._spine_for(spec)
+        return self.segmentation(sp).measured(sp, int(spec.detail["level_index"]))
+
+    def measure_segment(self, prepared: Mapping[str, pd.DataFrame], spec: MeasurementSpec, segment: str,
+                        rng: Any) -> NoisyMeasurement:
+        """The key's noisy answers at the measured units of one state (``segment``, of :meth:`segments`), from
+        ``prepared`` holding that state's ``hist/<level>`` (its partition's frames; rows of other states are
+        ignored, a state without persons may have none). Generator spawned from the key, then the segment, so the
+        noise does not depend on which segments are drawn when or where. Privacy: each unit's answers get the
+        noise of its γ_u exactly as in :meth:`measure`; the segments are disjoint units of the one planned key."""
+        sp = self._spine_for(spec)
+        l = int(spec.detail["level_index"])
+        segs = self.segmentation(sp)
+        of = segs.of_unit[l]
+        if of is None or l <= segs.top or segment not in segs.codes:
+            raise InputError(f"topdown: {spec.key} has no segment {segment!r}")
+        code = segs.codes.index(segment)
+        units = measured_units(sp, l)
+        units = units[of[units] == code]
+        name = f"hist/{spec.level}"
+        if name in prepared:
+            df = prepared[name]
+            hist = Histogram(df["UNIT"].to_numpy(np.int64), df["CELL"].to_numpy(np.int64),
+                             df["COUNT"].to_numpy(np.int64))
+        else:
+            hist = Histogram(*(np.zeros(0, dtype=np.int64) for _ in range(3)))
+        g = rng.spawn(spec.key).spawn(f"segment/{segment}")
+        gm = measure_group(sp, self.config.strategy, l, self._group(spec), hist, g, units=units)
+        return self._measurement(sp, spec, gm, g)
+
+    def segmentation(self, sp: Spine) -> StateSegments:
+        """The spine's states as measurement segments (public; built once per spine)."""
+        if sp.input_hash not in self._segments:
+            self._segments[sp.input_hash] = state_segments(sp)
+        return self._segments[sp.input_hash]
+
+    def _group(self, spec: MeasurementSpec) -> QueryGroup:
+        l = int(spec.detail["level_index"])
+        return next(g for g in self.config.strategy.per_level[l].groups if g.name == spec.detail["query_group"])
+
+    def _measurement(self, sp: Spine, spec: MeasurementSpec, gm: GroupMeasurement, g: Any) -> NoisyMeasurement:
         table = pd.DataFrame({
-            "GEOUNIT": sp.labels[l][gm.units], "UNIT": gm.units,
+            "GEOUNIT": sp.labels[gm.level][gm.units], "UNIT": gm.units,
             NOISY_COLUMN: list(gm.answers), VARIANCE_COLUMN: list(gm.variance),
             MECHANISM_COLUMN: spec.mechanism,
         })
@@ -323,6 +365,20 @@ class TopDown:
         if len(self._spines) == 1:
             return next(iter(self._spines.values()))
         raise InputError("topdown: measure() needs the spine of the plan; call plan() with the same product")
+
+
+def measurement_key(level: str, group: str) -> str:
+    """The plan key of a (level, query group): ``topdown/<level>/<group>``."""
+    return _key(level, group)
+
+
+def group_answers_of(st: Strategy, g: QueryGroup, table: pd.DataFrame) -> GroupAnswers:
+    """One query group's NMF table (all of a key, or one segment of it) as the estimator's answers."""
+    units = table["UNIT"].to_numpy(np.int64)
+    answers = (np.stack(table[NOISY_COLUMN].to_list()) if len(table)
+               else np.zeros((0, g.n_rows(st.schema)), dtype=np.int64))
+    return GroupAnswers(g.name, g.row_index(st.schema), g.n_rows(st.schema), units, answers,
+                        np.array([float(v) for v in table[VARIANCE_COLUMN]]), set(g.keep) == set(st.schema.names))
 
 
 def invariant_listing(sp: Spine, total: int | None, cons: Constraints | None) -> pd.DataFrame:

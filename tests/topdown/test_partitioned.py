@@ -1,0 +1,146 @@
+"""TopDown's confidential side per state (issue #20): per-state preprocessing equals the national pass, keys
+below the state level are drawn one state at a time into segmented NMFs, and the release is byte-stable across a
+crash between segments and across the input layout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dasflow.config import parse_release_config
+from dasflow.errors import InputError
+from dasflow.io.store import LocalStore
+from dasflow.pipeline import stages
+from dasflow.pipeline.inputs import mark_synthetic
+from dasflow.pipeline.run import freeze_config, open_run
+from dasflow.release.stage import release_stage
+from tests.dag.helpers import release_files, topdown_release
+
+REPO = Path(__file__).resolve().parents[2]
+PERSONS = "confidential/synth/topdown/persons/"
+
+
+def _run_all(raw: dict[str, Any], store: LocalStore) -> None:
+    ctx = freeze_config(parse_release_config(raw), store)
+    stages.validate_stage(ctx, "topdown")
+    stages.plan_stage(ctx)
+    stages.preprocess_stage(ctx, "topdown")
+    stages.measure_stage(ctx, "topdown")
+    stages.postprocess_stage(ctx, "topdown")
+    release_stage(ctx)
+
+
+def test_per_state_preprocessing_equals_the_national_pass(tmp_path: Path) -> None:
+    raw = topdown_release(tmp_path, "p", persons=3000)
+    ctx = freeze_config(parse_release_config(raw), LocalStore(tmp_path / "store"))
+    plugin, cfg = ctx.plugin("topdown"), ctx.product_config("topdown")
+    product = plugin.product(cfg)
+    public = plugin.public_inputs(ctx.store, ctx.config.inputs, cfg)
+    parts = plugin.partitions(ctx.store, ctx.config.inputs, public, cfg)
+    assert parts == ["10", "11", "44"]
+    national = product.prepare(plugin.confidential_inputs(ctx.store, ctx.config.inputs, cfg), public)
+    per_state = {p: product.prepare(plugin.partition_inputs(ctx.store, ctx.config.inputs, cfg, p), public)
+                 for p in parts}
+    sp = product.spine(public)
+    segs = product.segmentation(sp)
+    for l, level in enumerate(sp.levels):
+        name = f"hist/{level}"
+        combined = plugin.combine_prepared(name, [per_state[p][name] for p in parts])
+        pd.testing.assert_frame_equal(combined, national[name])
+        if l > segs.top:  # below the state level a partition holds only its own state's units
+            for p in parts:
+                of = segs.of_unit[l]
+                assert of is not None
+                assert {segs.codes[int(c)] for c in of[per_state[p][name]["UNIT"].to_numpy()]} == {p}
+    assert len(national["hist/US"]) < sum(len(per_state[p]["hist/US"]) for p in parts)  # really summed
+
+
+def test_a_person_in_another_states_folder_is_refused_and_layouts_are_checked(tmp_path: Path) -> None:
+    raw = topdown_release(tmp_path, "p", persons=2000)
+    store = LocalStore(tmp_path / "store")
+    ctx = freeze_config(parse_release_config(raw), store)
+    plugin, cfg = ctx.plugin("topdown"), ctx.product_config("topdown")
+    public = plugin.public_inputs(store, ctx.config.inputs, cfg)
+    moved = sorted(k for k in store.list(PERSONS + "44/") if k.endswith(".parquet"))[0]
+    store.put(PERSONS + "10/part-99999.parquet", store.get(moved))
+    with pytest.raises(InputError) as err:
+        plugin.partition_inputs(store, ctx.config.inputs, cfg, "10")
+    assert err.value.column == "TABBLKST" and err.value.row == 1 and "10/part-99999.parquet" in str(err.value.file)
+    store.delete(PERSONS + "10/part-99999.parquet")
+    store.put(PERSONS + "loose.parquet", store.get(moved))
+    with pytest.raises(InputError, match="one layout only"):
+        plugin.partitions(store, ctx.config.inputs, public, cfg)
+    store.delete(PERSONS + "loose.parquet")
+    store.put(PERSONS + "XX/part-00000.parquet", store.get(moved))
+    with pytest.raises(InputError, match="2-digit state"):
+        plugin.partitions(store, ctx.config.inputs, public, cfg)
+
+
+def _flat_layout(tmp: Path) -> dict[str, Any]:
+    """The same persons as one file directly under a prefix (the national layout: no partitions)."""
+    raw = topdown_release(tmp, "r1", persons=3000)
+    store = LocalStore(tmp / "store")
+    keys = sorted(k for k in store.list(PERSONS) if k.endswith(".parquet"))
+    table = pa.concat_tables([pq.read_table(store.local_path(k)) for k in keys])
+    target = store.local_path("confidential/flat/topdown/persons.parquet")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, target)
+    mark_synthetic(store, "confidential/flat/", generator_note="tests.topdown.test_partitioned: one national file")
+    raw["inputs"] = {**raw["inputs"], "topdown": "confidential/flat/topdown/"}
+    return raw
+
+
+def test_segmented_release_is_byte_stable_across_a_crash_between_segments_and_the_layout(tmp_path: Path) -> None:
+    clean = topdown_release(tmp_path / "clean", "r1", persons=3000)
+    _run_all(clean, LocalStore(tmp_path / "clean/store"))
+    ctx = open_run("r1", str(tmp_path / "clean/store"))
+    record = stages.manifest_if_current(ctx, "preprocess", "topdown", stages.input_hashes(ctx))
+    assert record is not None and record["partitions"] == ["10", "11", "44"]
+    segmented = {}
+    for spec in stages.product_specs(ctx, "topdown"):
+        commit = ctx.ledger.committed(spec.key)
+        assert commit is not None
+        segs = ctx.ledger.segments(spec, commit)
+        segmented[spec.key] = None if segs is None else [s.segment for s in segs]
+    assert any(v == ["10", "11", "44"] for v in segmented.values()), segmented
+    assert all(v is None for k, v in segmented.items() if k.split("/")[1] in ("US", "state"))
+
+    # a process killed right after its first segment reached storage, then resumed in another process
+    crash = topdown_release(tmp_path / "crash", "r1", persons=3000)
+    (tmp_path / "release.json").write_text(json.dumps(crash))
+    script = ("import json, sys\nfrom dasflow.io.store import LocalStore\n"
+              "from tests.topdown.test_partitioned import _run_all\n"
+              f"_run_all(json.loads(open({str(tmp_path / 'release.json')!r}).read()), "
+              f"LocalStore({str(tmp_path / 'crash/store')!r}))\n")
+    env = {**os.environ, "DASFLOW_TEST_MODE": "1", "DASFLOW_FAULT_AT": "measure:after-segment:topdown/*",
+           "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, timeout=600)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    measured = tmp_path / "crash/store/runs/r1/measurements"
+    first = [p for p in measured.rglob("seg=*.parquet")]
+    assert len(first) == 1  # exactly one segment stored, its key not indexed nor committed
+    before = first[0].read_bytes()
+    key = first[0].parent.relative_to(measured).as_posix()
+    assert not (measured / f"{key}.parquet").exists()
+    _run_all(crash, LocalStore(tmp_path / "crash/store"))
+    assert first[0].read_bytes() == before  # reused, never redrawn
+    assert release_files(tmp_path / "crash/store", "r1") == release_files(tmp_path / "clean/store", "r1")
+
+    # the national single-file layout: no partitions, the same segments drawn from the national histograms
+    flat = _flat_layout(tmp_path / "flat")
+    _run_all(flat, LocalStore(tmp_path / "flat/store"))
+    fctx = open_run("r1", str(tmp_path / "flat/store"))
+    frecord = stages.manifest_if_current(fctx, "preprocess", "topdown", stages.input_hashes(fctx))
+    assert frecord is not None and "partitions" not in frecord
+    tables = {k: v for k, v in release_files(tmp_path / "clean/store", "r1").items() if k.startswith("topdown/")
+              and k.endswith(".csv")}
+    assert tables and {k: release_files(tmp_path / "flat/store", "r1")[k] for k in tables} == tables
