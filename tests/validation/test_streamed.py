@@ -236,3 +236,61 @@ def test_safetab_split_input_one_gx_run_gives_the_per_file_report(tmp_path: Path
     assert r.error is not None and (r.error.file, r.error.row, r.error.column) == \
         ("person-records/01.txt", 6, "TABBLK")
     _same(whole, r)
+
+
+def _topdown(tmp: Path) -> tuple[LocalStore, dict[str, Any]]:
+    from tests.dag.helpers import topdown_release
+
+    raw = topdown_release(tmp, "td", states=["10"], persons=1500, synth_seed=4)
+    return LocalStore(tmp / "store"), raw
+
+
+def _topdown_results(store: LocalStore, raw: dict[str, Any], chunk_rows: int) -> tuple[Any, ValidationResult]:
+    plugin = get_plugin("topdown")
+    text = next(p["config_text"] for p in raw["products"] if p["name"] == "topdown")
+    cfg = plugin.load_config(text, "US")
+    inputs = raw["inputs"]
+    pub = plugin.public_inputs(store, inputs, cfg)
+    try:
+        whole: Any = run_product_suite(plugin, plugin.confidential_inputs(store, inputs, cfg), pub, cfg)
+    except InputError as exc:
+        whole = exc
+    return whole, run_streamed_suite(plugin, store, inputs, pub, cfg, chunk_rows)
+
+
+def _rewrite_person_file(store: LocalStore, edit: Any) -> None:
+    import io
+
+    key = next(k for k in store.list("confidential/synth/topdown/persons/") if k.endswith(".parquet"))
+    frame = pd.read_parquet(io.BytesIO(store.get(key)))
+    edit(frame)
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False)
+    store.put(key, buf.getvalue())
+
+
+def test_topdown_streamed_equals_whole_input(tmp_path: Path) -> None:
+    """TopDown persons in Parquet batches: valid input, a block outside the GRF-C in a batch's last row, an
+    attribute code out of range: same verdict, JSON result and HTML page, errors at the concatenated input's row."""
+    store, raw = _topdown(tmp_path)
+    for chunk_rows in (7, 10**6):
+        whole, streamed = _topdown_results(store, raw, chunk_rows)
+        assert streamed.success
+        _same(whole, streamed)
+
+    def block(frame: pd.DataFrame) -> None:
+        frame.loc[13, "TABBLK"] = 9999 if frame["TABBLK"].dtype.kind in "iu" else "9999"  # last row of chunk 2
+
+    _rewrite_person_file(store, block)
+    whole, streamed = _topdown_results(store, raw, 7)
+    assert streamed.error is not None and (streamed.error.row, streamed.error.column) == (15, "GEOID")
+    _same(whole, streamed)
+
+    def code(frame: pd.DataFrame) -> None:
+        frame.loc[13, "TABBLK"] = frame.loc[12, "TABBLK"]
+        frame.loc[20, "CENRACE"] = 63
+
+    _rewrite_person_file(store, code)
+    whole, streamed = _topdown_results(store, raw, 7)
+    assert streamed.error is not None and (streamed.error.row, streamed.error.column) == (22, "CENRACE")
+    _same(whole, streamed)

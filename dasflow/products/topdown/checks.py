@@ -9,20 +9,24 @@ with a count of the confidential records and report only whether they agree. The
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
+from dasflow.errors import InputError
 from dasflow.io.files import input_prefix, local_file
 from dasflow.io.store import ObjectStore
 from dasflow.products.plugin import InputChecks
 from dasflow.products.topdown.invariants import STRUCTURAL_ATTRIBUTE
+from dasflow.products.topdown.measure import block_histogram
 from dasflow.products.topdown.product import TopDown, TopDownConfig
 from dasflow.validation.gx import Check
 from dasflow.validation.preflight import check_delimited, check_parquet_files
 from dasflow.validation.products import InputSuite, fact, first_dup_mask, not_in, scalar_fact
+from dasflow.validation.stream import Chunk, RowFact, StreamedSuite, table_chunks
 
 #: the GRF-C columns the block GEOID is built from (the production file carries more)
 GRFC_KEY_COLUMNS = ["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"]
@@ -102,3 +106,131 @@ def input_checks(confidential: Mapping[str, Any], public: Mapping[str, Any], con
     return InputChecks(suites=[InputSuite("topdown.persons", source, cols, checks)], facts=facts,
                        summary=summary, own=own)
 
+
+
+#: the person files' block columns (the GEOID is built from them, zero-padded, as the plugin's reader does)
+PERSON_GEO = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK")
+
+
+def _public_blocks(public: Mapping[str, Any]) -> np.ndarray:
+    if "spine" in public:
+        return np.asarray(public["spine"].block_geoid).astype(str)
+    if "GEOID" in public["blocks"].columns:
+        return np.asarray(public["blocks"]["GEOID"].astype(str).to_numpy())
+    b = public["blocks"]
+    return np.asarray((b["TABBLKST"].astype(str) + b["TABBLKCOU"].astype(str) + b["TABTRACTCE"].astype(str)
+                       + b["TABBLK"].astype(str)).to_numpy())
+
+
+def _person_chunks(store: ObjectStore, prefix: str, names: list[str], chunk_rows: int) -> Iterator[Chunk]:
+    """Every person Parquet file under ``prefix`` (in store order, as the plugin's reader concatenates them) in
+    batches of at most ``chunk_rows`` rows, as GEOID + the schema's attributes; rows numbered in the
+    concatenation (the reader's numbering), every chunk labelled ``prefix``."""
+    keys = [k for k in store.list(prefix) if k.endswith(".parquet")]
+    if not keys:
+        raise InputError("no person files", file=prefix)
+    offset = 0
+    for key in keys:
+        f = pq.ParquetFile(local_file(store, key))
+        missing = [c for c in [*PERSON_GEO, *names] if c not in f.schema_arrow.names]
+        if missing:
+            raise InputError(f"missing column(s) {', '.join(missing)}", file=key, column=missing[0])
+        batches = f.iter_batches(batch_size=chunk_rows, columns=[*PERSON_GEO, *names])
+        for chunk in table_chunks(prefix, batches, chunk_rows):
+            frame = pd.DataFrame({c: np.asarray(v) for c, v in chunk.columns.items()})
+            geoid = (frame["TABBLKST"].astype(str).str.zfill(2) + frame["TABBLKCOU"].astype(str).str.zfill(3)
+                     + frame["TABTRACTCE"].astype(str).str.zfill(6) + frame["TABBLK"].astype(str).str.zfill(4))
+            yield Chunk(prefix, offset, {"GEOID": geoid, **{n: frame[n] for n in names}})
+            offset += len(frame)
+
+
+def _shifted(check: Callable[[], object], offset: int) -> None:
+    """``check()``, its ``InputError`` moved to the input's own row (``offset`` rows before the chunk)."""
+    try:
+        check()
+    except InputError as exc:
+        if exc.row is None or exc.row <= 1 or offset == 0:
+            raise
+        text = str(exc)
+        message = text.split(": ", 1)[1] if ": " in text else text
+        raise InputError(message, file=exc.file, row=exc.row + offset, column=exc.column) from None
+
+
+def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any], config: TopDownConfig,
+                  chunk_rows: int) -> InputChecks:
+    """:func:`input_checks` in one pass over the person Parquet files in batches of at most ``chunk_rows`` rows:
+    per batch the suite's domain, the block and structural-zero facts, the per-state counts and the product's
+    own block tabulation checks (``block_histogram``: blocks, codes, structural zeros; rows of the concatenated
+    input as before). Kept between batches: counts and the (public-sized) GEOID domain only. Own check: the
+    first error of the first batch holding one."""
+    prefix = input_prefix(inputs, "topdown", "confidential/topdown/")
+    schema = config.strategy.schema
+    names = list(schema.names)
+    blocks = _public_blocks(public)
+    lookup = pd.Index(pd.unique(blocks))
+    checks = [Check("ExpectTableColumnsToMatchSet", {"column_set": ["GEOID", *schema.names], "exact_match": False}),
+              Check("ExpectColumnValuesToNotBeNull", {"column": "GEOID"}),
+              Check("ExpectColumnValuesToMatchRegex", {"column": "GEOID", "regex": r"^[0-9]{15}$"})]
+    checks += [Check("ExpectColumnValuesToBeBetween", {"column": a, "min_value": 0, "max_value": int(d) - 1})
+               for a, d in schema.attributes]
+    suite = StreamedSuite("topdown.persons", checks)
+    part = suite.part(prefix, lambda: _person_chunks(store, prefix, names, chunk_rows))
+    in_geo = RowFact("person block in the block geography", prefix, "GEOID")
+    product = TopDown(config)
+    zeros = public.get("block_facts") is not None and getattr(config, "uses_structural_zeros", False) \
+        and STRUCTURAL_ATTRIBUTE in names
+    bm = product.block_mask(public) if zeros else None
+    sp = product.spine(public)
+    sg_order = np.argsort(sp.block_geoid.astype(str))
+    sg = sp.block_geoid.astype(str)[sg_order]
+    structural = RowFact("person in a cell its block's public facts allow (no structural zero)", prefix,
+                         STRUCTURAL_ATTRIBUTE)
+    states: dict[str, int] = {}
+    rows = 0
+    own_error: list[InputError] = []
+    for chunk in part.source():
+        persons = pd.DataFrame(dict(chunk.columns))
+        geoid = persons["GEOID"].astype(str).to_numpy()
+        part.add(chunk)
+        in_geo.add(lookup.get_indexer(geoid) < 0, chunk)
+        if bm is not None and len(persons) and sg.size:
+            pos = np.minimum(np.searchsorted(sg, geoid), sg.size - 1)
+            known = sg[pos] == geoid
+            code = pd.to_numeric(persons[STRUCTURAL_ATTRIBUTE], errors="coerce").fillna(0).to_numpy()
+            code = np.clip(code.astype(np.int64), 0, 62)
+            structural.add(known & (((bm[sg_order[pos]] >> code) & 1) == 0), chunk)
+        for k, v in pd.Series(geoid).str[:2].value_counts().items():
+            states[str(k)] = states.get(str(k), 0) + int(v)
+        rows += len(persons)
+        if not own_error:
+            try:
+                _shifted(lambda p=persons: block_histogram(  # type: ignore[misc]
+                    sp, p, schema, source=prefix, structural=None if bm is None else (STRUCTURAL_ATTRIBUTE, bm)),
+                    chunk.offset)
+            except InputError as exc:
+                own_error.append(exc)
+    facts = [in_geo.record(), fact("unique block GEOID", str(public.get("blocks_source", "<blocks>")), "GEOID",
+                                   first_dup_mask(blocks))]
+    kinds = getattr(config, "invariant_kinds", ("total",) if getattr(config, "total_invariant", False) else ())
+    invariants = public.get("invariants") or {}
+    total = invariants.get("total")
+    if total is not None and "total" in kinds:
+        facts.append(scalar_fact("persons = public population invariant", "invariants.json", "total",
+                                 int(total) == rows))
+    state_inv = invariants.get("state")
+    if isinstance(state_inv, dict) and "state" in kinds:
+        geo_states = set(pd.Series(blocks).str[:2])
+        facts.append(scalar_fact("invariant states = states of the block geography", "invariants.json", "state",
+                                 set(map(str, state_inv)) == geo_states))
+        for k, n in sorted(state_inv.items()):
+            facts.append(scalar_fact(f"persons of state {k} = public state population invariant",
+                                     "invariants.json", f"state.{k}", int(states.get(str(k), 0)) == n))
+    if bm is not None and rows:
+        facts.append(structural.record())
+    summary = {"rows": {prefix: rows}, "persons_per_state": {k: states[k] for k in sorted(states)}}
+
+    def own() -> None:
+        if own_error:
+            raise own_error[0]
+
+    return InputChecks(suites=[suite], facts=facts, summary=summary, own=own)

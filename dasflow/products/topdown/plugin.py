@@ -250,6 +250,11 @@ class TopDownPlugin(ProductPlugin[TopDownConfig]):
                      config: TopDownConfig) -> InputChecks:
         return checks.input_checks(confidential, public, config)
 
+    def stream_checks(self, store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any],
+                      config: TopDownConfig, chunk_rows: int) -> InputChecks:
+        """The same checks with the person Parquet files read in batches (:func:`checks.stream_checks`)."""
+        return checks.stream_checks(store, inputs, public, config, chunk_rows)
+
     def truth(self, store: ObjectStore, inputs: Mapping[str, str], config: TopDownConfig,
               universe: str) -> dict[str, pd.DataFrame]:
         """The published tables of the true block histogram (:func:`reporting.topdown_truth`)."""
