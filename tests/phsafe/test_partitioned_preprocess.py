@@ -24,6 +24,7 @@ from dasflow.pipeline import stages
 from dasflow.pipeline.prepared import PartitionedPrepared
 from dasflow.pipeline.run import RunContext, freeze_config
 from dasflow.products.phsafe.checks import state_folders
+from dasflow.products.phsafe.inputs import LazyTable, read_rows_of, read_table
 from dasflow.products.plugin import sum_counts
 from dasflow.release.stage import release_stage
 
@@ -193,3 +194,52 @@ def test_sum_counts_adds_aligned_tabulations_and_refuses_misaligned_ones() -> No
         sum_counts("k", [a, b.iloc[[1, 0, 2]]])
     with pytest.raises(IntegrityError, match="no partition"):
         sum_counts("k", [])
+
+
+def test_a_partition_reads_only_its_units_geo_rows_and_the_plan_none(census: Path, tmp_path: Path) -> None:
+    """The public geo.csv is read whole only when used (validation); a partition streams the rows of its own
+    units' MAFIDs, which are exactly the whole file's rows of those MAFIDs."""
+    store_dir = make_store(census, tmp_path, "phsafe_states")
+    ctx = context(store_dir)
+    plugin, cfg = ctx.plugin("phsafe"), ctx.product_config("phsafe")
+    public = plugin.public_inputs(ctx.store, ctx.config.inputs, cfg)
+    assert isinstance(public["geo"], LazyTable) and public["geo"]._columns is None
+    stages.product_specs(ctx, "phsafe")  # the plan
+    assert ctx.post_public("phsafe")["geo"]._columns is None
+    whole = read_table(store_dir / "public/phsafe/geo.csv", "geo")
+    assert dict(public["geo"]).keys() == whole.keys()
+    seen = 0
+    for state in STATES:
+        part = plugin.partition_inputs(ctx.store, ctx.config.inputs, cfg, state)
+        mine = np.isin(whole["MAFID"], part["units"]["MAFID"])
+        assert 0 < len(part["geo"]["MAFID"]) == int(mine.sum()) < len(whole["MAFID"])
+        for col, values in whole.items():
+            np.testing.assert_array_equal(part["geo"][col], values[mine])
+            assert part["geo"][col].dtype == values.dtype
+        seen += len(part["geo"]["MAFID"])
+    assert seen == len(whole["MAFID"])
+
+
+@pytest.mark.parametrize("layout", ["fixed", "comma", "ragged"])
+def test_read_rows_of_gives_the_rows_read_table_gives(census: Path, tmp_path: Path, layout: str) -> None:
+    """Fixed-width lines are scanned block by block; any other file (comma-delimited, a line of another width)
+    goes through the whole-file reader: the same rows and values either way."""
+    text = (census / "phsafe_states/geo.csv").read_text()
+    if layout == "comma":
+        text = text.replace("|", ",")
+    elif layout == "ragged":
+        text = text.replace("|0", "| 0", 1)  # not fixed-width, and not a valid value: refused whole
+    path = tmp_path / "geo.csv"
+    path.write_text(text)
+    if layout == "ragged":
+        with pytest.raises(InputError):
+            read_rows_of(path, "geo", np.zeros(0, dtype=np.int64))
+        return
+    whole = read_table(path, "geo")
+    pick = np.unique(whole["MAFID"])[::7][::-1].copy()
+    rows = read_rows_of(path, "geo", pick)
+    keep = np.isin(whole["MAFID"], pick)
+    assert keep.sum() == len(pick) > 0
+    for col, values in whole.items():
+        np.testing.assert_array_equal(rows[col], values[keep])
+    assert all(len(v) == 0 for v in read_rows_of(path, "geo", np.zeros(0, dtype=np.int64)).values())

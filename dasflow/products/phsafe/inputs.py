@@ -21,7 +21,7 @@ error message is the exact reader's).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -229,12 +229,16 @@ def _decode_dictionary(arr: pa.ChunkedArray, pattern: str, values: bool,
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
-def _read_fixed_lines(path: Path, name: str, delim: str) -> dict[str, np.ndarray] | None:
+def _read_fixed_lines(path: Path, name: str, delim: str,
+                      select: Callable[[np.ndarray], np.ndarray] | None = None) -> dict[str, np.ndarray] | None:
     """Phase 2 for a file whose columns all have fixed widths and whose every line has exactly that layout:
     the bytes are viewed as an (n, line length) matrix with no CSV parsing at all. None when the file is
     not exactly ``header\n`` + lines of digits at the column positions, ``delim`` between them and ``\n``
     at the end (then the parsing paths take over); such a file parses to the same values under any CSV
     reader (no quotes, no carriage returns, no blank lines are possible in it).
+
+    ``select`` (MAFID values of a row block -> rows to keep) reads only the rows it keeps: every row's layout
+    and MAFID are still checked, the other columns only of the kept rows, and only those rows are held.
     """
     schema, widths = SCHEMAS[name], WIDTHS[name]
     if set(widths) != set(schema):
@@ -253,8 +257,10 @@ def _read_fixed_lines(path: Path, name: str, delim: str) -> dict[str, np.ndarray
     expected = np.full(len(schema), ord(delim), dtype=np.uint8)
     expected[-1] = ord("\n")
     n = mat.shape[0]
-    out = {c: np.empty(n, dtype=_int_dtype(c)) for c in INT_COLUMNS[name]}
     cols = list(zip(schema, starts[:-1].tolist(), strict=True))
+    if select is not None:
+        return _read_fixed_selected(mat, name, seps, expected, cols, select)
+    out = {c: np.empty(n, dtype=_int_dtype(c)) for c in INT_COLUMNS[name]}
     for r0 in range(0, n, _BLOCK):  # all columns of one row block while it is in cache
         block = mat[r0:r0 + _BLOCK]
         if not bool((block[:, seps] == expected).all()):
@@ -266,6 +272,33 @@ def _read_fixed_lines(path: Path, name: str, delim: str) -> dict[str, np.ndarray
             if col in out:
                 out[col][r0:r0 + _BLOCK] = value
     return out
+
+
+def _read_fixed_selected(mat: np.ndarray, name: str, seps: np.ndarray, expected: np.ndarray,
+                         cols: list[tuple[str, int]], select: Callable[[np.ndarray], np.ndarray]
+                         ) -> dict[str, np.ndarray] | None:
+    """:func:`_read_fixed_lines` keeping the rows ``select`` picks from each block's MAFIDs."""
+    schema, widths = SCHEMAS[name], WIDTHS[name]
+    mafid_at = dict(cols)["MAFID"]
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in INT_COLUMNS[name]}
+    for r0 in range(0, mat.shape[0], _BLOCK):  # over row blocks, not records
+        block = mat[r0:r0 + _BLOCK]
+        if not bool((block[:, seps] == expected).all()):
+            return None
+        mafid = _decode_block(block[:, mafid_at:mafid_at + widths["MAFID"]], schema["MAFID"])
+        if mafid is None:
+            return None
+        keep = np.flatnonzero(select(mafid))
+        if keep.size == 0:
+            continue
+        rows = block[keep]
+        for col, start in cols:
+            value = _decode_block(rows[:, start:start + widths[col]], schema[col])
+            if value is None:
+                return None
+            if col in parts:
+                parts[col].append(value.astype(_int_dtype(col), copy=False))
+    return {c: (np.concatenate(v) if v else np.zeros(0, dtype=_int_dtype(c))) for c, v in parts.items()}
 
 
 def _read_fast(path: Path, name: str, delim: str) -> dict[str, np.ndarray] | None:
@@ -332,12 +365,8 @@ def _read_exact(path: Path, name: str, delim: str) -> dict[str, np.ndarray]:
     return out
 
 
-def read_table(path: Path, name: str) -> dict[str, np.ndarray]:
-    """Read one input file, run phases 1–2 on it, and return its integer columns.
-
-    The fast path (:func:`_read_fast`) validates without a regex per value; any file it does not accept is
-    re-read by the exact path, which raises ``InputError`` naming the first bad row and column.
-    """
+def _checked_header(path: Path, name: str) -> str:
+    """Phase 1: the file exists and its header is exactly the schema's columns; returns its delimiter."""
     if not path.exists():
         raise InputError(f"missing input file {path.name}", file=str(path))
     schema = SCHEMAS[name]
@@ -356,10 +385,69 @@ def read_table(path: Path, name: str) -> dict[str, np.ndarray]:
                                  f"{'|'.join(expected)} in this order)", file=str(path), row=1, column=want)
         raise InputError(f"expected {len(expected)} columns {'|'.join(expected)}, got {len(header)}",
                          file=str(path), row=1)
+    return delim
+
+
+def read_table(path: Path, name: str) -> dict[str, np.ndarray]:
+    """Read one input file, run phases 1–2 on it, and return its integer columns.
+
+    The fast path (:func:`_read_fast`) validates without a regex per value; any file it does not accept is
+    re-read by the exact path, which raises ``InputError`` naming the first bad row and column.
+    """
+    delim = _checked_header(path, name)
     fast = _read_fixed_lines(path, name, delim)
     if fast is None:
         fast = _read_fast(path, name, delim)
     return fast if fast is not None else _read_exact(path, name, delim)
+
+
+def read_rows_of(path: Path, name: str, mafids: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows of one input file whose MAFID is in ``mafids`` (e.g. the public geo rows of one partition's
+    units), in file order, with the integer columns :func:`read_table` gives.
+
+    A fixed-width file is scanned block by block and only the selected rows are decoded and held, so memory
+    follows the selection, not the file. Every other file is read whole by :func:`read_table` and then
+    filtered (same rows, same values). The file as a whole passed phases 1–2 in the validate stage (bound to
+    its hash); here every row's layout and MAFID is checked again, and every column of the rows kept."""
+    keys = np.unique(np.asarray(mafids, dtype=np.int64))
+
+    def select(values: np.ndarray) -> np.ndarray:
+        if keys.size == 0:
+            return np.zeros(values.size, dtype=bool)
+        pos = np.minimum(np.searchsorted(keys, values), keys.size - 1)
+        return np.asarray(keys[pos] == values)
+
+    delim = _checked_header(path, name)
+    rows = _read_fixed_lines(path, name, delim, select)
+    if rows is not None:
+        return rows
+    whole = read_table(path, name)
+    keep = select(whole["MAFID"].astype(np.int64))
+    return {c: v[keep] for c, v in whole.items()}
+
+
+class LazyTable(Mapping[str, np.ndarray]):
+    """A file's integer columns (:func:`read_table`), read when first used: a public input that the plan and a
+    partitioned preprocess never read whole costs nothing there."""
+
+    def __init__(self, path: Callable[[], Path], name: str) -> None:
+        self._path = path
+        self._name = name
+        self._columns: dict[str, np.ndarray] | None = None
+
+    def _load(self) -> dict[str, np.ndarray]:
+        if self._columns is None:
+            self._columns = read_table(self._path(), self._name)
+        return self._columns
+
+    def __getitem__(self, column: str) -> np.ndarray:
+        return self._load()[column]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
 
 
 def read_inputs(data_path: str | Path) -> Inputs:

@@ -17,7 +17,7 @@ from dasflow.privacy import relations
 from dasflow.products.phsafe import PHSAFE, PHSafe, PHSafeConfig, checks, load_config, parse_config, plan
 from dasflow.products.phsafe import cli as phsafe_cli
 from dasflow.products.phsafe.estimates import checked_frame, estimate_file_name, estimates_bytes, phsafe_estimates
-from dasflow.products.phsafe.inputs import Inputs, check_cross_file, read_table
+from dasflow.products.phsafe.inputs import Inputs, LazyTable, check_cross_file, read_rows_of, read_table
 from dasflow.products.phsafe.product import run_non_private
 from dasflow.products.plugin import (
     BudgetPlan,
@@ -64,8 +64,13 @@ class PHSafePlugin(ProductPlugin[PHSafeConfig]):
         return config
 
     def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: PHSafeConfig) -> dict[str, Any]:
-        geo_key = input_prefix(inputs, "phsafe_geo", "public/phsafe/") + "geo.csv"
-        return {"config": config, "geo": read_table(local_file(store, geo_key), "geo")}
+        """The config and ``geo.csv``, read when first used (:class:`LazyTable`): the plan and a partitioned
+        preprocess (which reads each partition's rows, :meth:`partition_inputs`) never hold the nation's."""
+        geo_key = self._geo_key(inputs)
+        return {"config": config, "geo": LazyTable(lambda: local_file(store, geo_key), "geo")}
+
+    def _geo_key(self, inputs: Mapping[str, str]) -> str:
+        return input_prefix(inputs, "phsafe_geo", "public/phsafe/") + "geo.csv"
 
     def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str],
                                  config: PHSafeConfig) -> dict[str, Any]:
@@ -75,7 +80,7 @@ class PHSafePlugin(ProductPlugin[PHSafeConfig]):
         folders = checks.state_folders(store, prefix)
         if folders is None:
             return {name: read_table(local_file(store, f"{prefix}{name}.csv"), name) for name in PERSON_FILES}
-        parts = [self.partition_inputs(store, inputs, config, f) for f in folders]
+        parts = [self._folder_records(store, prefix, f) for f in folders]
         return {name: {c: np.concatenate([p[name][c] for p in parts]) for c in parts[0][name]}
                 for name in PERSON_FILES}
 
@@ -92,14 +97,21 @@ class PHSafePlugin(ProductPlugin[PHSafeConfig]):
 
     def partition_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: PHSafeConfig,
                          partition: str) -> dict[str, Any]:
-        """One state folder's ``persons.csv`` and ``units.csv``; ``InputError`` if a person's MAFID has no unit in
-        the folder (its household would span two partitions)."""
-        prefix = input_prefix(inputs, "phsafe", "confidential/phsafe/") + f"{partition}/"
-        cols = {name: read_table(local_file(store, f"{prefix}{name}.csv"), name) for name in PERSON_FILES}
+        """One state folder's ``persons.csv`` and ``units.csv``, and the public ``geo.csv`` rows of its units'
+        MAFIDs (``geo``: every row of each such MAFID, so the public MAFID -> state map of these units is the
+        national one, :func:`.preprocess.geo_state_index`; streamed, never the whole file); ``InputError`` if a
+        person's MAFID has no unit in the folder (its household would span two partitions)."""
+        prefix = input_prefix(inputs, "phsafe", "confidential/phsafe/")
+        cols = self._folder_records(store, prefix, partition)
+        return {**cols, "geo": read_rows_of(local_file(store, self._geo_key(inputs)), "geo", cols["units"]["MAFID"])}
+
+    def _folder_records(self, store: ObjectStore, prefix: str, folder: str) -> dict[str, Any]:
+        """A state folder's two files; ``InputError`` for a person whose unit is not in the folder."""
+        cols = {name: read_table(local_file(store, f"{prefix}{folder}/{name}.csv"), name) for name in PERSON_FILES}
         orphan = ~np.isin(cols["persons"]["MAFID"], cols["units"]["MAFID"])
         if orphan.any():
             raise InputError("person MAFID has no unit in its state folder (a household spans two partitions)",
-                             file=f"{partition}/persons.csv", row=int(np.flatnonzero(orphan)[0]) + 2,
+                             file=f"{folder}/persons.csv", row=int(np.flatnonzero(orphan)[0]) + 2,
                              column="MAFID")
         return cols
 

@@ -84,8 +84,10 @@ class PHSafe:
         return plan_mod.plan(as_config(config))
 
     def prepare(self, inputs: Mapping[str, Any], public: Mapping[str, Any]) -> Prepared:
-        """Filters, public geo join, ``truncate_and_join``, exact counts per planned key."""
-        return prepare_exact(inputs["persons"], inputs["units"], public["geo"], as_config(public["config"]))
+        """Filters, public geo join, ``truncate_and_join``, exact counts per planned key. A partition's inputs
+        carry the public geo rows of its units (``inputs["geo"]``); otherwise ``public["geo"]`` is joined."""
+        geo = inputs["geo"] if "geo" in inputs else public["geo"]
+        return prepare_exact(inputs["persons"], inputs["units"], geo, as_config(public["config"]))
 
     def measure(self, prepared: Prepared, spec: MeasurementSpec, rng: Any) -> NoisyMeasurement:
         """Noise for ONE key from ``rng`` as given (the caller spawns a per-key generator)."""
