@@ -29,7 +29,11 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+from dasflow.errors import InputError
+from dasflow.io.files import local_file
+from dasflow.io.store import ObjectStore
 from dasflow.validation import gx
 from dasflow.validation.domain import Column, domain_parts, merge_parts, pad_parts
 
@@ -131,6 +135,38 @@ def line_chunks(path: Path, chunk_rows: int, block_bytes: int = 1 << 23) -> Iter
                 pending, held, block = [], 0, block[cut:]
         if pending or not emitted:
             yield offset, header, b"".join(pending)
+
+
+def parquet_chunks(store: ObjectStore, prefix: str, columns: Sequence[str], chunk_rows: int, what: str
+                   ) -> Iterator[Chunk]:
+    """Every ``.parquet`` object under ``prefix`` (store order), reduced to ``columns``, in batches of at most
+    ``chunk_rows`` rows, numbered as the rows of their concatenation (as ``io.files.read_parquet_records`` reads
+    them whole) and labelled ``prefix``; ``InputError`` naming the prefix when there are none, or the file and
+    its first missing column."""
+    keys = [k for k in store.list(prefix) if k.endswith(".parquet")]
+    if not keys:
+        raise InputError(f"no {what}", file=prefix)
+    offset = 0
+    for key in keys:
+        f = pq.ParquetFile(local_file(store, key))
+        missing = [c for c in columns if c not in f.schema_arrow.names]
+        if missing:
+            raise InputError(f"missing column(s) {', '.join(missing)}", file=key, column=missing[0])
+        for chunk in table_chunks(prefix, f.iter_batches(batch_size=chunk_rows, columns=list(columns)), chunk_rows):
+            yield Chunk(prefix, offset + chunk.offset, chunk.columns)
+        offset += f.metadata.num_rows
+
+
+def shifted(check: Callable[[], object], offset: int) -> None:
+    """``check()``, its ``InputError`` moved to the input's own row (``offset`` rows before the chunk checked)."""
+    try:
+        check()
+    except InputError as exc:
+        if exc.row is None or exc.row <= 1 or offset == 0:
+            raise
+        text = str(exc)
+        message = text.split(": ", 1)[1] if ": " in text else text
+        raise InputError(message, file=exc.file, row=exc.row + offset, column=exc.column) from None
 
 
 def _first_row_of(col: Column, value: Any) -> int | None:

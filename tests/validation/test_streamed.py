@@ -24,7 +24,7 @@ from dasflow.validation.stream import Chunk, KeySet, RowFact, StreamedSuite, lin
 from dasflow.validation.suites import between, cols, in_set
 from tests.validation.helpers import CASES, CONFIG_FILES, INPUTS, _config_text, corpus_store
 
-STREAMED = ["phsafe", "safetab-p"]
+STREAMED = ["phsafe", "safetab-p", "groupsize"]
 
 
 def _whole(store: LocalStore, product: str) -> ValidationResult | InputError:
@@ -293,4 +293,30 @@ def test_topdown_streamed_equals_whole_input(tmp_path: Path) -> None:
     _rewrite_person_file(store, code)
     whole, streamed = _topdown_results(store, raw, 7)
     assert streamed.error is not None and (streamed.error.row, streamed.error.column) == (22, "CENRACE")
+    _same(whole, streamed)
+
+
+def test_matrix_streamed_equals_whole_input(tmp_path: Path) -> None:
+    """The matrix product's records (the TopDown persons files) in batches: same result; a code out of its domain
+    in a batch's last row is named at the concatenated input's row."""
+    store, raw = _topdown(tmp_path)
+    plugin = get_plugin("matrix")
+    cfg = plugin.load_config(_config_text("matrix-config.json"), "US")
+    inputs = {"matrix": "confidential/synth/topdown/persons/"}
+
+    def both(chunk_rows: int) -> tuple[Any, ValidationResult]:
+        whole = run_product_suite(plugin, plugin.confidential_inputs(store, inputs, cfg), {}, cfg)
+        return whole, run_streamed_suite(plugin, store, inputs, {}, cfg, chunk_rows)
+
+    for chunk_rows in (7, 10**6):
+        whole, streamed = both(chunk_rows)
+        assert streamed.success and streamed.summary["records"] > 0
+        _same(whole, streamed)
+
+    def code(frame: pd.DataFrame) -> None:
+        frame.loc[13, "CENRACE"] = 99
+
+    _rewrite_person_file(store, code)
+    whole, streamed = both(7)
+    assert streamed.error is not None and (streamed.error.row, streamed.error.column) == (15, "CENRACE")
     _same(whole, streamed)

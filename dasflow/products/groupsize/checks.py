@@ -8,7 +8,7 @@ before preprocessing); output checks read only the release tables (post-processi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +18,12 @@ import pandas as pd
 from dasflow.errors import InputError
 from dasflow.io.files import input_prefix
 from dasflow.io.store import ObjectStore
-from dasflow.products.groupsize.product import GroupSizeConfig, GroupSizeProduct
+from dasflow.products.groupsize.product import GroupSizeConfig, GroupSizeProduct, build_hierarchy, tabulate_households
 from dasflow.products.plugin import InputChecks
 from dasflow.validation.gx import Check
 from dasflow.validation.preflight import check_parquet_files
 from dasflow.validation.products import InputSuite, fact, scalar_fact
+from dasflow.validation.stream import Chunk, RowFact, StreamedSuite, parquet_chunks, shifted
 from dasflow.validation.suites import STATE_FIPS, cols, in_set, regex
 
 #: occupied housing units as the plugin builds them (STATE, COUNTY text; SIZE integer ≥ 1)
@@ -68,6 +69,74 @@ def input_checks(confidential: Mapping[str, Any], public: Mapping[str, Any],
 
     return InputChecks(suites=[InputSuite("groupsize.households", source, {c: hh[c] for c in hh.columns},
                                           HOUSEHOLDS_SUITE)], facts=facts, summary=summary, own=own)
+
+
+#: the unit files' columns the households are built from
+UNIT_COLUMNS = ("TABBLKST", "TABBLKCOU", "HHGQ", "SIZE")
+#: what the unit files are called in messages (as the plugin names them)
+UNIT_FILES = "group-size unit files"
+
+
+def _household_chunks(store: ObjectStore, prefix: str, chunk_rows: int) -> Iterator[Chunk]:
+    """The occupied housing units (HHGQ 0, SIZE ≥ 1) of the unit files in batches, as the plugin's reader builds
+    them (STATE, COUNTY zero-padded text; SIZE), rows numbered in the concatenated households table."""
+    offset = 0
+    for chunk in parquet_chunks(store, prefix, UNIT_COLUMNS, chunk_rows, UNIT_FILES):
+        units = pd.DataFrame({c: np.asarray(v) for c, v in chunk.columns.items()})
+        hh = units[(units["HHGQ"] == 0) & (units["SIZE"] >= 1)]
+        frame = {"STATE": pd.Series(hh["TABBLKST"].astype(str).str.zfill(2).to_numpy()),
+                 "COUNTY": pd.Series(hh["TABBLKCOU"].astype(int).astype(str).str.zfill(3).to_numpy()),
+                 "SIZE": pd.Series(hh["SIZE"].to_numpy())}
+        yield Chunk(prefix, offset, frame)
+        offset += len(hh)
+
+
+def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any],
+                  config: GroupSizeConfig, chunk_rows: int) -> InputChecks:
+    """:func:`input_checks` over the unit files in batches of at most ``chunk_rows`` units: per batch the
+    suite's domain, the geography fact, per-state counts and the product's own tabulation checks
+    (``tabulate_households``); the invariant n from the count. Own check: the first error of the first batch
+    holding one, then n (as ``prepare`` words it)."""
+    prefix = input_prefix(inputs, "groupsize", "confidential/groupsize/")
+    geo: pd.DataFrame = public["geography"]
+    n_public = int(public["n_groups"])
+    known = pd.Index(pd.unique(geo["STATE"].astype(str) + "\x00" + geo["COUNTY"].astype(str)))
+    suite = StreamedSuite("groupsize.households", HOUSEHOLDS_SUITE)
+    part = suite.part(prefix, lambda: _household_chunks(store, prefix, chunk_rows))
+    in_geo = RowFact("(STATE, COUNTY) in the public geography", prefix, "COUNTY")
+    per_state: dict[str, int] = {}
+    rows = 0
+    error: list[InputError] = []
+    try:
+        hier = build_hierarchy(geo)
+    except InputError as exc:
+        error.append(exc)
+    for chunk in part.source():
+        hh = pd.DataFrame(dict(chunk.columns))
+        part.add(chunk)
+        key = hh["STATE"].astype(str) + "\x00" + hh["COUNTY"].astype(str)
+        in_geo.add(known.get_indexer(pd.Index(key)) < 0, chunk)
+        for k, v in hh["STATE"].value_counts().items():
+            per_state[str(k)] = per_state.get(str(k), 0) + int(v)
+        rows += len(hh)
+        if not error:
+            try:
+                shifted(lambda h=hh: tabulate_households(h, hier, int(config.k), prefix),  # type: ignore[misc]
+                        chunk.offset)
+            except InputError as exc:
+                error.append(exc)
+    if not error and rows != n_public:
+        error.append(InputError(f"households table has {rows} occupied units but the public invariant n is "
+                                f"{n_public}", file=prefix))
+    facts = [in_geo.record(), scalar_fact("occupied units = public invariant n", prefix, "SIZE", rows == n_public)]
+    summary = {"rows": {prefix: rows}, "n_groups": n_public,
+               "households_per_state": {k: per_state[k] for k in sorted(per_state)}}
+
+    def own() -> None:
+        if error:
+            raise error[0]
+
+    return InputChecks(suites=[suite], facts=facts, summary=summary, own=own)
 
 
 def output_header(file: str) -> list[str] | None:

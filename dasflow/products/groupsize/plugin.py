@@ -167,6 +167,11 @@ class GroupSizePlugin(ProductPlugin[GroupSizeConfig]):
                      config: GroupSizeConfig) -> InputChecks:
         return checks.input_checks(confidential, public, config)
 
+    def stream_checks(self, store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any],
+                      config: GroupSizeConfig, chunk_rows: int) -> InputChecks:
+        """The same checks with the unit files read in batches (:func:`checks.stream_checks`)."""
+        return checks.stream_checks(store, inputs, public, config, chunk_rows)
+
     def output_header(self, file: str) -> list[str] | None:
         return checks.output_header(file)
 

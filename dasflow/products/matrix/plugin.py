@@ -16,10 +16,11 @@ from dasflow.errors import InputError
 from dasflow.io.files import input_prefix, parquet_folders, read_parquet_keys, read_parquet_records
 from dasflow.io.store import ObjectStore
 from dasflow.privacy import relations
+from dasflow.products.matrix import checks
 from dasflow.products.matrix.config import MatrixConfig, parse_config
 from dasflow.products.matrix.estimate import marginal_of
 from dasflow.products.matrix.product import MatrixProduct
-from dasflow.products.plugin import DemoEntry, InputDeclaration, ProductPlugin, config_json
+from dasflow.products.plugin import DemoEntry, InputChecks, InputDeclaration, ProductPlugin, config_json
 
 RECORD_FILES = "Parquet record files"
 
@@ -78,6 +79,11 @@ class MatrixPlugin(ProductPlugin[MatrixConfig]):
         """Every attribute code in its domain (the product's own tabulation check), before any noise."""
         MatrixProduct(config).histogram(confidential["records"], str(confidential["records_source"]))
         return {"records": len(confidential["records"])}
+
+    def stream_checks(self, store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any],
+                      config: MatrixConfig, chunk_rows: int) -> InputChecks:
+        """:meth:`validate` with the records read in Parquet batches (:func:`checks.stream_checks`)."""
+        return checks.stream_checks(store, inputs, config, chunk_rows)
 
     def file_name(self, table: str, universe: str) -> str:
         return f"{table}.csv"

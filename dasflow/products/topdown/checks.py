@@ -9,12 +9,11 @@ with a count of the confidential records and report only whether they agree. The
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
 from dasflow.io.files import input_prefix, local_file
@@ -26,7 +25,7 @@ from dasflow.products.topdown.product import TopDown, TopDownConfig
 from dasflow.validation.gx import Check
 from dasflow.validation.preflight import check_delimited, check_parquet_files
 from dasflow.validation.products import InputSuite, fact, first_dup_mask, not_in, scalar_fact
-from dasflow.validation.stream import Chunk, RowFact, StreamedSuite, table_chunks
+from dasflow.validation.stream import Chunk, RowFact, StreamedSuite, parquet_chunks, shifted
 
 #: the GRF-C columns the block GEOID is built from (the production file carries more)
 GRFC_KEY_COLUMNS = ["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"]
@@ -123,37 +122,13 @@ def _public_blocks(public: Mapping[str, Any]) -> np.ndarray:
 
 
 def _person_chunks(store: ObjectStore, prefix: str, names: list[str], chunk_rows: int) -> Iterator[Chunk]:
-    """Every person Parquet file under ``prefix`` (in store order, as the plugin's reader concatenates them) in
-    batches of at most ``chunk_rows`` rows, as GEOID + the schema's attributes; rows numbered in the
-    concatenation (the reader's numbering), every chunk labelled ``prefix``."""
-    keys = [k for k in store.list(prefix) if k.endswith(".parquet")]
-    if not keys:
-        raise InputError("no person files", file=prefix)
-    offset = 0
-    for key in keys:
-        f = pq.ParquetFile(local_file(store, key))
-        missing = [c for c in [*PERSON_GEO, *names] if c not in f.schema_arrow.names]
-        if missing:
-            raise InputError(f"missing column(s) {', '.join(missing)}", file=key, column=missing[0])
-        batches = f.iter_batches(batch_size=chunk_rows, columns=[*PERSON_GEO, *names])
-        for chunk in table_chunks(prefix, batches, chunk_rows):
-            frame = pd.DataFrame({c: np.asarray(v) for c, v in chunk.columns.items()})
-            geoid = (frame["TABBLKST"].astype(str).str.zfill(2) + frame["TABBLKCOU"].astype(str).str.zfill(3)
-                     + frame["TABTRACTCE"].astype(str).str.zfill(6) + frame["TABBLK"].astype(str).str.zfill(4))
-            yield Chunk(prefix, offset, {"GEOID": geoid, **{n: frame[n] for n in names}})
-            offset += len(frame)
-
-
-def _shifted(check: Callable[[], object], offset: int) -> None:
-    """``check()``, its ``InputError`` moved to the input's own row (``offset`` rows before the chunk)."""
-    try:
-        check()
-    except InputError as exc:
-        if exc.row is None or exc.row <= 1 or offset == 0:
-            raise
-        text = str(exc)
-        message = text.split(": ", 1)[1] if ": " in text else text
-        raise InputError(message, file=exc.file, row=exc.row + offset, column=exc.column) from None
+    """The person Parquet files in batches (:func:`parquet_chunks`: rows numbered as the plugin's reader
+    concatenates them), as GEOID (zero-padded block columns, as the reader builds it) + the schema's attributes."""
+    for chunk in parquet_chunks(store, prefix, [*PERSON_GEO, *names], chunk_rows, "person files"):
+        frame = pd.DataFrame({c: np.asarray(v) for c, v in chunk.columns.items()})
+        geoid = (frame["TABBLKST"].astype(str).str.zfill(2) + frame["TABBLKCOU"].astype(str).str.zfill(3)
+                 + frame["TABTRACTCE"].astype(str).str.zfill(6) + frame["TABBLK"].astype(str).str.zfill(4))
+        yield Chunk(prefix, chunk.offset, {"GEOID": geoid, **{n: frame[n] for n in names}})
 
 
 def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any], config: TopDownConfig,
@@ -204,7 +179,7 @@ def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping
         rows += len(persons)
         if not own_error:
             try:
-                _shifted(lambda p=persons: block_histogram(  # type: ignore[misc]
+                shifted(lambda p=persons: block_histogram(  # type: ignore[misc]
                     sp, p, schema, source=prefix, structural=None if bm is None else (STRUCTURAL_ATTRIBUTE, bm)),
                     chunk.offset)
             except InputError as exc:
