@@ -35,32 +35,55 @@ from dasflow.tasks.stages import (
 def product_flow(release_id: str, store_uri: str, product: str) -> dict[str, Any]:
     """One product of a release: preprocess → measure → post-process.
 
-    A product whose post-processing comes in independent parts (TopDown: per state, per family of parents)
-    has them grouped into batches sized for the runner's worker slots (``task_waves``); each wave's batches are
-    mapped onto the flow's task runner — threads, or the workers of a Dask cluster — and read and write their
-    parts in the store (only small summaries travel through the scheduler). The post-process task then
-    combines the stored parts."""
+    Post-processing runs on the flow's task runner — threads, or the workers of a Dask cluster — never in the
+    flow process: the task plan (``postprocess_waves_task``) is made on every worker process at once, so each
+    loads the public inputs it keeps for its parts while the first, serial wave runs; a product whose
+    post-processing comes in independent parts (TopDown: per state, per family of parents) has them grouped
+    into batches sized for the worker slots (``task_waves``), each wave's batches mapped onto the runner; they
+    read and write their parts in the store (only small summaries travel through the scheduler). The
+    post-process task, on the runner too, then combines the stored parts."""
     prepared = preprocess_task(release_id, store_uri, product)
     measured = measure_task(release_id, store_uri, product)
+    slots, processes = _worker_slots()
+    plans = []
+    for address in processes:
+        with _pinned(address):
+            plans.append(postprocess_waves_task.submit(release_id, store_uri, product, slots))
     batches: list[dict[str, Any]] = []
-    for wave in postprocess_waves_task(release_id, store_uri, product, _worker_slots()):
+    for wave in plans[0].result():
         futures = postprocess_batch_task.map(unmapped(release_id), unmapped(store_uri), unmapped(product), wave)
         batches.extend(futures.result())  # every batch of a wave before the next wave
-    post = postprocess_task(release_id, store_uri, product)
+    post = postprocess_task.submit(release_id, store_uri, product).result()
+    for plan in plans[1:]:
+        plan.wait()
     return {"preprocess": prepared, "measure": measured, "postprocess": post,
             "postprocess_parts": sum(b["parts"] for b in batches), "postprocess_batches": len(batches),
             "part_processes": sorted({b["process"] for b in batches})}
 
 
-def _worker_slots() -> int:
-    """Parallel task slots of the current flow's task runner: the Dask cluster's worker threads, or this
-    machine's cores for threads."""
+def _worker_slots() -> tuple[int, list[str | None]]:
+    """Parallel task slots of the current flow's task runner — the Dask cluster's worker threads, or this
+    machine's cores for threads — and its worker processes (Dask worker addresses; ``[None]``: this process)."""
     from prefect_dask.task_runners import DaskTaskRunner
 
     runner = getattr(FlowRunContext.get(), "task_runner", None)
     if isinstance(runner, DaskTaskRunner):
-        return max(1, sum(runner.client.nthreads().values()))  # type: ignore[no-untyped-call]
-    return os.cpu_count() or 1
+        nthreads: dict[str, int] = runner.client.nthreads()  # type: ignore[no-untyped-call]
+        return max(1, sum(nthreads.values())), list(sorted(nthreads)) or [None]
+    return os.cpu_count() or 1, [None]
+
+
+@contextlib.contextmanager
+def _pinned(address: str | None) -> Iterator[None]:
+    """Tasks submitted inside go to the Dask worker at ``address`` if it is still there (a placement hint:
+    any worker may run them)."""
+    if address is None:
+        yield
+        return
+    import dask
+
+    with dask.annotate(workers=[address], allow_other_workers=True):  # type: ignore[attr-defined]
+        yield
 
 
 @flow(name="dasflow-release", log_prints=True)
@@ -133,13 +156,19 @@ def local_dask_cluster(cfg: ReleaseConfig, workers: int = 2) -> Iterator[Release
 #: would oversubscribe the cores and spin). Dask's nanny sets these too; an agency's cluster should as well.
 WORKER_THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
-#: Dask settings of the workers dasflow starts (measured, BENCHMARKS.md "Scale-out"): the nanny's default
-#: ``MALLOC_TRIM_THRESHOLD_=65536`` turns off glibc's dynamic mmap threshold, so every large numpy temporary is
-#: a fresh mmap whose pages fault in again — TopDown's parts took 2× the CPU (most of it system time) on a
-#: worker than in one process; and the worker's statistical profiler samples every thread's stack each 10 ms.
-#: Both off. On an agency's cluster: a Dask config file on the workers (docs/scale-out.md, dasflow-worker.yaml).
+#: Dask settings of the scheduler and workers dasflow starts (measured, BENCHMARKS.md "Scale-out"): the nanny's
+#: default ``MALLOC_TRIM_THRESHOLD_=65536`` turns off glibc's dynamic mmap threshold, so every large numpy
+#: temporary is a fresh mmap whose pages fault in again — TopDown's parts took 2× the CPU (most of it system
+#: time) on a worker than in one process; the worker's statistical profiler samples every thread's stack each
+#: 10 ms: both off. The idle services' periods — the event-loop tick (20 ms), the system monitor's psutil samples
+#: (500 ms) and the memory monitor (100 ms) in the scheduler, every nanny and every worker — cost a 2-worker
+#: LocalCluster ≈ 0.13 CPU-s per second doing nothing; at 1 s, 5 s and 1 s ≈ 0.02. On an agency's cluster: a
+#: Dask config file on the scheduler and workers (docs/scale-out.md, dasflow-worker.yaml).
 WORKER_DASK_CONFIG: dict[str, Any] = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
-                                      "distributed.worker.profile.enabled": False}
+                                      "distributed.worker.profile.enabled": False,
+                                      "distributed.admin.tick.interval": "1s",
+                                      "distributed.admin.system-monitor.interval": "5s",
+                                      "distributed.worker.memory.monitor-interval": "1s"}
 
 #: Seconds to reach a configured Dask scheduler before the release gives up (nothing has run by then).
 CONNECT_TIMEOUT = 15.0

@@ -28,8 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from dasflow.errors import InputError
-from dasflow.io.store import ObjectStore, StoreError
+from dasflow.errors import InputError, IntegrityError
+from dasflow.io.store import ObjectStore, StoreError, sha256_bytes
 from dasflow.privacy.measurement import NoisyMeasurement
 from dasflow.products.partition import PostStep, RowRange, Tables
 
@@ -93,6 +93,7 @@ class StoredParts:
         self._segment = segment
         self._cache: dict[str, NoisyMeasurement] = {}
         self._verified: dict[tuple[str, str], dict[str, Any]] = {}
+        self._checked: set[str] = set()  # part files whose bytes matched their manifest's SHA-256
 
     def _base(self, step: str, part: str) -> str:
         return f"{self.prefix}/{_safe(step)}/{_safe(part)}"
@@ -101,18 +102,32 @@ class StoredParts:
         return self._base(step, part) + ".json"
 
     def done(self, step: str, part: str) -> dict[str, Any] | None:
-        """The part's manifest if the part is complete and its files intact (checked once per instance)."""
+        """The part's manifest if the part is complete: the manifest (written last) and every file it lists
+        exist (looked up once per instance). The files' content is checked against the manifest's SHA-256 when
+        a reader reads them (:meth:`part`), so a task verifies the bytes it uses — its own subtree's tables of a
+        national step — rather than hashing every file of every input part first."""
         if (step, part) in self._verified:
             return self._verified[(step, part)]
         try:
             record: dict[str, Any] = json.loads(self.store.get(self.manifest_key(step, part)))
         except StoreError:
             return None
-        for key, sha in record["outputs"].items():
-            if not self.store.exists(key) or self.store.sha256(key) != sha:
-                return None
+        if not all(self.store.exists(key) for key in record["outputs"]):
+            return None
         self._verified[(step, part)] = record
         return record
+
+    def _read(self, key: str, sha256: str) -> bytes:
+        """A part file's bytes, checked against the SHA-256 its part manifest records (once per instance): a
+        changed file fails loudly; it is never silently used, nor recomputed over."""
+        data = self.store.get(key)
+        if key not in self._checked:
+            if sha256_bytes(data) != sha256:
+                raise IntegrityError(f"{self.store.uri}/{key}: does not match the SHA-256 its part manifest "
+                                     "records (changed after it was written); delete the part's manifest to "
+                                     "recompute it")
+            self._checked.add(key)
+        return data
 
     def write(self, step: str, part: str, tables: Tables) -> dict[str, Any]:
         """Write the part's tables, then its manifest (last: a part without a manifest is not done)."""
@@ -123,6 +138,7 @@ class StoredParts:
                   "names": {f"{self._base(step, part)}/{_safe(n)}.parquet": n for n in tables}}
         self.store.put(self.manifest_key(step, part), (json.dumps(record, sort_keys=True, indent=1) + "\n").encode())
         self._verified[(step, part)] = record
+        self._checked.update(outputs)
         return record
 
     def drop_measurements(self) -> None:
@@ -153,8 +169,8 @@ class StoredParts:
             raise InputError(f"post-processing part {step}/{part} has not been computed",
                              file=self.manifest_key(step, part))
         wanted = None if names is None else set(names)
-        return {name: table_from_bytes(self.store.get(key), rows) for key, name in record["names"].items()
-                if wanted is None or name in wanted}
+        return {name: table_from_bytes(self._read(key, record["outputs"][key]), rows)
+                for key, name in record["names"].items() if wanted is None or name in wanted}
 
 
 def parts_digest(measurement_hashes: Mapping[str, str], code_version: str) -> str:
