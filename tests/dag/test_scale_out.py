@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from dasflow.config import parse_release_config
+from dasflow.errors import IntegrityError
 from dasflow.io.store import LocalStore, ObjectStore, S3Store
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import freeze_config, open_run
@@ -63,6 +64,33 @@ def test_parts_are_checkpoints_a_rerun_reuses(tmp_path: Path) -> None:
     assert parts.done(last["step"], last["parts"][0]) is not None
     release_stage(open_run("reuse", str(tmp_path / "store")))
     assert release_files(tmp_path / "store", "reuse") == before
+
+
+def test_a_part_file_is_checked_against_its_manifest_when_it_is_read(tmp_path: Path) -> None:
+    """Readers verify the bytes they use: a part file changed after its manifest was written fails loudly
+    (IntegrityError) when read, through a fresh instance as on another worker; a deleted one makes the part not
+    done (recomputed); the unchanged files of the same part still read."""
+    raw = topdown_release(tmp_path, "check")
+    ctx = freeze_config(parse_release_config(raw), LocalStore(tmp_path / "store"))
+    run_all(ctx)
+    step = stages.postprocess_steps(ctx, "topdown")[-1]
+    part = step["parts"][0]
+    fresh = stages.stored_parts(open_run("check", str(tmp_path / "store")), "topdown")
+    record = fresh.done(step["step"], part)
+    assert record is not None and set(record["names"].values()) == {"hist", "run", "status"}
+    key = next(k for k, name in record["names"].items() if name == "hist")
+    path = tmp_path / "store" / key
+    original = path.read_bytes()
+    path.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+    other = stages.stored_parts(open_run("check", str(tmp_path / "store")), "topdown")
+    assert other.done(step["step"], part) is not None  # existence only: the bytes are checked on read
+    assert set(other.part(step["step"], part, ["run", "status"])) == {"run", "status"}
+    with pytest.raises(IntegrityError, match="part manifest"):
+        other.part(step["step"], part)
+    path.write_bytes(original)
+    assert set(other.part(step["step"], part)) == {"hist", "run", "status"}
+    path.unlink()
+    assert stages.stored_parts(open_run("check", str(tmp_path / "store")), "topdown").done(step["step"], part) is None
 
 
 def test_parts_equal_the_single_process_estimator_for_the_detailed_strategy(tmp_path: Path) -> None:
