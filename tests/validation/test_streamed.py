@@ -320,3 +320,24 @@ def test_matrix_streamed_equals_whole_input(tmp_path: Path) -> None:
     whole, streamed = both(7)
     assert streamed.error is not None and (streamed.error.row, streamed.error.column) == (15, "CENRACE")
     _same(whole, streamed)
+
+
+def test_phsafe_state_folders_pass_alike_and_errors_name_the_state_file(tmp_path: Path) -> None:
+    """PHSafe's state-folder layout: a valid input gives the whole-input path's result; a duplicate unit MAFID in
+    the state's units.csv is named in that file (``10/units.csv``) and its own row."""
+    store = corpus_store(tmp_path / "store")
+    folder = tmp_path / "store" / INPUTS["phsafe"]
+    (folder / "10").mkdir()
+    for name in ("persons.csv", "units.csv"):
+        (folder / name).rename(folder / "10" / name)
+    _same(_whole(store, "phsafe"), _streamed(store, "phsafe", 5))
+    units = folder / "10" / "units.csv"
+    lines = _units_lines(units)
+    sep = "|" if "|" in lines[0] else ","
+    dup = lines[12].split(sep)
+    dup[1] = lines[2].split(sep)[1]
+    lines[12] = sep.join(dup)
+    units.write_text("".join(lines))
+    r = _streamed(store, "phsafe", 5)
+    assert r.error is not None and (r.error.file, r.error.row, r.error.column) == ("10/units.csv", 13, "MAFID")
+    assert str(r.error).endswith("duplicate MAFID")
