@@ -19,12 +19,13 @@ import pytest
 
 from dasflow import synth
 from dasflow.config import parse_release_config
-from dasflow.errors import IntegrityError
+from dasflow.errors import InputError, IntegrityError
 from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.prepared import PartitionedPrepared
 from dasflow.pipeline.run import RunContext, freeze_config
 from dasflow.products.safetab_p.plugin import PLUGIN
+from dasflow.products.safetab_p.records import GRFC_COLUMNS, LazyGeography, load_geography, read_pipe_file
 from dasflow.products.safetab_p.tabulate import SPARSE_COLUMNS, merged, sum_cells
 from dasflow.release.stage import release_stage
 
@@ -180,3 +181,56 @@ def test_the_state_layout_holds_the_national_records_one_file_per_state(census: 
         split += part
     assert split == rows
     assert (census / "safetab_p_states/GRF-C.txt").read_bytes() == (census / "safetab_p/GRF-C.txt").read_bytes()
+
+
+def test_the_plan_streams_region_ids_and_a_partition_reads_its_states_blocks(census: Path, tmp_path: Path) -> None:
+    """The public geography holds the national region IDs only (one streamed pass over GRF-C; the plan needs
+    no block); a partition's geography holds its states' blocks, each with the row the whole GRF-C gives it."""
+    store_dir = make_store(census, tmp_path, "safetab_p_states")
+    ctx = context(store_dir)
+    cfg = ctx.product_config("safetab-p")
+    public = PLUGIN.public_inputs(ctx.store, ctx.config.inputs, cfg)
+    lazy = public["geography"]
+    assert isinstance(lazy, LazyGeography)
+    stages.product_specs(ctx, "safetab-p")  # the plan
+    assert "block_keys" not in vars(lazy) and "block_keys" not in vars(ctx.post_public("safetab-p")["geography"])
+    grfc = store_dir / "public/safetab-p/GRF-C.txt"
+    whole = load_geography(read_pipe_file(grfc, GRFC_COLUMNS, extra_columns=True), "US", STATES, str(grfc))
+    assert lazy.region_ids.keys() == whole.region_ids.keys()
+    for rt, ids in whole.region_ids.items():
+        np.testing.assert_array_equal(lazy.region_ids[rt], ids)
+    blocks = 0
+    for state in STATES:
+        part_inputs = PLUGIN.partition_inputs(ctx.store, ctx.config.inputs, cfg, state)
+        assert part_inputs["states"] == [int(state)]
+        part = lazy.part(part_inputs["states"])
+        assert part.region_ids is lazy.region_ids and 0 < len(part.block_keys) < len(whole.block_keys)
+        rows = whole.block_index(part.block_keys)
+        assert (rows >= 0).all() and (whole.block_keys[rows] // 10 ** 13 == int(state)).all()
+        for rt in whole.region_ids:
+            np.testing.assert_array_equal(part.region_of[rt], whole.region_of[rt][rows])
+        blocks += len(part.block_keys)
+    assert blocks == len(whole.block_keys)
+    assert len(lazy.part([]).block_keys) == 0
+    # read whole when used (validation, an unpartitioned prepare): the same geography as before
+    np.testing.assert_array_equal(lazy.block_keys, whole.block_keys)
+    for rt in whole.region_ids:
+        np.testing.assert_array_equal(lazy.region_of[rt], whole.region_of[rt])
+
+
+def test_a_partition_refuses_a_duplicate_block_and_a_bad_digit_naming_the_grfc_row(census: Path,
+                                                                                  tmp_path: Path) -> None:
+    grfc = tmp_path / "GRF-C.txt"
+    head, *lines = (census / "safetab_p_states/GRF-C.txt").read_text().splitlines()
+    state = [i for i, line in enumerate(lines) if line.startswith("44|")]
+    grfc.write_text("\n".join([head, *lines, lines[state[1]]]) + "\n")
+    lazy = LazyGeography(grfc, "US", STATES)
+    with pytest.raises(InputError, match="duplicate block") as info:
+        lazy.part([44])
+    assert info.value.row == len(lines) + 2
+    assert len(lazy.part([1]).block_keys) > 0  # another state's partition does not hold the duplicate
+    lines[state[0]] = "44|" + lines[state[0]][3:].replace("|", "|x", 1)
+    grfc.write_text("\n".join([head, *lines]) + "\n")
+    with pytest.raises(InputError, match="digits") as info:
+        LazyGeography(grfc, "US", STATES)
+    assert info.value.row == state[0] + 2

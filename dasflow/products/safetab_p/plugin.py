@@ -38,7 +38,14 @@ from dasflow.products.safetab_p import cli as safetab_cli
 from dasflow.products.safetab_p import load_config as load_safetab_config
 from dasflow.products.safetab_p.measure import WithStage1
 from dasflow.products.safetab_p.product import PERSON_DIR, ground_truth_config, person_files, run_universe
-from dasflow.products.safetab_p.records import GRFC_FILE, PERSON_COLUMNS, PERSON_FILE, encode_persons, read_pipe_file
+from dasflow.products.safetab_p.records import (
+    GRFC_FILE,
+    PERSON_COLUMNS,
+    PERSON_FILE,
+    encode_persons,
+    person_states,
+    read_pipe_file,
+)
 from dasflow.products.safetab_p.tabulate import sum_cells
 from dasflow.validation.configs import check_infinity, check_keys
 
@@ -109,7 +116,7 @@ class SafeTabPPlugin(ProductPlugin[SafeTabPConfig]):
         folder = local_dir(store, input_prefix(inputs, "safetab-p_public", "public/safetab-p/"))
         if not (folder / GRFC_FILE).is_file():
             raise InputError(f"missing {GRFC_FILE}", file=str(folder / GRFC_FILE))
-        return load_public(folder, folder, self._universe(config), config)  # type: ignore[arg-type]
+        return load_public(folder, folder, self._universe(config), config, lazy=True)  # type: ignore[arg-type]
 
     def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str],
                                  config: SafeTabPConfig) -> dict[str, Any]:
@@ -156,10 +163,12 @@ class SafeTabPPlugin(ProductPlugin[SafeTabPConfig]):
     def partition_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: SafeTabPConfig,
                          partition: str) -> dict[str, Any]:
         """One file of the split input, listed as a split input of one file (``prepare`` validates it and reads
-        it in slices); errors name ``person-records/{partition}.txt``."""
+        it in slices), and the states its persons name (``states``: ``prepare`` encodes them against those
+        states' GRF-C blocks only, streamed; a block's key holds its state, so each person finds the same block
+        and regions as in the whole GRF-C); errors name ``person-records/{partition}.txt``."""
         prefix = input_prefix(inputs, "safetab-p", "confidential/safetab-p/")
         path = local_file(store, f"{prefix}{PERSON_DIR}/{partition}.txt")
-        return {"person_files": [str(path)], "source": PERSON_DIR}
+        return {"person_files": [str(path)], "source": PERSON_DIR, "states": person_states(path)}
 
     def combine_prepared(self, name: str, parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
         """Count tabulations (``counts/...``) summed per (GROUP, CELL) (:func:`.tabulate.sum_cells`); the public

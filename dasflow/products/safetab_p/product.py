@@ -62,6 +62,7 @@ from dasflow.products.safetab_p.records import (
     PERSON_COLUMNS,
     PERSON_FILE,
     Geography,
+    LazyGeography,
     encode_persons,
     load_geography,
     read_pipe_file,
@@ -88,14 +89,20 @@ def find_iteration_dir(parameters_dir: str | Path, data_dir: str | Path) -> Path
 
 
 def load_public(parameters_dir: str | Path, data_dir: str | Path, universe: Universe,
-                config: SafeTabPConfig | None = None) -> dict[str, Any]:
-    """Public inputs of one run: config, iteration index, GRF-C geography (no private data)."""
+                config: SafeTabPConfig | None = None, *, lazy: bool = False) -> dict[str, Any]:
+    """Public inputs of one run: config, iteration index, GRF-C geography (no private data). ``lazy``: a
+    :class:`LazyGeography` (the region IDs from one streamed pass; the block rows read only when used, or one
+    partition's states at a time)."""
     cfg = config if config is not None else load_config(parameters_dir)
     it_dir = find_iteration_dir(parameters_dir, data_dir)
     index = load_iterations(it_dir) if it_dir is not None else packaged_iterations()
     grfc_path = Path(data_dir) / GRFC_FILE
-    grfc = read_pipe_file(grfc_path, GRFC_COLUMNS, extra_columns=True)
-    geo = load_geography(grfc, universe, cfg.state_filter_us, str(grfc_path))
+    geo: Geography
+    if lazy:
+        geo = LazyGeography(grfc_path, universe, cfg.state_filter_us)
+    else:
+        grfc = read_pipe_file(grfc_path, GRFC_COLUMNS, extra_columns=True)
+        geo = load_geography(grfc, universe, cfg.state_filter_us, str(grfc_path))
     return {"config": cfg, "iterations": index, "geography": geo, "universe": universe}
 
 
@@ -132,6 +139,16 @@ def _person_tables(inputs: Mapping[str, Any]) -> Iterator[tuple[pa.Table, str]]:
         yield inputs["persons"], str(inputs.get("source", PERSON_FILE))
 
 
+def partition_geography(inputs: Mapping[str, Any], public: Mapping[str, Any]) -> Geography:
+    """The geography persons are encoded against: for a partition whose inputs list its states
+    (``inputs["states"]``) and a :class:`LazyGeography`, the blocks of those states only (region indices into
+    the same national region IDs, so every count lands in the same cell); else the whole run's."""
+    geo: Geography = public["geography"]
+    if "states" in inputs and isinstance(geo, LazyGeography):
+        return geo.part(inputs["states"])
+    return geo
+
+
 def person_counts(inputs: Mapping[str, Any], public: Mapping[str, Any],
                   region_types: Sequence[str]) -> Iterator[tuple[str, PersonCounts]]:
     """(region type, counts) of the run's persons, for each requested region type.
@@ -142,7 +159,7 @@ def person_counts(inputs: Mapping[str, Any], public: Mapping[str, Any],
     row of every file is validated before the first count leaves this function (and before any noise). Slicing
     bounds the working set: one slice's encoded persons, never the whole input's."""
     cfg: SafeTabPConfig = public["config"]
-    geo: Geography = public["geography"]
+    geo = partition_geography(inputs, public)
     index: IterationIndex = public["iterations"]
     parts: dict[str, list[PersonCounts]] = {rt: [] for rt in region_types}
     for table, source in _person_tables(inputs):

@@ -9,7 +9,7 @@ is called by ``prepare`` and raises :class:`~dasflow.errors.InputError` on the f
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from dasflow.errors import InputError
+from dasflow.errors import InputError, IntegrityError
 from dasflow.products.safetab_p.iterations import IterationIndex
 from dasflow.products.safetab_p.regions import PR_STATE_FIPS, Universe, base_type, region_types
 
@@ -74,6 +74,20 @@ def read_pipe_file(path: str | Path, columns: Sequence[str], *, extra_columns: b
     if got != tuple(columns):
         raise InputError(f"header must be {'|'.join(columns)}, got {'|'.join(got)}", file=str(p), row=1)
     return table
+
+
+def person_states(path: str | Path) -> list[int]:
+    """The distinct 2-digit TABBLKST codes of a person-records file (only that column is converted); a value
+    of another form is left to :func:`encode_persons`, which refuses it."""
+    try:
+        table = pacsv.read_csv(
+            path, parse_options=pacsv.ParseOptions(delimiter="|", quote_char=False),
+            convert_options=pacsv.ConvertOptions(column_types={"TABBLKST": pa.string()},
+                                                 include_columns=["TABBLKST"], strings_can_be_null=False))
+    except (pa.ArrowInvalid, UnicodeDecodeError, KeyError):
+        return []  # a malformed file: prepare's reader names the file, row and column
+    codes = pc.unique(table.column("TABBLKST")).to_pylist()
+    return sorted(int(c) for c in codes if isinstance(c, str) and re.fullmatch(r"[0-9]{2}", c))
 
 
 def _first_bad(mask: pa.ChunkedArray | pa.Array | npt.NDArray[np.bool_], col: pa.ChunkedArray, what: str,
@@ -143,12 +157,37 @@ def _run_states(st: IntArray, universe: Universe, state_filter: Sequence[str]) -
     return np.asarray(st != int(PR_STATE_FIPS))
 
 
+def _idents(df: pd.DataFrame, rt: str) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.bool_]]:
+    """Each GRF-C row's region ID of type ``rt`` and whether the block is in a region of that type."""
+    bt = base_type(rt)
+    if bt == "USA":
+        ident, inside = pd.Series(["1"] * len(df), index=df.index), np.ones(len(df), bool)
+    elif bt == "STATE":
+        ident, inside = df.TABBLKST, np.ones(len(df), bool)
+    elif bt == "COUNTY":
+        ident, inside = df.TABBLKST + df.TABBLKCOU, np.ones(len(df), bool)
+    elif bt == "TRACT":
+        ident, inside = df.TABBLKST + df.TABBLKCOU + df.TABTRACTCE, np.ones(len(df), bool)
+    elif bt == "PLACE":
+        ident, inside = df.TABBLKST + df.PLACEFP, (df.PLACEFP != "99999").to_numpy()
+    else:  # AIANNH
+        ident, inside = df.AIANNHCE, (df.AIANNHCE != "9999").to_numpy()
+    return ident.to_numpy(dtype=object), np.asarray(inside, dtype=bool)
+
+
+def _check_digits(table: pa.Table, source: str, offset: int = 0) -> None:
+    """Every geography column of a GRF-C table (or of rows ``offset``.. of it) is digits of its width."""
+    for col, width in (("TABBLKST", 2), ("TABBLKCOU", 3), ("TABTRACTCE", 6), ("TABBLK", 4), ("PLACEFP", 5),
+                       ("AIANNHCE", 4)):
+        column = table.column(col)
+        _first_bad(pc.invert(pc.match_substring_regex(column, rf"^\d{{{width}}}$")), column,
+                   f"must be {width} digits", source, col, offset)
+
+
 def load_geography(table: pa.Table, universe: Universe, state_filter: Sequence[str],
                    source: str) -> Geography:
     """Validate the GRF-C and build the region domains of one run (from public geography only)."""
-    for col, width in (("TABBLKST", 2), ("TABBLKCOU", 3), ("TABTRACTCE", 6), ("TABBLK", 4), ("PLACEFP", 5),
-                       ("AIANNHCE", 4)):
-        _digits(table, col, width, source)
+    _check_digits(table, source)
     df = table.to_pandas()
     key = block_key(table)
     _first_bad(pd.Series(key).duplicated().to_numpy(), table.column("TABBLK"), "duplicate block", source,
@@ -159,26 +198,123 @@ def load_geography(table: pa.Table, universe: Universe, state_filter: Sequence[s
     region_ids: dict[str, npt.NDArray[np.object_]] = {}
     region_of: dict[str, IntArray] = {}
     for rt in region_types(universe):
-        bt = base_type(rt)
-        if bt == "USA":
-            ident = pd.Series(["1"] * len(df), index=df.index)
-            inside = np.ones(len(df), bool)
-        elif bt == "STATE":
-            ident, inside = df.TABBLKST, np.ones(len(df), bool)
-        elif bt == "COUNTY":
-            ident, inside = df.TABBLKST + df.TABBLKCOU, np.ones(len(df), bool)
-        elif bt == "TRACT":
-            ident, inside = df.TABBLKST + df.TABBLKCOU + df.TABTRACTCE, np.ones(len(df), bool)
-        elif bt == "PLACE":
-            ident, inside = df.TABBLKST + df.PLACEFP, (df.PLACEFP != "99999").to_numpy()
-        else:  # AIANNH
-            ident, inside = df.AIANNHCE, (df.AIANNHCE != "9999").to_numpy()
-        ids = np.unique(ident.to_numpy(dtype=object)[inside]) if inside.any() else np.array([], dtype=object)
+        ident, inside = _idents(df, rt)
+        ids = np.unique(ident[inside]) if inside.any() else np.array([], dtype=object)
         idx = np.full(len(df), -1, dtype=np.int64)
-        idx[inside] = np.searchsorted(ids, ident.to_numpy(dtype=object)[inside])
+        idx[inside] = np.searchsorted(ids, ident[inside])
         region_ids[rt] = ids.astype(object)
         region_of[rt] = idx
     return Geography(universe, key, region_ids, region_of, source)
+
+
+#: GRF-C rows per streamed batch (the bytes pyarrow parses at a time are set by ``GRFC_BLOCK_BYTES``)
+GRFC_BLOCK_BYTES = 8 << 20
+
+
+def stream_grfc(path: str | Path) -> Iterator[tuple[int, pa.Table]]:
+    """The GRF-C's required columns (strings) in batches, each with the file rows before it: the header is
+    checked as :func:`read_pipe_file` checks it (``extra_columns``), one batch is held at a time."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("file not found", file=str(p))
+    with p.open("rb") as fh:
+        header = fh.readline().decode("utf-8", errors="replace").rstrip("\r\n").split("|")
+    missing = [c for c in GRFC_COLUMNS if c not in header]
+    if missing:
+        raise InputError(f"missing column(s) {', '.join(missing)} (header: {'|'.join(header)})", file=str(p),
+                         row=1, column=missing[0])
+    offset = 0
+    try:
+        reader = pacsv.open_csv(
+            p, read_options=pacsv.ReadOptions(block_size=GRFC_BLOCK_BYTES),
+            parse_options=pacsv.ParseOptions(delimiter="|", quote_char=False),
+            convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in header},
+                                                 include_columns=list(GRFC_COLUMNS), strings_can_be_null=False))
+        for batch in reader:  # over batches of ~8 MB, not records
+            table = pa.Table.from_batches([batch])
+            yield offset, table
+            offset += table.num_rows
+    except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+        raise InputError(f"malformed pipe-delimited file: {_arrow_reason(exc)}", file=str(p),
+                         row=_arrow_row(exc)) from None
+
+
+def grfc_region_ids(path: str | Path, universe: Universe,
+                    state_filter: Sequence[str]) -> dict[str, npt.NDArray[np.object_]]:
+    """The region IDs of every region type of one run (those :func:`load_geography` gives), from one streamed
+    pass over the GRF-C: the national domain, without holding a row per block."""
+    found: dict[str, list[npt.NDArray[np.object_]]] = {rt: [] for rt in region_types(universe)}
+    for offset, table in stream_grfc(path):
+        _check_digits(table, str(path), offset)
+        keep = _run_states(pc.cast(table.column("TABBLKST"), pa.int64()).to_numpy(), universe, state_filter)
+        df = table.to_pandas()[keep]
+        for rt, ids in found.items():
+            ident, inside = _idents(df, rt)
+            ids.append(np.unique(ident[inside]))
+    return {rt: (np.unique(np.concatenate(ids)) if ids else np.array([], dtype=object)).astype(object)
+            for rt, ids in found.items()}
+
+
+class LazyGeography(Geography):
+    """A run's geography whose region IDs (the national domain the plan needs) come from one streamed pass and
+    whose block rows are read only when first used (validation, an unpartitioned prepare); a partition reads
+    its own states' blocks instead (:meth:`part`)."""
+
+    def __init__(self, path: str | Path, universe: Universe, state_filter: Sequence[str]) -> None:
+        for name, value in (("universe", universe), ("source", str(path)), ("_state_filter", tuple(state_filter)),
+                            ("region_ids", grfc_region_ids(path, universe, state_filter))):
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in ("block_keys", "region_of"):
+            raise AttributeError(name)
+        whole = load_geography(read_pipe_file(self.source, GRFC_COLUMNS, extra_columns=True), self.universe,
+                               self._state_filter, self.source)
+        object.__setattr__(self, "block_keys", whole.block_keys)
+        object.__setattr__(self, "region_of", whole.region_of)
+        return getattr(whole, name)
+
+    def part(self, states: Sequence[int]) -> Geography:
+        """The blocks of ``states`` only (those the run keeps), region indices into the national region IDs:
+        for every block of these states, the same row contents :func:`load_geography` gives (a block's key
+        holds its state, so a person of these states finds its block here iff in the whole GRF-C). Streamed:
+        one batch and the kept rows are held. ``InputError`` for a bad digit or a duplicate block among them."""
+        wanted = pa.array(sorted({f"{int(s):02d}" for s in states}), type=pa.string())
+        keys: list[IntArray] = []
+        kept: list[npt.NDArray[np.bool_]] = []
+        rows: list[IntArray] = []
+        frames: list[pd.DataFrame] = []
+        for offset, table in stream_grfc(self.source):
+            pick = np.flatnonzero(pc.is_in(table.column("TABBLKST"), value_set=wanted).to_numpy(zero_copy_only=False))
+            if pick.size == 0:
+                continue
+            sub = table.take(pick)
+            _check_digits(sub, self.source)
+            keep = _run_states(pc.cast(sub.column("TABBLKST"), pa.int64()).to_numpy(), self.universe,
+                               self._state_filter)
+            keys.append(block_key(sub))
+            kept.append(keep)
+            rows.append(offset + pick)
+            frames.append(sub.to_pandas()[keep])
+        key = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
+        dup = np.flatnonzero(pd.Series(key).duplicated().to_numpy())
+        if dup.size:
+            row = int(np.concatenate(rows)[dup[0]])
+            raise InputError("duplicate block", file=self.source, row=row + 2, column="TABBLK")
+        if keys:
+            key = key[np.concatenate(kept)]
+        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({c: [] for c in GRFC_COLUMNS})
+        region_of: dict[str, IntArray] = {}
+        for rt, ids in self.region_ids.items():
+            ident, inside = _idents(df, rt)
+            idx = np.full(len(df), -1, dtype=np.int64)
+            if inside.any():
+                at = np.searchsorted(ids, ident[inside])
+                if at.size and (int(at.max()) >= len(ids) or not bool((ids[at] == ident[inside]).all())):
+                    raise IntegrityError(f"{self.source}: a region of type {rt} is not in the run's domain")
+                idx[inside] = at
+            region_of[rt] = idx
+        return Geography(self.universe, key, self.region_ids, region_of, self.source)
 
 
 @dataclass(frozen=True)
