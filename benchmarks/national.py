@@ -18,7 +18,9 @@ are extrapolations from small runs, not measurements.
 
     .venv/bin/python benchmarks/national.py --persons 1e6,3e6 --out benchmarks/results/national.json
 
-``--keep`` keeps each size's store (else it is deleted after the size; the bytes written are printed).
+``--keep`` keeps each size's store (else it is deleted after the size; the bytes written are printed);
+``--rerun DIR --stages postprocess,release [--products topdown]`` re-runs stages of a kept size with this
+checkout's code (before/after comparisons of one stage on the same measurements).
 """
 
 from __future__ import annotations
@@ -183,6 +185,31 @@ def run_size(persons: int, workdir: Path, keep: bool) -> dict[str, Any]:
             "kept": str(store_dir) if keep else None}
 
 
+def rerun_stages(run_dir: Path, wanted: list[str], products: list[str] | None) -> dict[str, Any]:
+    """Re-run some stages (``postprocess``, ``release``, …) of a kept size (``--keep``: ``run_dir`` holds
+    ``config.json`` and ``store/``) with this checkout's code, each in a fresh process as above; the measurements
+    are the kept ledger's (never redrawn). A stage whose manifest is current for this code is skipped by the
+    stage itself (its figures are then those of the check only)."""
+    config_file = run_dir / "config.json"
+    raw = json.loads(config_file.read_text())
+    names = [p["name"] for p in raw["products"]]
+    rows: list[dict[str, Any]] = []
+    for stage in wanted:
+        for product in (["all"] if stage in ("plan", "release") else names):
+            if products and product != "all" and product not in products:
+                continue
+            r = _child(["stage", str(config_file), stage, product])
+            m: dict[str, Any] = r.pop("result")
+            row = {"stage": stage, "product": product, **r}
+            if "cpu_seconds" in m:
+                row |= {"stage_wall_s": round(m["wall_seconds"], 2), "stage_cpu_s": round(m["cpu_seconds"], 2)}
+            rows.append(row)
+            print(f"  {stage:<11} {product:<10} {row.get('stage_wall_s', r['process_wall_s']):8.2f} s wall "
+                  f"{row.get('stage_cpu_s', r['process_cpu_s']):8.2f} s CPU {r['peak_rss_bytes'] / 2**30:6.2f} GB "
+                  f"peak (process {r['process_wall_s']:.1f} s)", flush=True)
+    return {"run_dir": str(run_dir), "stages": wanted, "steps": rows}
+
+
 def _exp(a: float, b: float, n1: int, n2: int) -> float | None:
     return round(math.log(b / a) / math.log(n2 / n1), 3) if a > 0 and b > 0 else None
 
@@ -265,10 +292,20 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     ap.add_argument("--keep", action="store_true", help="keep each size's store (else deleted after the size)")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()))
+    ap.add_argument("--rerun", type=Path, default=None,
+                    help="a kept size's directory (national-N-…/): re-run only --stages on it with this code")
+    ap.add_argument("--stages", default="postprocess,release", help="with --rerun: comma-separated stages")
+    ap.add_argument("--products", default="", help="with --rerun: only these products (comma-separated)")
     ap.add_argument("--worker", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         _worker(args.worker)
+        return 0
+    if args.rerun:
+        out = rerun_stages(args.rerun, args.stages.split(","), [p for p in args.products.split(",") if p])
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(out, indent=1) + "\n")
         return 0
     sizes = [int(float(s)) for s in args.persons.split(",")]
     baseline = _child(["baseline"])["peak_rss_bytes"]  # the interpreter with dasflow imported

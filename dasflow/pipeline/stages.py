@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from dasflow.errors import InputError, IntegrityError, LedgerRefusal
-from dasflow.io.store import new_token
+from dasflow.io.store import ObjectStore, new_token
 from dasflow.pipeline.inputs import check_not_empty, check_synthetic
 from dasflow.pipeline.metrics import StageMeter
 from dasflow.pipeline.partitions import Batch, StoredParts, parts_digest, task_waves
@@ -34,7 +34,7 @@ from dasflow.privacy.composition import PlanTotal
 from dasflow.privacy.ledger import Segment, frac_str, stored_record
 from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
 from dasflow.products.base import SegmentedMeasure
-from dasflow.products.partition import PartitionedPostprocess
+from dasflow.products.partition import PartitionedPostprocess, TableStream
 from dasflow.products.plugin import overrides
 from dasflow.validation import run_product_suite, run_streamed_suite, store_results
 from dasflow.validation.stream import DEFAULT_CHUNK_ROWS
@@ -340,6 +340,7 @@ def postprocess_stage(ctx: RunContext, product: str, *, force: bool = False) -> 
     cfg = ctx.product_config(product)
     public = ctx.post_public(product)
     split = partitioner(ctx, product)
+    estimates: Mapping[str, pd.DataFrame | TableStream | Callable[[], pd.DataFrame]]
     if split is None:
         estimates = plugin.product(cfg).postprocess(load_measurements(ctx, product), public)
     else:  # parts not yet computed (by mapped tasks) are computed here, in plan order; all of them if forced
@@ -349,13 +350,26 @@ def postprocess_stage(ctx: RunContext, product: str, *, force: bool = False) -> 
             for part in step.parts:
                 _compute_part(split, parts, step.name, part, public, force=force)
         estimates = split.post_combine(steps, parts, public)
-    outputs: dict[str, dict[str, Any]] = {}
-    for name, frame in sorted(estimates.items()):
-        key = f"{ctx.root}/postprocessed/{product}/{name}.parquet"
-        sha, rows = post.put_parquet(key, frame)
-        outputs[key] = {"sha256": sha, "rows": rows, "name": name}
+    outputs = write_estimates(post, f"{ctx.root}/postprocessed/{product}/", estimates)
     faults.point(f"stage:postprocess:{product}:before-manifest")
     return write_manifest(ctx, "postprocess", product, inputs, outputs, {"metrics": meter.read()})
+
+
+def write_estimates(store: ObjectStore, prefix: str,
+                    estimates: Mapping[str, pd.DataFrame | TableStream | Callable[[], pd.DataFrame]]
+                    ) -> dict[str, dict[str, Any]]:
+    """Write each estimate as ``{prefix}{name}.parquet``, in the mapping's order: a frame at once, a
+    ``TableStream`` one row group per chunk (never whole in memory), a callable's frame when it is reached.
+    Returns the outputs for the stage manifest (sha256, rows, name)."""
+    outputs: dict[str, dict[str, Any]] = {}
+    for name, value in estimates.items():
+        key = f"{prefix}{name}.parquet"
+        if isinstance(value, TableStream):
+            sha, rows = store.write_parquet(key, value.chunks(), value.schema)
+        else:
+            sha, rows = store.put_parquet(key, value if isinstance(value, pd.DataFrame) else value())
+        outputs[key] = {"sha256": sha, "rows": rows, "name": name}
+    return dict(sorted(outputs.items()))
 
 
 def partitioner(ctx: RunContext, product: str) -> PartitionedPostprocess | None:

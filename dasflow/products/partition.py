@@ -10,16 +10,43 @@ Privacy: parts are post-processing — they read committed measurements and publ
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import pandas as pd
 import pyarrow as pa
 
-from dasflow.products.base import Estimates, NoisyMeasurement
+from dasflow.products.base import NoisyMeasurement
 
 Tables = dict[str, pa.Table]
 RowRange = tuple[str, int, int]
+
+
+@dataclass(frozen=True)
+class TableStream:
+    """A large estimate produced one partition at a time: ``chunks()`` yields Arrow tables of ``schema`` whose
+    concatenation is the estimate (the post-processing stage writes each as a Parquet row group, so the
+    nation's table is never in memory)."""
+
+    schema: pa.Schema
+    chunks: Callable[[], Iterator[pa.Table]]
+
+
+#: ``post_combine``'s estimates, consumed **in insertion order**: frames, streams, and frames computed only when
+#: reached (after the streams before them were consumed: running aggregates such as diagnostics)
+CombinedEstimates = dict[str, pd.DataFrame | TableStream | Callable[[], pd.DataFrame]]
+
+
+class GroupedEstimates(Protocol):
+    """Stored estimates that can be read a group of rows at a time (the release stage's view of them)."""
+
+    def __getitem__(self, name: str) -> pd.DataFrame: ...
+
+    def groups(self, name: str, column: str, width: int) -> Iterator[pd.DataFrame]:
+        """The rows of estimate ``name`` grouped by the first ``width`` characters of the text ``column``: one
+        frame per group, in ascending order of the group, rows in stored order."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -59,7 +86,6 @@ class PartSource(Protocol):
         """One segment of a segmented key, verified against the key's committed index (not cached)."""
         ...
 
-
     def part(self, step: str, part: str, names: Sequence[str] | None = None,
              rows: RowRange | None = None) -> Tables:
         """The part's tables (only ``names`` if given; with ``rows = (column, lo, hi)`` only the rows whose
@@ -79,6 +105,8 @@ class PartitionedPostprocess(Protocol):
         """One part's output tables (Arrow, so dense arrays travel without per-row Python objects)."""
         ...
 
-    def post_combine(self, steps: Sequence[PostStep], source: PartSource, public: Mapping[str, Any]) -> Estimates:
-        """The product's estimates from all parts (same names and columns as ``postprocess`` returns)."""
+    def post_combine(self, steps: Sequence[PostStep], source: PartSource,
+                     public: Mapping[str, Any]) -> CombinedEstimates:
+        """The product's estimates from all parts (same names and columns as ``postprocess`` returns); large ones
+        may be :class:`TableStream` s and late ones callables, consumed in the mapping's order."""
         ...

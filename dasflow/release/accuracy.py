@@ -31,7 +31,7 @@ Products are reached only through their plugins (``dasflow.registry``): ``truth`
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from dasflow.errors import DasflowError
+from dasflow.io.store import ObjectStore
 from dasflow.pipeline.run import RunContext
 from dasflow.privacy import accounting
 from dasflow.products.plugin import overrides
@@ -55,10 +56,10 @@ from dasflow.release.certificate import TEST_BANNER
 from dasflow.release.document import Block, Bullets, Heading, Image, Para, Table, to_html
 from dasflow.release.experiments import method_sha256, recorded
 
-__all__ = ["ESTIMATES", "NON_KEY", "SIZE_BINS", "SIZE_LABELS", "Z90", "TruthFrames", "TruthRefused",
-           "accuracy_blocks", "accuracy_report", "compare", "consistency", "error_by_size", "estimate_checks",
-           "expected_moes", "experiment_blocks", "hierarchy_check", "observed_errors", "release_frames",
-           "truth_frames"]
+__all__ = ["ESTIMATES", "NON_KEY", "SIZE_BINS", "SIZE_LABELS", "Z90", "LazyTruth", "ReleaseFiles", "TruthFrames",
+           "TruthRefused", "accuracy_blocks", "accuracy_report", "compare", "consistency", "error_by_size",
+           "estimate_checks", "expected_moes", "experiment_blocks", "hierarchy_check", "observed_errors",
+           "release_files", "release_frames", "truth_frames"]
 
 #: product -> release file (relative to ``release/{product}/``) -> frame with the file's key columns + COUNT
 TruthFrames = Mapping[str, Mapping[str, pd.DataFrame]]
@@ -95,24 +96,50 @@ def expected_moes(ctx: RunContext) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------------------ release frames
-def release_frames(ctx: RunContext) -> dict[str, dict[str, pd.DataFrame]]:
-    """Every tabular release file (``.csv`` pipe-delimited, ``.parquet``) per product, by relative path."""
+def _read_release_file(store: ObjectStore, key: str) -> pd.DataFrame:
+    with store.reader(key) as fh:
+        if key.endswith(".parquet"):
+            return pd.read_parquet(fh)
+        return pd.read_csv(fh, sep="|", dtype=str, keep_default_na=False)
+
+
+class ReleaseFiles(Mapping[str, pd.DataFrame]):
+    """One product's tabular release files (``.csv`` pipe-delimited, ``.parquet``; not ``estimates/``) by
+    relative path, each read from the store when it is accessed and not kept: a report step holds the files it
+    is looking at, never the whole release."""
+
+    def __init__(self, store: ObjectStore, prefix: str) -> None:
+        self._store = store
+        self._prefix = prefix
+        self._rels = [k[len(prefix):] for k in store.list(prefix)
+                      if not k[len(prefix):].startswith(ESTIMATES) and k.endswith((".parquet", ".csv"))]
+
+    def __getitem__(self, rel: str) -> pd.DataFrame:
+        if rel not in self._rels:
+            raise KeyError(rel)
+        return _read_release_file(self._store, self._prefix + rel)
+
+    def __contains__(self, rel: object) -> bool:
+        return rel in self._rels
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rels)
+
+    def __len__(self) -> int:
+        return len(self._rels)
+
+
+def release_files(ctx: RunContext) -> dict[str, ReleaseFiles]:
+    """Every product's release files as :class:`ReleaseFiles` (read on access), for products that have any."""
     store = ctx.post_store()
-    out: dict[str, dict[str, pd.DataFrame]] = {}
-    for p in ctx.config.products:
-        prefix = f"{ctx.root}/release/{p.name}/"
-        for key in store.list(prefix):
-            rel = key[len(prefix):]
-            if rel.startswith(ESTIMATES):
-                continue
-            if rel.endswith(".parquet"):
-                frame = pd.read_parquet(io.BytesIO(store.get(key)))
-            elif rel.endswith(".csv"):
-                frame = pd.read_csv(io.BytesIO(store.get(key)), sep="|", dtype=str, keep_default_na=False)
-            else:
-                continue
-            out.setdefault(p.name, {})[rel] = frame
-    return out
+    out = {p.name: ReleaseFiles(store, f"{ctx.root}/release/{p.name}/") for p in ctx.config.products}
+    return {name: files for name, files in out.items() if len(files)}
+
+
+def release_frames(ctx: RunContext) -> dict[str, dict[str, pd.DataFrame]]:
+    """Every tabular release file (``.csv`` pipe-delimited, ``.parquet``) per product, by relative path, all in
+    memory (small releases and tests; the report itself uses :func:`release_files`)."""
+    return {name: dict(files) for name, files in release_files(ctx).items()}
 
 
 # ------------------------------------------------------------------------------------------ observed error
@@ -264,6 +291,37 @@ def _share(record: Mapping[str, Any]) -> str:
     return "—" if x != x else f"{x:.1%}"
 
 
+def _thinned(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows the scatter plot draws (``plot_scatter``'s deterministic thinning to ≈ 5,000 points; thinning
+    the result again is the identity, so the plot is the same)."""
+    return frame.iloc[::max(1, len(frame) // 5000)][["TRUE", "ERROR"]]
+
+
+def _observed(ctx: RunContext, release: Mapping[str, Mapping[str, pd.DataFrame]], truth: TruthFrames
+              ) -> tuple[dict[tuple[str, str], pd.DataFrame], dict[tuple[str, str], pd.DataFrame],
+                         dict[tuple[str, str, str], pd.DataFrame], dict[str, pd.DataFrame]]:
+    """:func:`observed_errors` and its summaries one product and one file at a time (the comparison of a file
+    is dropped once summarised): the scatter plot's thinned cells, error by size, error by size per level, and
+    each product's :func:`estimate_checks`."""
+    cells: dict[tuple[str, str], pd.DataFrame] = {}
+    by_size: dict[tuple[str, str], pd.DataFrame] = {}
+    by_level: dict[tuple[str, str, str], pd.DataFrame] = {}
+    checks: dict[str, pd.DataFrame] = {}
+    for product, files in truth.items():  # a lazy truth computes one product's twin at a time
+        released = release.get(product, {})
+        zero_fill = get_plugin(product).zero_filled
+        for rel, frame in files.items():
+            if rel not in released:
+                continue
+            compared = compare(released[rel], frame, zero_fill=zero_fill)
+            cells[(product, rel)] = _thinned(compared)
+            by_size[(product, rel)] = error_by_size(compared)
+            by_level |= {(product, rel, str(lv)): error_by_size(part)
+                         for lv, part in compared.groupby("LEVEL", sort=False)}
+        checks[product] = estimate_checks(ctx, product, files)
+    return cells, by_size, by_level, checks
+
+
 def accuracy_blocks(ctx: RunContext, truth: TruthFrames | None) -> list[Block]:
     if truth is not None and not ctx.config.is_test:
         raise TruthRefused("ground truth is only ever used for a test release's accuracy report")
@@ -296,18 +354,15 @@ def accuracy_blocks(ctx: RunContext, truth: TruthFrames | None) -> list[Block]:
                         tuple((*_cells(r, "product", "level", "mechanism", "keys", "cells"),
                                f"{r['moe90_min']}–{r['moe90_max']}", str(r["moe95_max"]))
                               for r in _records(per_level))))
-    release = release_frames(ctx)
+    release = release_files(ctx)
     if truth is not None:
-        cells = observed_errors(release, truth)
-        by_size = {k: error_by_size(v) for k, v in cells.items()}
+        cells, by_size, by_level, checks = _observed(ctx, release, truth)
         blocks.append(Heading("Observed error against the ground truth of the published tables (this run), by "
                               "population size"))
         if by_size:
             blocks.append(Image(plot_error_by_size(by_size), "RMSE of released counts by true cell size"))
             for product in dict.fromkeys(p for p, _ in cells):
                 blocks.append(Image(plot_scatter(cells, product), f"{product}: released − true vs true count"))
-            by_level = {(p, rel, str(lv)): error_by_size(part) for (p, rel), frame in cells.items()
-                        for lv, part in frame.groupby("LEVEL", sort=False)}
             blocks.append(Table(
                 ("product", "file", "level", "size", "cells", "mean error", "RMSE", "mean |error|",
                  "90th pct |error|", "within 90 % MOE"),
@@ -319,9 +374,8 @@ def accuracy_blocks(ctx: RunContext, truth: TruthFrames | None) -> list[Block]:
                                "ground truth); the MOE covers noise only."))
         else:
             blocks.append(Para("no release file has a ground-truth frame"))
-        for product, files in truth.items():
-            checks = estimate_checks(ctx, product, files)
-            if checks.empty:
+        for product, product_checks in checks.items():
+            if product_checks.empty:
                 continue
             blocks.append(Heading(f"{ctx.plugin(product).title} statistical post-processing against the ground "
                                   "truth"))
@@ -330,7 +384,7 @@ def accuracy_blocks(ctx: RunContext, truth: TruthFrames | None) -> list[Block]:
                  "true count inside 90 % interval"),
                 tuple((*_cells(r, "file", "true count", "cells"),
                        *(_fmt(float(r[c])) for c in ("rmse_noisy", "rmse_estimate", "bias_estimate")),
-                       f"{float(r['interval_coverage']):.1%}") for r in _records(checks))))
+                       f"{float(r['interval_coverage']):.1%}") for r in _records(product_checks))))
             blocks.append(Para("The credible intervals come from a flat prior on non-negative counts: their lower "
                                "end is always above 0, so a true zero is never inside. For counts large relative "
                                "to the noise the share inside is near 90 %; for counts small relative to the "
@@ -391,6 +445,32 @@ def accuracy_report(ctx: RunContext, truth: TruthFrames | None = None) -> str:
 
 
 # -------------------------------------------------------------------------------------------- ground truth
+class LazyTruth(Mapping[str, Mapping[str, pd.DataFrame]]):
+    """Ground-truth frames per product, each product's computed when it is accessed and not kept (the report
+    holds one product's twin at a time) — TEST releases only (:func:`truth_frames`)."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        if not ctx.config.is_test:
+            raise TruthRefused(f"release {ctx.release_id} is a production release: ground truth is never "
+                               "computed for it (its accuracy report shows expected MOEs only)")
+        self._ctx = ctx
+        self._products = [p.name for p in ctx.config.products if overrides(ctx.plugin(p.name), "truth")]
+
+    def __getitem__(self, product: str) -> Mapping[str, pd.DataFrame]:
+        if product not in self._products:
+            raise KeyError(product)
+        ctx = self._ctx
+        frames = ctx.plugin(product).truth(ctx.store, ctx.config.inputs, ctx.product_config(product),
+                                           ctx.config.universe)
+        return {} if frames is None else frames
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._products)
+
+    def __len__(self) -> int:
+        return len(self._products)
+
+
 def truth_frames(ctx: RunContext) -> dict[str, dict[str, pd.DataFrame]]:
     """Ground-truth frames of every product whose plugin has a twin (``truth``) — TEST releases only.
 

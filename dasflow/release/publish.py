@@ -13,10 +13,12 @@ A test release (seeded randomness) can only be published as an explicitly marked
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urlparse
 
 import pandas as pd
@@ -26,6 +28,7 @@ from dasflow.errors import DasflowError
 from dasflow.io.store import ObjectStore, StoreError, open_store, sha256_bytes
 from dasflow.pipeline.run import RunContext, code_version
 from dasflow.pipeline.stages import verify_release
+from dasflow.products.plugin import overrides
 
 MANIFEST = "MANIFEST.json"
 PUBLICATION = "PUBLICATION.json"
@@ -60,62 +63,104 @@ def row_count(key: str, data: bytes) -> int:
 
 
 # ------------------------------------------------------------------------------------------- validation
-def _check_table(key: str, data: bytes) -> None:
-    if not data:
-        raise OutputInvalid(f"{key}: empty file")
+#: rows of a delimited release file parsed at a time when it is checked
+CHECK_ROWS = 1_000_000
+_CHUNK = 2**20
+
+
+def _check_table(key: str, fh: IO[bytes]) -> None:
+    """A release table parses (chunk by chunk: memory stays flat) and its COUNT column holds integers; a
+    failure names the file's row."""
     try:
         if key.endswith(".parquet"):
-            frame = pq.read_table(io.BytesIO(data)).to_pandas()
+            pf = pq.ParquetFile(fh)
+            frames: Iterator[pd.DataFrame] = (pf.read_row_group(i).to_pandas() for i in range(pf.num_row_groups))
+            columns = list(pf.schema_arrow.names)
         else:
-            frame = pd.read_csv(io.BytesIO(data), sep="|", dtype=str, keep_default_na=False)
+            reader = pd.read_csv(fh, sep="|", dtype=str, keep_default_na=False, chunksize=CHECK_ROWS)
+            frames = iter(reader)
+            columns = []
+        offset = 0
+        for frame in frames:
+            columns = list(frame.columns)
+            if "COUNT" in frame.columns:
+                counts = pd.to_numeric(frame["COUNT"], errors="coerce")
+                bad = (counts.isna() | (counts % 1 != 0)).to_numpy()
+                if bad.any():
+                    row = int(bad.argmax())
+                    raise OutputInvalid(f"{key}: row {offset + row + 2}, column COUNT: not an integer: "
+                                        f"{frame['COUNT'].iloc[row]!r}")
+            offset += len(frame)
+    except OutputInvalid:
+        raise
     except Exception as exc:
         raise OutputInvalid(f"{key}: unreadable table: {exc}") from None
-    if frame.columns.empty:
+    if not columns:
         raise OutputInvalid(f"{key}: no columns")
-    if "COUNT" in frame.columns:
-        counts = pd.to_numeric(frame["COUNT"], errors="coerce")
-        bad = (counts.isna() | (counts % 1 != 0)).to_numpy()
-        if bad.any():
-            row = int(bad.argmax())
-            raise OutputInvalid(f"{key}: row {row + 2}, column COUNT: not an integer: {frame['COUNT'].iloc[row]!r}")
 
 
-def validate_release(ctx: RunContext) -> dict[str, bytes]:
-    """Validate every file under ``runs/{id}/release/`` (except the manifest and publication record).
+def _file_record(key: str, fh: IO[bytes]) -> dict[str, Any]:
+    """SHA-256 and rows (:func:`row_count`) of a file, read in chunks."""
+    digest = hashlib.sha256()
+    newlines = size = 0
+    last = b""
+    while chunk := fh.read(_CHUNK):
+        digest.update(chunk)
+        newlines += chunk.count(b"\n")
+        size += len(chunk)
+        last = chunk[-1:]
+    if key.endswith(".parquet"):
+        fh.seek(0)
+        rows = int(pq.ParquetFile(fh).metadata.num_rows)
+    else:
+        lines = newlines + (0 if last == b"\n" or not size else 1)
+        rows = max(lines - 1, 0) if key.endswith((".csv", ".txt")) else lines
+    return {"sha256": digest.hexdigest(), "rows": rows, "bytes": size}
+
+
+def validate_release(ctx: RunContext) -> dict[str, dict[str, Any]]:
+    """Validate every file under ``runs/{id}/release/`` (except the manifest and publication record), one file
+    at a time, streamed (never every file in memory).
 
     Every product has files; every table parses, and a COUNT column holds integers; each product's files pass
-    its plugin's production output validator (``check_release_files``). Returns the files (key -> bytes).
-    Raises :class:`OutputInvalid`.
+    its plugin's production output validator (``check_release_files``, given that product's files only).
+    Returns each file's SHA-256, rows and size. Raises :class:`OutputInvalid`.
     """
     store = ctx.post_store()
     prefix = release_prefix(ctx)
-    keys = [k for k in store.list(prefix) if k not in (prefix + MANIFEST, prefix + PUBLICATION)]
-    files = {k: store.get(k) for k in sorted(keys)}
+    keys = sorted(k for k in store.list(prefix) if k not in (prefix + MANIFEST, prefix + PUBLICATION))
     for p in ctx.config.products:
-        if not any(k.startswith(f"{prefix}{p.name}/") for k in files):
+        if not any(k.startswith(f"{prefix}{p.name}/") for k in keys):
             raise OutputInvalid(f"product {p.name!r} has no release files under {prefix}{p.name}/")
-    for key, data in files.items():
-        if key.endswith((".csv", ".parquet", ".txt")):
-            _check_table(key, data)
-        elif not data:
-            raise OutputInvalid(f"{key}: empty file")
+    records: dict[str, dict[str, Any]] = {}
+    for key in keys:
+        with store.reader(key) as fh:
+            records[key] = _file_record(key, fh)
+            if records[key]["bytes"] == 0:
+                raise OutputInvalid(f"{key}: empty file")
+            if key.endswith((".csv", ".parquet", ".txt")):
+                fh.seek(0)
+                _check_table(key, fh)
     for p in ctx.config.products:  # each product's own production output validator (PHSafe: R16)
+        plugin = ctx.plugin(p.name)
+        if not overrides(plugin, "check_release_files"):
+            continue
         own = f"{prefix}{p.name}/"
         try:
-            ctx.plugin(p.name).check_release_files({k[len(own):]: d for k, d in files.items() if k.startswith(own)},
-                                                   ctx.product_config(p.name))
+            plugin.check_release_files({k[len(own):]: store.get(k) for k in keys if k.startswith(own)},
+                                       ctx.product_config(p.name))
         except DasflowError as exc:
             raise OutputInvalid(f"{p.name} release files: {exc}") from None
-    return files
+    return records
 
 
 def write_release_manifest(ctx: RunContext) -> dict[str, Any]:
     """Validate the release, then write ``MANIFEST.json`` (SHA-256 and rows of every file) last."""
-    files = validate_release(ctx)
+    records = validate_release(ctx)
     manifest = {
         "release_id": ctx.release_id, "config_sha256": ctx.config_sha256, "code_version": code_version(),
         "test_release": ctx.config.is_test, "universe": ctx.config.universe,
-        "files": {k: {"sha256": sha256_bytes(d), "rows": row_count(k, d)} for k, d in sorted(files.items())},
+        "files": {k: {"sha256": r["sha256"], "rows": r["rows"]} for k, r in sorted(records.items())},
     }
     ctx.post_store().put(release_prefix(ctx) + MANIFEST, _dumps(manifest))
     return manifest

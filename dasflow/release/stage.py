@@ -20,18 +20,22 @@ the pipeline: it uses the pipeline's stage machinery (manifests, the ledger audi
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
-from dasflow.io.store import sha256_bytes
+from dasflow.io.store import ObjectWriter, sha256_bytes
+from dasflow.pipeline.estimates import StoredEstimates
 from dasflow.pipeline.metrics import StageMeter
 from dasflow.pipeline.run import RunContext, manifest_if_current, write_manifest
-from dasflow.pipeline.stages import _measurement_hashes, _table_bytes, ledger_csv
+from dasflow.pipeline.stages import _measurement_hashes, ledger_csv
 from dasflow.privacy import faults
 from dasflow.products.plugin import overrides
-from dasflow.release.accuracy import ESTIMATES, accuracy_report, truth_frames
+from dasflow.release.accuracy import ESTIMATES, LazyTruth, accuracy_report
 from dasflow.release.certificate import certificate
 from dasflow.release.publish import write_release_manifest
 from dasflow.validation import validate_outputs
@@ -88,7 +92,7 @@ def write_certificate(ctx: RunContext) -> dict[str, dict[str, Any]]:
 def write_accuracy_report(ctx: RunContext, with_truth: bool | None = None) -> dict[str, dict[str, Any]]:
     """``ACCURACY.html``; ``with_truth`` defaults to "test release" (never possible for production)."""
     use_truth = ctx.config.is_test if with_truth is None else with_truth
-    page = accuracy_report(ctx, truth_frames(ctx) if use_truth else None)
+    page = accuracy_report(ctx, LazyTruth(ctx) if use_truth else None)  # one product's truth at a time
     return dict([_put(ctx, ACCURACY_HTML, page.encode())])
 
 
@@ -104,31 +108,138 @@ def finalize_release(ctx: RunContext, *, accuracy_truth: bool | None = None) -> 
     return write_release_manifest(ctx)
 
 
+#: rows of release tables validated together (one ``validate_outputs`` call: its grouped expectation runs)
+VALIDATION_ROWS = 2_000_000
+
+
+class _OutputChecks:
+    """Output validation of a product's tables as they are written in chunks: every row of every table passes
+    ``validate_outputs`` (header, integer COUNT, planned VARIANCE, no confidential column, …) in batches of
+    about ``VALIDATION_ROWS`` rows, a failure naming the table's own row; a table that never gets a row is
+    checked as empty. A product with cross-file rules (``check_outputs``) is validated whole, at the end."""
+
+    def __init__(self, plan_record: Mapping[str, Any], whole: bool) -> None:
+        self.plan_record = plan_record
+        self.whole = whole
+        self.pending: dict[str, list[pd.DataFrame]] = {}
+        self.rows = 0
+        self.offset: dict[str, int] = {}
+        self.empty: dict[str, pd.DataFrame] = {}
+
+    def add(self, rel: str, chunk: pd.DataFrame) -> None:
+        self.offset.setdefault(rel, 0)
+        if chunk.empty:
+            self.empty.setdefault(rel, chunk)
+            return
+        self.pending.setdefault(rel, []).append(chunk)
+        self.rows += len(chunk)
+        if not self.whole and self.rows >= VALIDATION_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        frames = {rel: pd.concat(chunks, ignore_index=True) if len(chunks) > 1 else chunks[0]
+                  for rel, chunks in self.pending.items()}
+        frames |= {rel: frame for rel, frame in self.empty.items() if self.offset[rel] == 0 and rel not in frames}
+        if not frames:
+            return
+        error = validate_outputs(frames, self.plan_record).error
+        if error is not None:
+            raise self._located(error)
+        for rel, frame in frames.items():
+            self.offset[rel] += len(frame)
+        self.pending, self.rows = {}, 0
+
+    def finish(self) -> None:
+        self.flush()
+
+    def _located(self, error: InputError) -> InputError:
+        """The error with its row counted from the start of its table (not of the batch)."""
+        if error.file is None or error.row is None or error.row < 2:
+            return error
+        where = [f"file {error.file}", f"row {error.row}"] + ([f"column {error.column}"] if error.column else [])
+        message = str(error).removeprefix(", ".join(where) + ": ")
+        return InputError(message, file=error.file, row=error.row + self.offset.get(error.file, 0),
+                          column=error.column)
+
+
+class _TableSink:
+    """One release table written as its chunks arrive: pipe-delimited text (header once) or Parquet row groups,
+    into a streaming put that publishes the file only when it is complete."""
+
+    def __init__(self, writer: ObjectWriter) -> None:
+        self.writer = writer
+        self.parquet: pq.ParquetWriter | None = None
+        self.first = True
+
+    def write(self, chunk: pd.DataFrame) -> None:
+        if self.writer.key.endswith(".parquet"):
+            table = pa.Table.from_pandas(chunk, preserve_index=False)
+            if self.parquet is None:
+                self.parquet = pq.ParquetWriter(self.writer, table.schema)
+            self.parquet.write_table(table)
+        else:
+            self.writer.write(chunk.to_csv(index=False, sep="|", lineterminator="\n", header=self.first).encode())
+        self.first = False
+
+    def close(self) -> None:
+        if self.parquet is not None:
+            self.parquet.close()
+        self.writer.close()
+
+
+def write_product_tables(ctx: RunContext, product: str, estimates: Mapping[str, pd.DataFrame],
+                         plan_record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Write a product's release tables under ``release/{product}/`` from its estimates, chunk by chunk where the
+    product streams them (``table_chunks``: TopDown, one state at a time) and else table by table; each file
+    is hashed while it is written and published only once all of the product's tables passed output
+    validation (nothing of a product that fails validation is published). Returns key -> sha256, bytes."""
+    plugin = ctx.plugin(product)
+    obj = plugin.product(ctx.product_config(product))
+    streamed = getattr(obj, "table_chunks", None)
+    chunks: Iterator[tuple[str, pd.DataFrame]] = streamed(estimates) if callable(streamed) else \
+        iter(sorted(obj.tables(dict(estimates)).items()))
+    checks = _OutputChecks(plan_record, whole=overrides(plugin, "check_outputs"))
+    post = ctx.post_store()
+    sinks: dict[str, _TableSink] = {}
+    try:
+        for name, chunk in chunks:
+            rel = f"{product}/{plugin.file_name(name, ctx.config.universe)}"
+            if rel not in sinks:
+                sinks[rel] = _TableSink(post.writer(f"{ctx.root}/release/{rel}"))
+            checks.add(rel, chunk)
+            sinks[rel].write(chunk)
+        checks.finish()
+    except BaseException:
+        for sink in sinks.values():
+            sink.writer.abort()
+        raise
+    out = {}
+    for sink in sinks.values():
+        sink.close()
+        out[sink.writer.key] = {"sha256": sink.writer.sha256, "bytes": sink.writer.size}
+    return out
+
+
 def release_stage(ctx: RunContext) -> dict[str, Any]:
     """Write every product's release files and the ledger audit, then the products' derived files, the privacy
     certificate, the accuracy report, and the validated release manifest (last). Its metrics go to the stage
-    manifest under ``manifests/``, never into ``release/``."""
+    manifest under ``manifests/``, never into ``release/``.
+
+    Memory: one product's tables are produced from its stored estimates (read on demand, TopDown's blocks one
+    state at a time) and streamed into the store with their output validation; nothing holds every table."""
     meter = StageMeter.start()
     post = ctx.post_store()
     ctx.ledger.verify(deep=False)  # the NMFs themselves are verified as post-processing loads them
     upstream: dict[str, str] = {}
-    written: dict[str, pd.DataFrame] = {}
+    plan_record = ctx.ledger.plan_record()
     for p in ctx.config.products:
         record = manifest_if_current(ctx, "postprocess", p.name, _measurement_hashes(ctx, p.name))
         if record is None:
             raise InputError(f"{p.name}: no current post-processed estimates; run postprocess first")
-        estimates = {out["name"]: post.get_parquet(key) for key, out in record["outputs"].items()}
         upstream.update({k: v["sha256"] for k, v in record["outputs"].items()})
-        plugin = ctx.plugin(p.name)
-        for name, frame in sorted(plugin.product(ctx.product_config(p.name)).tables(estimates).items()):
-            rel = f"{p.name}/{plugin.file_name(name, ctx.config.universe)}"
-            key = f"{ctx.root}/release/{rel}"
-            post.put(key, _table_bytes(key, frame))
-            written[rel] = frame
-    # output validation before anything else is derived: schemas, integer counts, VARIANCE as planned, no
-    # confidential column, consistency where a product promises it (validation/outputs.py)
-    configs = {p.name: ctx.product_config(p.name) for p in ctx.config.products}
-    validate_outputs(written, ctx.ledger.plan_record(), configs).raise_for_failure()
+        # output validation as the tables are written: schemas, integer counts, VARIANCE as planned, no
+        # confidential column, consistency where a product promises it (validation/outputs.py)
+        write_product_tables(ctx, p.name, StoredEstimates(post, record["outputs"]), plan_record)
     audit_key = f"{ctx.root}/release/ledger.csv"
     post.put(audit_key, ledger_csv(ctx).encode())
     faults.point("stage:release:before-manifest")

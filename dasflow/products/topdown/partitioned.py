@@ -25,16 +25,17 @@ solver's batching of families (batches share a stopping test). Pure post-process
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 import pyarrow as pa
 
-from dasflow.products.base import Estimates
-from dasflow.products.partition import PartSource, PostStep, Tables
+from dasflow.products.partition import CombinedEstimates, PartSource, PostStep, Tables, TableStream
 from dasflow.products.topdown.estimate import (
     Constraints,
     GroupAnswers,
@@ -42,12 +43,11 @@ from dasflow.products.topdown.estimate import (
     LevelReport,
     bottom_up_start,
     combine_bottom_up,
-    consistency_violations,
     estimate_families,
     estimate_root,
     root_total,
 )
-from dasflow.products.topdown.product import TopDown, estimates_from_histograms, group_answers_of, measurement_key
+from dasflow.products.topdown.product import TopDown, group_answers_of, invariant_listing, measurement_key
 from dasflow.products.topdown.spine import Spine
 
 #: The partition level is the shallowest level with at least this many units (or the deepest internal level).
@@ -158,6 +158,28 @@ def _hist_table(h: Histogram, status: Mapping[str, int], iterations: int, second
 def _hist_from(tables: Tables) -> Histogram:
     t = tables["hist"]
     return Histogram(*(t.column(c).to_numpy().astype(np.int64) for c in ("UNIT", "CELL", "COUNT")))
+
+
+_HIST_SCHEMA = pa.schema([("UNIT", pa.int64()), ("CELL", pa.int64()), ("COUNT", pa.int64())])
+_BLOCK_SCHEMA = pa.schema([("GEOID", pa.string()), ("CELL", pa.int64()), ("COUNT", pa.int64())])
+
+
+def _sorted(h: Histogram) -> Histogram:
+    order = np.lexsort((h.cell, h.unit))
+    return Histogram(h.unit[order], h.cell[order], h.count[order])
+
+
+def _violations(sp: Spine, level: int, child: Histogram, parent: Histogram) -> int:
+    """(parent unit, cell) entries where the children do not sum to the parent (absent = 0): what
+    ``consistency_violations`` counts, vectorised, for one part's families and their parents."""
+    agg = child.aggregate(sp.parent[level])
+    n_cells = int(max(agg.cell.max(initial=0), parent.cell.max(initial=0))) + 1
+    ka, kb = agg.unit * n_cells + agg.cell, parent.unit * n_cells + parent.cell
+    keys = np.union1d(ka, kb)
+    va, vb = np.zeros(keys.size, dtype=np.int64), np.zeros(keys.size, dtype=np.int64)
+    va[np.searchsorted(keys, ka)] = agg.count
+    vb[np.searchsorted(keys, kb)] = parent.count
+    return int(np.count_nonzero(va != vb))
 
 
 class PartitionedTopDown:
@@ -312,45 +334,100 @@ class PartitionedTopDown:
         return _hist_table(res.hist, res.status, res.iterations, time.perf_counter() - t0,
                            time.process_time() - c0)
 
-    def post_combine(self, steps: Sequence[PostStep], source: PartSource, public: Mapping[str, Any]) -> Estimates:
-        sp = self.product.spine(public)
+    def post_combine(self, steps: Sequence[PostStep], source: PartSource,
+                     public: Mapping[str, Any]) -> CombinedEstimates:
+        """The estimates streamed part by part (``TableStream``): each level's histogram and the block table
+        one level-a subtree at a time, never the nation's; the diagnostics (solver statuses, consistency with
+        the parent level, invariant violations) are running aggregates over the parts, reported after the
+        streams. Same rows, order and figures as one concatenation of the parts."""
+        sp, a, anc = self._layout(public)
         constraints = self.product.constraints(public)
         total = self._total(public)
-        hists: list[Histogram] = []
-        reports: list[LevelReport] = []
-        for step in steps:
-            if not step.name.startswith("level-"):
+        levels = [(int(st.name.removeprefix("level-")), st) for st in steps if st.name.startswith("level-")]
+        reports: dict[int, LevelReport] = {}
+        est: CombinedEstimates = {}
+        for level, step in levels:
+            est[f"internal/{sp.levels[level]}"] = TableStream(_HIST_SCHEMA, functools.partial(
+                self._level_tables, sp, a, anc, level, step, source, total, constraints, reports))
+        last, last_step = levels[-1]
+        est["block"] = TableStream(_BLOCK_SCHEMA, functools.partial(self._block_tables, sp, anc, last, last_step,
+                                                                    source))
+        est["diagnostics"] = lambda: pd.DataFrame([reports[level].__dict__ for level, _ in levels])
+        est["invariants"] = invariant_listing(sp, self.product.total(public), constraints)
+        return est
+
+    def _hists(self, anc: Sequence[IntArray], level: int, step: PostStep,
+               source: PartSource) -> Iterator[tuple[str, Tables, Histogram, Histogram | None]]:
+        """Per part of the level: its tables, its histogram, and the rows to emit — sorted by (unit, cell) so
+        that the emitted rows' concatenation is sorted. Part by part where the level's units are ordered by
+        their level-a subtree (the spine's path order); on any other spine all parts are emitted together with
+        the last one."""
+        ordered = anc[level].size == 0 or bool((anc[level][1:] >= anc[level][:-1]).all())
+        held: list[Histogram] = []
+        for i, part in enumerate(step.parts):
+            tables = source.part(step.name, part)
+            h = _hist_from(tables)
+            if ordered:
+                yield part, tables, h, _sorted(h)
                 continue
-            level = int(step.name.removeprefix("level-"))
-            status: dict[str, int] = {}
-            secs = cpu = 0.0
-            iters = 0
-            us, cs, ns = [], [], []
-            for part in step.parts:
-                tables = source.part(step.name, part)
-                h = _hist_from(tables)
-                us.append(h.unit)
-                cs.append(h.cell)
-                ns.append(h.count)
-                st = tables["status"]
-                for k, v in zip(st.column("STATUS").to_pylist(), st.column("COUNT").to_pylist(), strict=True):
-                    status[k] = status.get(k, 0) + int(v)
-                run = tables["run"]
-                iters = max(iters, int(run.column("ITERATIONS")[0].as_py()))
-                secs += float(run.column("SECONDS")[0].as_py())
-                cpu += float(run.column("CPU_SECONDS")[0].as_py())
-            u, c, n = np.concatenate(us), np.concatenate(cs), np.concatenate(ns)
-            order = np.lexsort((c, u))
-            hist = Histogram(u[order], c[order], n[order])
+            held.append(h)
+            last = i == len(step.parts) - 1
+            yield part, tables, h, _sorted(Histogram(*(np.concatenate([getattr(x, f) for x in held])
+                                                       for f in ("unit", "cell", "count")))) if last else None
+
+    def _level_tables(self, sp: Spine, a: int, anc: Sequence[IntArray], level: int, step: PostStep,
+                      source: PartSource, total: int | None, constraints: Constraints | None,
+                      reports: dict[int, LevelReport]) -> Iterator[pa.Table]:
+        """One level's histogram, part by part; its ``LevelReport`` (running sums) in ``reports`` at the end."""
+        status: dict[str, int] = {}
+        secs = cpu = 0.0
+        iters = viol = bad = 0
+        states = constraints is not None and constraints.has_states and constraints.state_level == level
+        sums = np.zeros(0 if constraints is None or constraints.state_totals is None
+                        else constraints.state_totals.size, dtype=np.int64)
+        whole_parent: Histogram | None = None
+        for part, tables, h, out in self._hists(anc, level, step, source):
+            st = tables["status"]
+            for k, v in zip(st.column("STATUS").to_pylist(), st.column("COUNT").to_pylist(), strict=True):
+                status[k] = status.get(k, 0) + int(v)
+            run = tables["run"]
+            iters = max(iters, int(run.column("ITERATIONS")[0].as_py()))
+            secs += float(run.column("SECONDS")[0].as_py())
+            cpu += float(run.column("CPU_SECONDS")[0].as_py())
             if level == 0:
-                viol = 0 if total is None else int(hist.count.sum() != total)
-            else:
-                viol = consistency_violations(sp, level, hist, hists[level - 1])
-            hists.append(hist)
-            reports.append(LevelReport(sp.levels[level], sp.n_units(level), status, secs, iters, viol,
-                                       cpu_seconds=cpu, invariant_violations=0 if constraints is None
-                                       else constraints.violations(level, hist)))
-        return estimates_from_histograms(sp, hists, reports, self.product.total(public), constraints)
+                viol += 0 if total is None else int(h.count.sum() != total)
+            elif level - 1 > a:
+                viol += _violations(sp, level, h, _hist_from(source.part(f"level-{level - 1}", part)))
+            else:  # the parent level is one part: read once, restricted to this part's parents
+                if whole_parent is None:
+                    whole_parent = _hist_from(source.part(f"level-{level - 1}", "root" if level == 1 else "all"))
+                parent = whole_parent
+                if level > a:
+                    keep = anc[level - 1][parent.unit] == int(part)
+                    parent = Histogram(parent.unit[keep], parent.cell[keep], parent.count[keep])
+                viol += _violations(sp, level, h, parent)
+            if constraints is not None:
+                bad += int(np.count_nonzero(~constraints.allowed_cells(level, h.unit, h.cell)))
+                if states:
+                    assert constraints.state_of_unit is not None
+                    su = constraints.state_of_unit[h.unit]
+                    sums += np.bincount(su[su >= 0], weights=h.count[su >= 0],
+                                        minlength=sums.size).astype(np.int64)
+            if out is not None:
+                yield pa.table({"UNIT": out.unit, "CELL": out.cell, "COUNT": out.count}, schema=_HIST_SCHEMA)
+        if states:
+            assert constraints is not None and constraints.state_totals is not None
+            bad += int(np.count_nonzero(sums != constraints.state_totals))
+        reports[level] = LevelReport(sp.levels[level], sp.n_units(level), status, secs, iters, viol,
+                                     cpu_seconds=cpu, invariant_violations=0 if constraints is None else bad)
+
+    def _block_tables(self, sp: Spine, anc: Sequence[IntArray], level: int, step: PostStep,
+                      source: PartSource) -> Iterator[pa.Table]:
+        """The block estimates (GEOID, CELL, COUNT) part by part."""
+        for _, _, _, h in self._hists(anc, level, step, source):
+            if h is not None:
+                geoid = pa.array(sp.block_geoid[h.unit].astype(str), type=pa.string())
+                yield pa.table({"GEOID": geoid, "CELL": h.cell, "COUNT": h.count}, schema=_BLOCK_SCHEMA)
 
     def _constraints(self, public: Mapping[str, Any], level: int) -> Constraints | None:
         """The public constraints one level's parts need (state totals only at the state level)."""

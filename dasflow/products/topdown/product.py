@@ -10,7 +10,7 @@ path); Theorem 3 bounds the loss by the path sum of γ, which the spine certifie
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -341,22 +341,57 @@ class TopDown:
                              "is missing", file=INVARIANTS_FILE, column="total")
         return int(inv["total"])
 
-    def tables(self, estimates: Estimates) -> dict[str, pd.DataFrame]:
-        """Histograms per standard geolevel, aggregated from the block GEOIDs (consistent by construction)."""
+    def tables(self, estimates: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+        """Histograms per standard geolevel, aggregated from the block GEOIDs (consistent by construction): the
+        chunks of :meth:`table_chunks` concatenated."""
+        parts: dict[str, list[pd.DataFrame]] = {f"topdown_{name}": [] for name, _ in STANDARD_LEVELS}
+        for name, chunk in self.table_chunks(estimates):
+            parts[name].append(chunk)
+        return {name: pd.concat(chunks, ignore_index=True) if len(chunks) > 1 else chunks[0]
+                for name, chunks in parts.items()}
+
+    def table_chunks(self, estimates: Mapping[str, pd.DataFrame]) -> Iterator[tuple[str, pd.DataFrame]]:
+        """The published tables one state at a time: ``(table, chunk)`` pairs whose chunks, concatenated per
+        table in the order given, are the table (rows sorted by GEOID then cell; every GEOID below the nation
+        starts with its state's code, so per-state tables concatenate in order). The nation's row per cell is a
+        running integer sum over the states. Blocks come from the estimates' ``groups`` reader when they have
+        one (stored estimates: one state's blocks in memory at a time), else from the ``block`` frame. Every
+        table gets at least one chunk."""
+        n_cells = int(self.config.strategy.schema.n_cells)
+        us = np.zeros(n_cells, dtype=np.int64)
+        seen = np.zeros(n_cells, dtype=bool)
+        grouped = getattr(estimates, "groups", None)
+        states = grouped("block", "GEOID", 2) if callable(grouped) else _state_groups(estimates["block"])
+        empty = True
+        for b in states:
+            cells, counts = b["CELL"].to_numpy(np.int64), b["COUNT"].to_numpy(np.int64)
+            np.add.at(us, cells, counts)
+            seen[cells] = True
+            for name, width in STANDARD_LEVELS:
+                if width:
+                    agg = (pd.DataFrame({"GEOID": b["GEOID"].str[:width], "CELL": cells, "COUNT": counts})
+                           .groupby(["GEOID", "CELL"], sort=True, as_index=False).sum())
+                    yield f"topdown_{name}", self._geo_table(agg)
+                    empty = False
+        present = np.flatnonzero(seen)
+        yield "topdown_US", self._geo_table(pd.DataFrame({"GEOID": ["US"] * present.size, "CELL": present,
+                                                          "COUNT": us[present]}))
+        if empty:
+            none = pd.DataFrame({"GEOID": pd.Series([], dtype=object), "CELL": np.zeros(0, dtype=np.int64),
+                                 "COUNT": np.zeros(0, dtype=np.int64)})
+            for name, width in STANDARD_LEVELS:
+                if width:
+                    yield f"topdown_{name}", self._geo_table(none)
+
+    def _geo_table(self, agg: pd.DataFrame) -> pd.DataFrame:
+        """GEOID, the schema's attributes (from the cell index) and COUNT."""
         schema = self.config.strategy.schema
-        b = estimates["block"]
-        out: dict[str, pd.DataFrame] = {}
-        for name, width in STANDARD_LEVELS:
-            geo = b["GEOID"].str[:width] if width else pd.Series(["US"] * len(b), index=b.index)
-            agg = (pd.DataFrame({"GEOID": geo, "CELL": b["CELL"], "COUNT": b["COUNT"]})
-                   .groupby(["GEOID", "CELL"], sort=True, as_index=False)["COUNT"].sum())
-            attrs = np.unravel_index(agg["CELL"].to_numpy(np.int64), schema.shape)
-            table = pd.DataFrame({"GEOID": agg["GEOID"]})
-            for a, v in zip(schema.names, attrs, strict=True):
-                table[a] = v
-            table["COUNT"] = agg["COUNT"].to_numpy()
-            out[f"topdown_{name}"] = table
-        return out
+        attrs = np.unravel_index(agg["CELL"].to_numpy(np.int64), schema.shape)
+        table = pd.DataFrame({"GEOID": agg["GEOID"]})
+        for a, v in zip(schema.names, attrs, strict=True):
+            table[a] = v
+        table["COUNT"] = agg["COUNT"].to_numpy()
+        return table
 
     def _spine_for(self, spec: MeasurementSpec) -> Spine:
         h = spec.detail.get("spine_hash", "")
@@ -379,6 +414,12 @@ def group_answers_of(st: Strategy, g: QueryGroup, table: pd.DataFrame) -> GroupA
                else np.zeros((0, g.n_rows(st.schema)), dtype=np.int64))
     return GroupAnswers(g.name, g.row_index(st.schema), g.n_rows(st.schema), units, answers,
                         np.array([float(v) for v in table[VARIANCE_COLUMN]]), set(g.keep) == set(st.schema.names))
+
+
+def _state_groups(block: pd.DataFrame) -> Iterator[pd.DataFrame]:
+    """An in-memory block frame's rows per state (GEOID's first two characters), in state order."""
+    for _, part in block.groupby(block["GEOID"].str[:2], sort=True):
+        yield part
 
 
 def invariant_listing(sp: Spine, total: int | None, cons: Constraints | None) -> pd.DataFrame:

@@ -1,0 +1,145 @@
+"""Issue #20 (H3): TopDown's post-processing combine and the release stage stream per partition.
+
+The streamed combine writes each level and the blocks one level-a subtree per Parquet row group, with the
+diagnostics as running aggregates: the same rows, order and figures as one concatenation of the parts. The
+release writes TopDown's tables one state at a time, the same bytes as the whole-frame aggregation; a table
+failing output validation in a later chunk names its own row and publishes nothing of the product.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dasflow.config import parse_release_config
+from dasflow.errors import InputError
+from dasflow.io.store import LocalStore
+from dasflow.pipeline import stages
+from dasflow.pipeline.estimates import StoredEstimates
+from dasflow.pipeline.run import freeze_config
+from dasflow.products.topdown.model import Histogram, consistency_violations
+from dasflow.products.topdown.partitioned import partition_level
+from dasflow.products.topdown.product import STANDARD_LEVELS
+from dasflow.release import stage as release
+from tests.dag.helpers import topdown_release
+from tests.dag.test_pipeline import run_all
+
+
+def _whole_tables(product, block: pd.DataFrame) -> dict[str, pd.DataFrame]:  # type: ignore[no-untyped-def]
+    """The release tables as the whole-frame aggregation computed them before streaming (reference)."""
+    schema = product.config.strategy.schema
+    out = {}
+    for name, width in STANDARD_LEVELS:
+        geo = block["GEOID"].str[:width] if width else pd.Series(["US"] * len(block), index=block.index)
+        agg = (pd.DataFrame({"GEOID": geo, "CELL": block["CELL"], "COUNT": block["COUNT"]})
+               .groupby(["GEOID", "CELL"], sort=True, as_index=False)["COUNT"].sum())
+        attrs = np.unravel_index(agg["CELL"].to_numpy(np.int64), schema.shape)
+        table = pd.DataFrame({"GEOID": agg["GEOID"]})
+        for a, v in zip(schema.names, attrs, strict=True):
+            table[a] = v
+        table["COUNT"] = agg["COUNT"].to_numpy()
+        out[f"topdown_{name}"] = table
+    return out
+
+
+def test_streamed_combine_and_release_equal_the_whole_concatenation(tmp_path: Path) -> None:
+    raw = topdown_release(tmp_path, "stream", states=("44", "11", "10", "09", "02", "56", "50", "38", "46"),
+                          persons=8000)
+    ctx = freeze_config(parse_release_config(raw), LocalStore(tmp_path / "store"))
+    run_all(ctx)
+    post = tmp_path / "store/runs/stream/postprocessed/topdown"
+    plugin = ctx.plugin("topdown")
+    product = plugin.product(ctx.product_config("topdown"))
+    public = ctx.post_public("topdown")
+    sp = product.spine(public)
+    a = partition_level(sp)
+    deep = next(s for s in stages.postprocess_steps(ctx, "topdown") if s["step"] == f"level-{sp.n_levels - 1}")
+    assert len(deep["parts"]) > 1
+    # one row group per level-a subtree below the partition level: the nation's table was never whole
+    assert pq.ParquetFile(post / "block.parquet").metadata.num_row_groups == len(deep["parts"])
+    # diagnostics: the running aggregates equal the figures of one concatenation of every part
+    parts = stages.stored_parts(ctx, "topdown")
+    diag = pd.read_parquet(post / "diagnostics.parquet")
+    hists: list[Histogram] = []
+    cons = product.constraints(public)
+    for step in stages.postprocess_steps(ctx, "topdown")[1:]:
+        level = int(step["step"].removeprefix("level-"))
+        tables = [parts.part(step["step"], p)["hist"] for p in step["parts"]]
+        whole = pa.concat_tables(tables)
+        h = Histogram(*(whole.column(c).to_numpy().astype(np.int64) for c in ("UNIT", "CELL", "COUNT")))
+        order = np.lexsort((h.cell, h.unit))
+        h = Histogram(h.unit[order], h.cell[order], h.count[order])
+        stored = pd.read_parquet(post / f"internal/{sp.levels[level]}.parquet")
+        assert np.array_equal(stored.to_numpy(), np.column_stack([h.unit, h.cell, h.count])), level
+        row = diag.iloc[level]
+        if level:
+            assert row["consistency_violations"] == consistency_violations(sp, level, h, hists[level - 1])
+        assert row["invariant_violations"] == (0 if cons is None else cons.violations(level, h))
+        assert row["units"] == sp.n_units(level) and row["level"] == sp.levels[level]
+        hists.append(h)
+    assert a >= 1 and (diag["consistency_violations"] == 0).all()
+    # the release tables, written state by state, are the bytes of the whole-frame aggregation
+    block = pd.read_parquet(post / "block.parquet")
+    for name, frame in _whole_tables(product, block).items():
+        want = frame.to_csv(index=False, sep="|", lineterminator="\n").encode()
+        assert (tmp_path / f"store/runs/stream/release/topdown/{name}.csv").read_bytes() == want, name
+    # the in-memory path of tables() (one frame) gives the same tables as the stored, grouped one
+    est = StoredEstimates(ctx.post_store(), {f"runs/stream/postprocessed/topdown/{n}.parquet": {"name": n}
+                                             for n in ("block",)})
+    for name, frame in product.tables({"block": block}).items():
+        pd.testing.assert_frame_equal(frame, product.tables(est)[name])
+
+
+def test_grouped_reader_gives_complete_groups_in_order_whatever_the_row_groups(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    rows = [("02001", 1), ("01002", 2), ("02003", 3), ("03001", 4), ("01009", 5), ("03002", 6), ("04000", 7)]
+    chunks = [rows[0:2], rows[2:4], rows[4:6], rows[6:]]
+    tables = iter(pa.table({"GEOID": [g for g, _ in c], "COUNT": pa.array([n for _, n in c], pa.int64())})
+                  for c in chunks)
+    store.write_parquet("e/block.parquet", tables)
+    est = StoredEstimates(store, {"e/block.parquet": {"name": "block"}})
+    got = [(g["GEOID"].str[:2].unique().tolist(), g["COUNT"].tolist()) for g in est.groups("block", "GEOID", 2)]
+    assert got == [(["01"], [2, 5]), (["02"], [1, 3]), (["03"], [4, 6]), (["04"], [7])]
+    assert list(est) == ["block"] and est["block"]["COUNT"].tolist() == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_a_bad_row_in_a_later_chunk_names_its_row_and_publishes_nothing(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = topdown_release(tmp_path, "bad")
+    ctx = freeze_config(parse_release_config(raw), LocalStore(tmp_path / "store"))
+    run_all(ctx)
+    store = ctx.post_store()
+    prefix = "runs/bad/release/topdown/"
+    before = {k: store.get(k) for k in store.list(prefix)}
+    state = pd.read_csv(io.BytesIO(before[prefix + "topdown_state.csv"]), sep="|", dtype=str)
+    product_cls = type(ctx.plugin("topdown").product(ctx.product_config("topdown")))
+    streamed = product_cls.table_chunks
+
+    def broken(self, estimates):  # type: ignore[no-untyped-def]
+        seen = 0
+        for name, chunk in streamed(self, estimates):
+            if name == "topdown_state":
+                seen += 1
+                if seen == 2:  # the second state's chunk: its first row gets a fractional count
+                    chunk = chunk.astype({"COUNT": object})
+                    chunk.iloc[0, chunk.columns.get_loc("COUNT")] = "1.5"
+            yield name, chunk
+
+    monkeypatch.setattr(product_cls, "table_chunks", broken)
+    monkeypatch.setattr(release, "VALIDATION_ROWS", 1)  # every chunk validated on its own
+    for k in before:
+        store.delete(k)
+    first_state_rows = int((state["GEOID"] == state["GEOID"].iloc[0]).sum())
+    with pytest.raises(InputError, match=f"row {first_state_rows + 2}, column COUNT"):
+        release.write_product_tables(ctx, "topdown", StoredEstimates(
+            store, stages.manifest_if_current(ctx, "postprocess", "topdown",
+                                              stages._measurement_hashes(ctx, "topdown"))["outputs"]),
+            ctx.ledger.plan_record())
+    assert store.list(prefix) == []
+    assert not any(p.name.endswith(".tmp") for p in (tmp_path / "store" / prefix).iterdir())
