@@ -8,7 +8,7 @@ before preprocessing); output checks read only the release tables (post-processi
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,12 @@ UNIT_COLUMNS = ("TABBLKST", "TABBLKCOU", "HHGQ", "SIZE")
 UNIT_FILES = "group-size unit files"
 
 
+def _labels(column: pd.Series, label: Callable[[Any], str]) -> np.ndarray:
+    """``label`` of every value of a code column, formatted once per distinct value (object array)."""
+    codes, uniq = pd.factorize(column, use_na_sentinel=False)
+    return np.asarray([label(v) for v in uniq], dtype=object)[codes]
+
+
 def _household_chunks(store: ObjectStore, prefix: str, chunk_rows: int) -> Iterator[Chunk]:
     """The occupied housing units (HHGQ 0, SIZE ≥ 1) of the unit files in batches, as the plugin's reader builds
     them (STATE, COUNTY zero-padded text; SIZE), rows numbered in the concatenated households table."""
@@ -84,8 +90,8 @@ def _household_chunks(store: ObjectStore, prefix: str, chunk_rows: int) -> Itera
     for chunk in parquet_chunks(store, prefix, UNIT_COLUMNS, chunk_rows, UNIT_FILES):
         units = pd.DataFrame({c: np.asarray(v) for c, v in chunk.columns.items()})
         hh = units[(units["HHGQ"] == 0) & (units["SIZE"] >= 1)]
-        frame = {"STATE": pd.Series(hh["TABBLKST"].astype(str).str.zfill(2).to_numpy()),
-                 "COUNTY": pd.Series(hh["TABBLKCOU"].astype(int).astype(str).str.zfill(3).to_numpy()),
+        frame = {"STATE": pd.Series(_labels(hh["TABBLKST"], lambda v: str(v).zfill(2))),
+                 "COUNTY": pd.Series(_labels(hh["TABBLKCOU"], lambda v: str(int(v)).zfill(3))),
                  "SIZE": pd.Series(hh["SIZE"].to_numpy())}
         yield Chunk(prefix, offset, frame)
         offset += len(hh)
@@ -119,7 +125,11 @@ def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping
         for k, v in hh["STATE"].value_counts().items():
             per_state[str(k)] = per_state.get(str(k), 0) + int(v)
         rows += len(hh)
-        if not error:
+        size = pd.to_numeric(hh["SIZE"], errors="coerce")
+        # tabulate_households (the product's own check: SIZE an integer >= 1, (STATE, COUNTY) in the public tree)
+        # can only fail on a batch where one of these masks does: only such a batch is handed to it
+        suspect = bool((size.isna() | (size != np.floor(size)) | (size < 1)).any()) or in_geo.violations > 0
+        if suspect and not error:
             try:
                 shifted(lambda h=hh: tabulate_households(h, hier, int(config.k), prefix),  # type: ignore[misc]
                         chunk.offset)

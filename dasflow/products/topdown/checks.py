@@ -168,16 +168,24 @@ def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping
         geoid = persons["GEOID"].astype(str).to_numpy()
         part.add(chunk)
         in_geo.add(lookup.get_indexer(geoid) < 0, chunk)
+        pos = np.minimum(np.searchsorted(sg, geoid), max(sg.size - 1, 0))
+        known = sg[pos] == geoid if sg.size else np.zeros(geoid.size, dtype=bool)
+        impossible = np.zeros(geoid.size, dtype=bool)
         if bm is not None and len(persons) and sg.size:
-            pos = np.minimum(np.searchsorted(sg, geoid), sg.size - 1)
-            known = sg[pos] == geoid
             code = pd.to_numeric(persons[STRUCTURAL_ATTRIBUTE], errors="coerce").fillna(0).to_numpy()
             code = np.clip(code.astype(np.int64), 0, 62)
-            structural.add(known & (((bm[sg_order[pos]] >> code) & 1) == 0), chunk)
+            impossible = known & (((bm[sg_order[pos]] >> code) & 1) == 0)
+            structural.add(impossible, chunk)
         for k, v in pd.Series(geoid).str[:2].value_counts().items():
             states[str(k)] = states.get(str(k), 0) + int(v)
         rows += len(persons)
-        if not own_error:
+        # the product's own tabulation check (block_histogram: blocks of the spine, codes, structural zeros) can
+        # only fail on a batch where one of these vectorised masks does: only such a batch is handed to it, for
+        # its authoritative error (it sorts the spine's blocks on every call)
+        suspect = not known.all() or impossible.any() or any(
+            persons[a].dtype.kind not in "iub" or bool(((persons[a] < 0) | (persons[a] >= d)).any())
+            for a, d in schema.attributes)
+        if suspect and not own_error:
             try:
                 shifted(lambda p=persons: block_histogram(  # type: ignore[misc]
                     sp, p, schema, source=prefix, structural=None if bm is None else (STRUCTURAL_ATTRIBUTE, bm)),
