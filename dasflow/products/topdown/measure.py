@@ -15,7 +15,7 @@ key's planned mechanism on the same query — spec, budget and sensitivity uncha
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -94,14 +94,29 @@ class StateSegments:
     codes: tuple[str, ...]
     top: int
     of_unit: tuple[IntArray | None, ...]
+    _measured: dict[int, dict[str, IntArray]] = field(default_factory=dict, compare=False, repr=False)
+
+    def _split(self, spine: Spine, level: int) -> dict[str, IntArray]:
+        """The measured units of ``level`` per state (ascending), computed once per level."""
+        if level not in self._measured:
+            of = self.of_unit[level]
+            assert of is not None
+            units = measured_units(spine, level)
+            order = np.argsort(of[units], kind="stable")
+            code, start = np.unique(of[units][order], return_index=True)
+            groups = np.split(units[order], start[1:]) if units.size else []
+            self._measured[level] = {self.codes[int(c)]: g for c, g in zip(code, groups, strict=True)}
+        return self._measured[level]
 
     def measured(self, spine: Spine, level: int) -> list[str] | None:
         """The segments of a key at ``level``: the states with a measured unit there (None: a whole key)."""
-        of = self.of_unit[level]
-        if of is None or level <= self.top:
+        if self.of_unit[level] is None or level <= self.top:
             return None
-        present = np.unique(of[measured_units(spine, level)])
-        return [self.codes[int(i)] for i in present] or None
+        return list(self._split(spine, level)) or None
+
+    def measured_units(self, spine: Spine, level: int, segment: str) -> IntArray:
+        """The measured units of ``level`` in state ``segment`` (ascending; empty if it has none)."""
+        return self._split(spine, level).get(segment, np.zeros(0, dtype=np.int64))
 
 
 def state_segments(spine: Spine) -> StateSegments:

@@ -289,9 +289,7 @@ class TopDown:
         of = segs.of_unit[l]
         if of is None or l <= segs.top or segment not in segs.codes:
             raise InputError(f"topdown: {spec.key} has no segment {segment!r}")
-        code = segs.codes.index(segment)
-        units = measured_units(sp, l)
-        units = units[of[units] == code]
+        units = segs.measured_units(sp, l, segment)
         name = f"hist/{spec.level}"
         if name in prepared:
             df = prepared[name]
