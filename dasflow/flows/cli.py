@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable
 
@@ -17,6 +15,7 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 from pathlib import Path
 
 from dasflow.config import ReleaseConfig, load_release_config
+from dasflow.flows import temporary_api
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import RunContext, candidate_context, open_run
 from dasflow.privacy.ledger import check_plan
@@ -68,27 +67,29 @@ def _execution(cfg: ReleaseConfig, args: argparse.Namespace) -> ReleaseConfig:
     return cfg.model_copy(update=update) if update else cfg
 
 
-def run_command(args: argparse.Namespace) -> int:
+def run_command(args: argparse.Namespace, api_ready: Callable[[], object]) -> int:
     from dasflow.flows.release import run_release
 
     cfg = _execution(load_release_config(args.config), args)
+    api_ready()
     t0 = time.perf_counter()
     run_release(cfg)
     _report(open_run(cfg.release_id, cfg.store), time.perf_counter() - t0)
     return 0
 
 
-def resume_command(args: argparse.Namespace) -> int:
+def resume_command(args: argparse.Namespace, api_ready: Callable[[], object]) -> int:
     from dasflow.flows.release import run_release
 
     ctx = open_run(args.release_id, args.store or "dasflow-store")
+    api_ready()
     t0 = time.perf_counter()
     run_release(_execution(ctx.config, args))
     _report(open_run(ctx.release_id, ctx.config.store), time.perf_counter() - t0)
     return 0
 
 
-def validate_command(args: argparse.Namespace) -> int:
+def validate_command(args: argparse.Namespace, api_ready: Callable[[], object]) -> int:
     """Config + input validation only: plan against the cap (nothing frozen), then every product's inputs."""
     cfg = load_release_config(args.config)
     ctx = candidate_context(cfg)  # nothing is frozen: the release id stays usable whatever happens here
@@ -110,36 +111,16 @@ def validate_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def start_api_early() -> Callable[[], None]:
-    """Start this process's temporary Prefect server in the background now, when no Prefect API is configured;
-    return a function that waits until it has started (or failed: the flow's own start then retries and
-    reports). The server is the one the flow would start on its first API call (one per process), so nothing
-    changes but the time: its start (tens of seconds with a fresh Prefect home: imports, database migrations)
-    overlaps the work done before the flow runs, e.g. the demo's synthetic census."""
-    from prefect.server.api.server import SubprocessASGIServer
-    from prefect.settings import PREFECT_SERVER_EPHEMERAL_ENABLED, get_current_settings
-
-    if get_current_settings().api.url or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
-        return lambda: None
-
-    def start() -> None:
-        with contextlib.suppress(Exception):  # a failed start resets the server; the flow's start retries
-            SubprocessASGIServer().start()
-
-    thread = threading.Thread(target=start, name="prefect-api-start", daemon=True)
-    thread.start()
-    return thread.join
-
-
-def demo_command(args: argparse.Namespace) -> int:
+def demo_command(args: argparse.Namespace, api_ready: Callable[[], object]) -> int:
+    """The synthetic census while the temporary Prefect server starts, then the release: every demo product,
+    the products' subflows side by side on this machine's cores (``product_lanes``)."""
     from dasflow.demo import prepare_demo
     from dasflow.flows.release import run_release
 
     t0 = time.perf_counter()
-    api_started = start_api_early()
     cfg = prepare_demo(Path(args.store), persons=args.persons, seed=args.seed)
-    api_started()
-    run_release(cfg)
+    api_ready()
+    run_release(cfg, product_lanes=os.cpu_count() or 1)
     ctx = open_run(cfg.release_id, cfg.store)
     _report(ctx, time.perf_counter() - t0)
     if cfg.account is not None:
@@ -147,7 +128,13 @@ def demo_command(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the commands that run a flow: their temporary Prefect server (when no API is configured) starts first thing
+FLOW_COMMANDS = frozenset({"demo", "run", "resume"})
+
+
 def run(args: argparse.Namespace) -> int:
+    api = temporary_api.launch() if args.command in FLOW_COMMANDS else None  # before Prefect is imported
     quiet_console_tracebacks()
     handlers = {"run": run_command, "resume": resume_command, "validate": validate_command, "demo": demo_command}
-    return handlers[args.command](args)
+    with temporary_api.serving_flows(api) as api_ready:
+        return handlers[args.command](args, api_ready)

@@ -1,16 +1,20 @@
 """The production release flow: validate (all products, before anything is frozen) → freeze config → plan
-against the cap → one subflow per product (preprocess → measure → post-process) → release."""
+against the cap → one subflow per product (preprocess → measure → post-process; products side by side with
+``product_lanes`` > 1) → release."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, unmapped
+from prefect import flow, task, unmapped
+from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
+from prefect.futures import PrefectConcurrentFuture, PrefectFuture
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from pydantic import BaseModel, Field
 
@@ -86,11 +90,47 @@ def _pinned(address: str | None) -> Iterator[None]:
         yield
 
 
-@flow(name="dasflow-release", log_prints=True)
+@task(name="product", task_run_name="{product}", cache_policy=NO_CACHE)
+def product_task(config: dict[str, Any], store_uri: str, product: str) -> dict[str, Any]:
+    """One product's subflow (:func:`product_flow`) as a task of the release flow, so that several products can
+    run side by side; its own tasks run on the release's task runner (threads or the Dask cluster)."""
+    cfg = parse_release_config(config)
+    return product_flow.with_options(task_runner=task_runner(cfg))(cfg.release_id, store_uri, product)
+
+
+def _no_start_after_a_failure(futures: list[PrefectFuture[Any]]) -> None:
+    """When one of ``futures`` ends in any state but Completed, cancel those that have not started: the
+    callback runs in the finishing thread before it takes the next queued product."""
+    waiting = [f.wrapped_future for f in futures if isinstance(f, PrefectConcurrentFuture)]
+
+    def on_done(done: concurrent.futures.Future[Any]) -> None:
+        if done.cancelled() or done.exception() is not None or not done.result().is_completed():
+            for other in waiting:
+                other.cancel()
+
+    for future in waiting:
+        future.add_done_callback(on_done)
+
+
+def product_runner(lanes: int) -> TaskRunner[Any]:
+    """The release flow's task runner: ``lanes`` products' subflows at a time, in this process."""
+    runner: TaskRunner[Any] = ThreadPoolTaskRunner(max_workers=max(1, lanes))
+    return runner
+
+
+@flow(name="dasflow-release", log_prints=True, task_runner=product_runner(1))
 def release_flow(config: dict[str, Any], require_approval: bool = False) -> dict[str, Any]:
     """Run (or resume) one release. ``config`` is a release config object (see ``dasflow.config``). With
     ``require_approval`` (every deployment run) the flow pauses after planning until an operator approves the
-    plan in the UI (``flows/approval.py``); nothing is drawn before."""
+    plan in the UI (``flows/approval.py``); nothing is drawn before.
+
+    The products' subflows are submitted to the flow's task runner, in config order: as many run at a time as
+    it has threads (one by default, so that one product's data is in memory at a time, as a national run
+    needs; ``run_release(product_lanes=...)``). They are independent once the plan is frozen: each measures
+    only its own planned keys, each key under its own create-only ledger entries, with noise that depends on no
+    other draw (the OS CSPRNG, or in test mode a generator derived from seed and key alone), so the release
+    bytes do not depend on how many run at once. After a failure no further product starts (those running
+    finish, all of it resumable) and the first failure (in config order) is raised."""
     cfg = parse_release_config(config)
     store_uri = candidate_context(cfg).store.uri  # an existing release must have this very config
     # validation before freezing: a refused input leaves the release id reusable, and nothing is planned on it
@@ -101,8 +141,9 @@ def release_flow(config: dict[str, Any], require_approval: bool = False) -> dict
           f"(epsilon at delta=1e-10: {plan['epsilon_at_delta']})")
     if require_approval:
         approval_gate(cfg.release_id, store_uri)
-    per_product = product_flow.with_options(task_runner=task_runner(cfg))
-    products = {p.name: per_product(cfg.release_id, store_uri, p.name) for p in cfg.products}
+    futures = {p.name: product_task.submit(config, store_uri, p.name) for p in cfg.products}
+    _no_start_after_a_failure(list(futures.values()))
+    products = {name: future.result() for name, future in futures.items()}  # the first failure, in order
     released = release_task(cfg.release_id, store_uri)
     return {"release_id": cfg.release_id, "store": store_uri, "plan": plan, "validate": validated,
             "products": products, "release": released}
@@ -243,10 +284,12 @@ def check_cluster(cfg: ReleaseConfig) -> dict[str, dict[str, Any]]:
     return answers
 
 
-def run_release(cfg: ReleaseConfig, *, require_approval: bool = False) -> dict[str, Any]:
-    """Run the release flow with Prefect result storage in the release's own store (local stores)."""
+def run_release(cfg: ReleaseConfig, *, require_approval: bool = False, product_lanes: int = 1) -> dict[str, Any]:
+    """Run the release flow with Prefect result storage in the release's own store (local stores), with
+    ``product_lanes`` products at a time."""
     store = open_store(cfg.store)
-    options: dict[str, Any] = {"flow_run_name": f"release-{cfg.release_id}"}
+    options: dict[str, Any] = {"flow_run_name": f"release-{cfg.release_id}",
+                               "task_runner": product_runner(product_lanes)}
     if isinstance(store, LocalStore):
         options["result_storage"] = store.local_path(f"runs/{cfg.release_id}/prefect-results")
         options["persist_result"] = True

@@ -1,50 +1,92 @@
-"""``dasflow demo`` starts the process's temporary Prefect server while it generates the synthetic census; with a
-configured Prefect API it starts nothing."""
+"""The flow commands (``demo``, ``run``, ``resume``) start their temporary Prefect server before Prefect is
+imported (``dasflow.flows.temporary_api``): it is the server the flows then report to, every thread and child
+process sees it, this process never imports Prefect's server, and it is stopped at the end. With an API
+configured (environment or Prefect settings), or a server that does not start, Prefect's own behaviour applies."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
-from prefect.server.api.server import SubprocessASGIServer
-from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
 
-from dasflow.flows.cli import start_api_early
-
-
-def test_a_configured_api_starts_no_temporary_server() -> None:
-    before = {t.name for t in threading.enumerate()}
-    instances = dict(SubprocessASGIServer._instances)
-    with temporary_settings({PREFECT_API_URL: "http://127.0.0.1:9/api"}):
-        wait = start_api_early()
-    wait()
-    assert "prefect-api-start" not in {t.name for t in threading.enumerate()} - before
-    assert SubprocessASGIServer._instances == instances
+from dasflow.flows import temporary_api
+from dasflow.flows.temporary_api import TemporaryApi, serving_flows
 
 
-_EPHEMERAL = """
-import httpx
+def test_a_configured_or_disabled_api_starts_no_temporary_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    assert temporary_api.launch() is None
+    monkeypatch.delenv("PREFECT_API_URL")
+    monkeypatch.setenv("PREFECT_SERVER_EPHEMERAL_ENABLED", "false")
+    assert temporary_api.launch() is None
+
+
+def _stand_in(code: str) -> TemporaryApi:
+    """A process standing in for the server (nothing listens on its port)."""
+    return TemporaryApi(subprocess.Popen([sys.executable, "-c", code]), temporary_api._free_port())
+
+
+def test_an_api_configured_in_prefect_settings_wins_and_the_early_server_is_stopped() -> None:
+    api = _stand_in("import time; time.sleep(60)")
+    process = api.process
+    assert process is not None
+    with temporary_settings({PREFECT_API_URL: "http://127.0.0.1:9/api"}), serving_flows(api) as ready:
+        assert ready() is None
+        assert process.poll() is not None and api.process is None  # stopped at once
+        assert get_current_settings().api.url == "http://127.0.0.1:9/api"  # untouched
+
+
+def test_a_server_that_exits_leaves_prefect_settings_alone() -> None:
+    api = _stand_in("raise SystemExit(1)")
+    before = dict(os.environ)
+    with serving_flows(api) as ready:
+        assert ready() is None
+        assert api.process is None
+        assert get_current_settings().api.url is None
+    assert dict(os.environ) == before
+
+
+_EARLY = """
+import os, sys, threading
+from dasflow.flows import temporary_api
+api = temporary_api.launch()
+assert api is not None and "prefect" not in sys.modules  # started before Prefect is imported
+process = api.process
+from prefect import flow
 from prefect.client.orchestration import get_client
-from prefect.server.api.server import SubprocessASGIServer
-from dasflow.flows.cli import start_api_early
-start_api_early()()
-server = SubprocessASGIServer()
-assert server.running and httpx.get(server.api_url + "/health").status_code == 200
-with get_client(sync_client=True) as client:  # what the flow uses: the server already started, no second one
-    assert str(client.api_url).rstrip("/") == server.api_url.rstrip("/"), (client.api_url, server.api_url)
-    client.hello()
-assert len(SubprocessASGIServer._instances) == 1
+from prefect.settings import get_current_settings
+
+@flow(name="early-api-probe")
+def probe() -> int:
+    return 7
+
+with temporary_api.serving_flows(api) as ready:
+    url = ready()
+    assert url == api.api_url, (url, api.api_url)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(get_current_settings().api.url))  # a fresh context
+    thread.start(); thread.join()
+    assert seen == [url] and os.environ["PREFECT_API_URL"] == url
+    assert probe() == 7
+    with get_client(sync_client=True) as client:
+        assert str(client.api_url).rstrip("/") == url.rstrip("/")
+        assert [r.name for r in client.read_flows()] == ["early-api-probe"]  # the run is on this server
+assert process.poll() is not None  # stopped with the block
+assert "PREFECT_API_URL" not in os.environ and get_current_settings().api.url is None
+assert "prefect.server.api.server" not in sys.modules  # Prefect's server was never imported here
 print("ok")
 """
 
 
 @pytest.mark.slow
-def test_with_a_fresh_prefect_home_the_temporary_server_started_early_is_the_flows(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"} | {"PREFECT_HOME": str(tmp_path / "home")}
-    out = subprocess.run([sys.executable, "-c", _EPHEMERAL], env=env, capture_output=True, text=True, timeout=300,
+def test_with_a_fresh_prefect_home_the_early_server_is_the_flows(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_UI_URL")}
+    env["PREFECT_HOME"] = str(tmp_path / "home")
+    out = subprocess.run([sys.executable, "-c", _EARLY], env=env, capture_output=True, text=True, timeout=300,
                          check=False)
-    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+    assert "Error logging to API" not in out.stderr and "View at" not in out.stderr
