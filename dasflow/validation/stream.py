@@ -147,6 +147,7 @@ def parquet_chunks(store: ObjectStore, prefix: str, columns: Sequence[str], chun
     if not keys:
         raise InputError(f"no {what}", file=prefix)
     offset = 0
+    empty: pa.Table | None = None
     for key in keys:
         f = pq.ParquetFile(local_file(store, key))
         missing = [c for c in columns if c not in f.schema_arrow.names]
@@ -155,6 +156,9 @@ def parquet_chunks(store: ObjectStore, prefix: str, columns: Sequence[str], chun
         for chunk in table_chunks(prefix, f.iter_batches(batch_size=chunk_rows, columns=list(columns)), chunk_rows):
             yield Chunk(prefix, offset + chunk.offset, chunk.columns)
         offset += f.metadata.num_rows
+        empty = f.schema_arrow.empty_table().select(list(columns))
+    if offset == 0 and empty is not None:  # no rows at all: the (empty) columns, as a whole read gives them
+        yield Chunk(prefix, 0, {c: empty.column(c) for c in empty.column_names})
 
 
 def shifted(check: Callable[[], object], offset: int) -> None:

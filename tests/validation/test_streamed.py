@@ -341,3 +341,15 @@ def test_phsafe_state_folders_pass_alike_and_errors_name_the_state_file(tmp_path
     r = _streamed(store, "phsafe", 5)
     assert r.error is not None and (r.error.file, r.error.row, r.error.column) == ("10/units.csv", 13, "MAFID")
     assert str(r.error).endswith("duplicate MAFID")
+
+
+def test_safetab_split_input_with_a_header_only_file(tmp_path: Path) -> None:
+    """A split input one of whose files has no person (header only) validates as the whole-input path does."""
+    store = corpus_store(tmp_path / "store")
+    _split_persons(tmp_path / "store", 2)
+    folder = tmp_path / "store" / INPUTS["safetab-p"] / "person-records"
+    header = (folder / "00.txt").read_text().splitlines(keepends=True)[0]
+    (folder / "02.txt").write_text(header)
+    whole = _whole(store, "safetab-p")
+    assert isinstance(whole, ValidationResult) and whole.success
+    _same(whole, _streamed(store, "safetab-p", 3))

@@ -45,7 +45,7 @@ from dasflow.validation.domain import Column
 from dasflow.validation.gx import Check
 from dasflow.validation.preflight import check_delimited
 from dasflow.validation.products import InputSuite, fact, fact_not_in, first_dup_mask, table_columns
-from dasflow.validation.stream import Chunk, RowFact, StreamedSuite, line_chunks
+from dasflow.validation.stream import Chunk, RowFact, StreamedSuite, table_chunks
 from dasflow.validation.suites import STATE_FIPS, cols, in_set, regex
 
 _CODE_OR_NULL = r"[0-9]{4}|Null"
@@ -214,21 +214,31 @@ def person_paths(store: ObjectStore, inputs: Mapping[str, str]) -> list[tuple[st
 
 
 def _pipe_chunks(path: Path, name: str, chunk_rows: int) -> Iterator[Chunk]:
-    """One person-records file in runs of at most ``chunk_rows`` lines, each parsed as ``read_pipe_file`` parses
-    the whole file (pipe, no quoting, every column text); a malformed run is handed to ``read_pipe_file`` on the
-    whole file, whose error (file, row, reason) is the authoritative one."""
-    for offset, header, data in line_chunks(path, chunk_rows):
-        try:
-            table = pacsv.read_csv(
-                pa.BufferReader(header + data), parse_options=pacsv.ParseOptions(delimiter="|", quote_char=False),
-                convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in PERSON_COLUMNS},
-                                                     strings_can_be_null=False))
-        except (pa.ArrowInvalid, UnicodeDecodeError):
-            table = None
-        if table is None or tuple(table.column_names) != PERSON_COLUMNS:
-            read_pipe_file(path, PERSON_COLUMNS)  # raises the whole-file reader's error
-            raise InputError("malformed pipe-delimited file", file=str(path))
-        yield Chunk(name, offset, table_columns(table))
+    """One person-records file parsed incrementally (pyarrow's streaming CSV reader, 4 MB blocks, options as
+    ``read_pipe_file``: pipe, no quoting, every column text) in chunks of at most ``chunk_rows`` rows, numbered as
+    the whole-file reader numbers them; a malformed file is handed to ``read_pipe_file``, whose error (file, row,
+    reason) is the authoritative one."""
+    try:
+        reader = pacsv.open_csv(
+            path, read_options=pacsv.ReadOptions(block_size=1 << 22),
+            parse_options=pacsv.ParseOptions(delimiter="|", quote_char=False),
+            convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in PERSON_COLUMNS},
+                                                 strings_can_be_null=False))
+        bad_header = tuple(reader.schema.names) != PERSON_COLUMNS
+        chunks = None if bad_header else table_chunks(name, reader, chunk_rows)
+        seen = False
+        while chunks is not None:
+            chunk = next(chunks, None)
+            if chunk is None:
+                if not seen:  # a header-only file: its (empty) columns
+                    yield Chunk(name, 0, {c: pa.chunked_array([], pa.string()) for c in PERSON_COLUMNS})
+                return
+            seen = True
+            yield chunk
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        pass
+    read_pipe_file(path, PERSON_COLUMNS)  # raises the whole-file reader's error
+    raise InputError("malformed pipe-delimited file", file=str(path))
 
 
 def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any],
