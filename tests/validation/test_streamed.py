@@ -20,7 +20,7 @@ from dasflow.registry import get_plugin
 from dasflow.validation import gx, run_product_suite, run_streamed_suite
 from dasflow.validation.domain import domain_frame
 from dasflow.validation.result import ValidationResult
-from dasflow.validation.stream import Chunk, KeySet, RowFact, StreamedSuite, line_chunks, row_chunks
+from dasflow.validation.stream import Chunk, KeySet, RowFact, StreamedSuite, line_chunks, range_only, row_chunks
 from dasflow.validation.suites import between, cols, in_set
 from tests.validation.helpers import CASES, CONFIG_FILES, INPUTS, _config_text, corpus_store
 
@@ -177,8 +177,10 @@ def test_streamed_suite_domain_equals_the_whole_columns_domain() -> None:
     part = suite.part("f", lambda: row_chunks("f", whole, 64))
     for chunk in row_chunks("f", whole, 64):
         part.add(chunk)
-    expected = domain_frame(whole, extremes_only={"M"})
+    assert range_only(checks) == {"X", "M"}  # range checks only: their min and max decide them
+    expected = domain_frame(whole, extremes_only={"X", "M"})
     assert part.frame().equals(expected) and suite.union().equals(expected)
+    assert list(expected["Y"]) == list(pd.unique(np.asarray(y)))  # distinct values in order of first appearance
     assert gx.validate("t", checks, part.frame()).success
 
 
@@ -299,7 +301,7 @@ def test_topdown_streamed_equals_whole_input(tmp_path: Path) -> None:
 def test_matrix_streamed_equals_whole_input(tmp_path: Path) -> None:
     """The matrix product's records (the TopDown persons files) in batches: same result; a code out of its domain
     in a batch's last row is named at the concatenated input's row."""
-    store, raw = _topdown(tmp_path)
+    store, _ = _topdown(tmp_path)
     plugin = get_plugin("matrix")
     cfg = plugin.load_config(_config_text("matrix-config.json"), "US")
     inputs = {"matrix": "confidential/synth/topdown/persons/"}
