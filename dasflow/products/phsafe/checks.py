@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dasflow.errors import DasflowError, InputError
-from dasflow.io.files import input_prefix, local_file
+from dasflow.io.files import cache_dir, input_prefix, local_file
 from dasflow.io.store import ObjectStore
 from dasflow.products.phsafe.config import PHSafeConfig
 from dasflow.products.phsafe.inputs import SCHEMAS, Inputs, check_cross_file, read_table
@@ -134,15 +134,17 @@ _MESSAGES: dict[str, str] = {
 def _file_chunks(path: Path, label: str, name: str, chunk_rows: int) -> Iterator[Chunk]:
     """One confidential file read in runs of at most ``chunk_rows`` lines, each through the product's exact
     reader (``read_table``: phases 1–2, same acceptance and messages) — a file that fits in one run directly, a
-    longer one through a private temporary copy of each run. Reader errors name the file and its own row; the
-    chunks are labelled ``label`` (the suites' and facts' name of the file)."""
+    longer one through a copy of each run in this process's private cache (``io.files.cache_dir``: mode 0700,
+    where copies of confidential inputs already live; removed after the file, at exit, or by the next process
+    if this one is killed). Reader errors name the file and its own row; the chunks are labelled ``label`` (the
+    suites' and facts' name of the file)."""
     runs = line_chunks(path, chunk_rows)
     first = next(runs)
     second = next(runs, None)
     if second is None:  # the whole file is one run
         yield from row_chunks(label, read_table(path, name), chunk_rows)
         return
-    with tempfile.TemporaryDirectory(prefix="dasflow-validate-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="validate-", dir=cache_dir()) as tmp:
         part = Path(tmp, path.name)
         for offset, header, data in itertools.chain([first, second], runs):  # one run in memory at a time
             part.write_bytes(header + data)
