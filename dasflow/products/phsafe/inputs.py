@@ -21,9 +21,10 @@ error message is the exact reader's).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -248,18 +249,21 @@ def _read_fixed_lines(path: Path, name: str, delim: str,
     size = path.stat().st_size
     if size < len(header) or (size - len(header)) % line:
         return None
-    buf = np.memmap(path, dtype=np.uint8, mode="r")  # read-only view of the page cache, no copy
-    if buf.size != size or bytes(buf[:len(header)]) != header:
-        return None
-    mat = buf[len(header):].reshape(-1, line)
     starts = np.cumsum([0, *[widths[c] + 1 for c in schema]])
     seps = starts[1:] - 1
     expected = np.full(len(schema), ord(delim), dtype=np.uint8)
     expected[-1] = ord("\n")
-    n = mat.shape[0]
     cols = list(zip(schema, starts[:-1].tolist(), strict=True))
-    if select is not None:
-        return _read_fixed_selected(mat, name, seps, expected, cols, select)
+    if select is not None:  # buffered reads of one row block at a time: memory follows the block and the selection
+        with open(path, "rb") as f:
+            if f.read(len(header)) != header:
+                return None
+            return _read_fixed_selected(_row_blocks(f, line), name, seps, expected, cols, select)
+    buf = np.memmap(path, dtype=np.uint8, mode="r")  # read-only view of the page cache, no copy
+    if buf.size != size or bytes(buf[:len(header)]) != header:
+        return None
+    mat = buf[len(header):].reshape(-1, line)
+    n = mat.shape[0]
     out = {c: np.empty(n, dtype=_int_dtype(c)) for c in INT_COLUMNS[name]}
     for r0 in range(0, n, _BLOCK):  # all columns of one row block while it is in cache
         block = mat[r0:r0 + _BLOCK]
@@ -274,15 +278,20 @@ def _read_fixed_lines(path: Path, name: str, delim: str,
     return out
 
 
-def _read_fixed_selected(mat: np.ndarray, name: str, seps: np.ndarray, expected: np.ndarray,
+def _row_blocks(f: BinaryIO, line: int) -> Iterator[np.ndarray]:
+    """The rest of a fixed-width file as (rows, line length) byte matrices of at most ``_BLOCK`` rows."""
+    while block := f.read(_BLOCK * line):
+        yield np.frombuffer(block, dtype=np.uint8).reshape(-1, line)
+
+
+def _read_fixed_selected(blocks: Iterable[np.ndarray], name: str, seps: np.ndarray, expected: np.ndarray,
                          cols: list[tuple[str, int]], select: Callable[[np.ndarray], np.ndarray]
                          ) -> dict[str, np.ndarray] | None:
     """:func:`_read_fixed_lines` keeping the rows ``select`` picks from each block's MAFIDs."""
     schema, widths = SCHEMAS[name], WIDTHS[name]
     mafid_at = dict(cols)["MAFID"]
     parts: dict[str, list[np.ndarray]] = {c: [] for c in INT_COLUMNS[name]}
-    for r0 in range(0, mat.shape[0], _BLOCK):  # over row blocks, not records
-        block = mat[r0:r0 + _BLOCK]
+    for block in blocks:  # over row blocks, not records
         if not bool((block[:, seps] == expected).all()):
             return None
         mafid = _decode_block(block[:, mafid_at:mafid_at + widths["MAFID"]], schema["MAFID"])
