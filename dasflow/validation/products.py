@@ -30,7 +30,7 @@ from dasflow.validation import gx, suites
 from dasflow.validation.domain import Column, domain_frame, facts_frame
 from dasflow.validation.report import render_html
 from dasflow.validation.result import ExpectationRow, ValidationResult
-from dasflow.validation.stream import StreamedSuite, locate, range_only, suite_rows
+from dasflow.validation.stream import StreamedSuite, first_index_of, locate, range_only, suite_rows
 
 
 @dataclass(frozen=True)
@@ -101,12 +101,8 @@ def table_columns(table: pa.Table) -> dict[str, Column]:
 
 def _first_row_of(col: Column, value: Any) -> int | None:
     """1-based row (header = 1) of the first occurrence of ``value`` in a column (vectorised)."""
-    arr = col.to_numpy(zero_copy_only=False) if isinstance(col, pa.ChunkedArray | pa.Array) else np.asarray(col)
-    try:
-        hit = np.flatnonzero(pd.isna(arr) if value is None else arr == value)
-    except (TypeError, ValueError):
-        return None
-    return int(hit[0]) + 2 if hit.size else None
+    index = first_index_of(col, value)
+    return None if index is None else index + 2
 
 
 class InputPlugin(Protocol):

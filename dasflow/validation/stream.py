@@ -173,7 +173,7 @@ def shifted(check: Callable[[], object], offset: int) -> None:
         raise InputError(message, file=exc.file, row=exc.row + offset, column=exc.column) from None
 
 
-def _first_row_of(col: Column, value: Any) -> int | None:
+def first_index_of(col: Column, value: Any) -> int | None:
     """0-based index of the first occurrence of ``value`` in a column (vectorised), None if absent."""
     arr = col.to_numpy(zero_copy_only=False) if isinstance(col, pa.ChunkedArray | pa.Array) else np.asarray(col)
     try:
@@ -189,7 +189,7 @@ def locate(source: ChunkSource, column: str, value: Any) -> tuple[str, int] | No
     for chunk in source():
         if column not in chunk.columns:
             return None
-        i = _first_row_of(chunk.columns[column], value)
+        i = first_index_of(chunk.columns[column], value)
         if i is not None:
             return chunk.file, chunk.offset + i + 2
     return None

@@ -69,19 +69,8 @@ def input_checks(confidential: Mapping[str, Any], public: Mapping[str, Any], con
              fact("unique block GEOID", blocks_source, "GEOID", first_dup_mask(blocks))]
     kinds = getattr(config, "invariant_kinds", ("total",) if getattr(config, "total_invariant", False) else ())
     invariants = public.get("invariants") or {}
-    total = invariants.get("total")
-    if total is not None and "total" in kinds:
-        facts.append(scalar_fact("persons = public population invariant", "invariants.json", "total",
-                                 int(total) == len(persons)))
     states = pd.Series(geoid).str[:2].value_counts().sort_index()
-    state_inv = invariants.get("state")
-    if isinstance(state_inv, dict) and "state" in kinds:
-        geo_states = set(pd.Series(blocks).str[:2])
-        facts.append(scalar_fact("invariant states = states of the block geography", "invariants.json", "state",
-                                 set(map(str, state_inv)) == geo_states))
-        for k, n in sorted(state_inv.items()):
-            facts.append(scalar_fact(f"persons of state {k} = public state population invariant",
-                                     "invariants.json", f"state.{k}", int(states.get(str(k), 0)) == n))
+    facts.extend(_invariant_facts(invariants, kinds, len(persons), states, blocks))
     product = TopDown(config)
     if public.get("block_facts") is not None and getattr(config, "uses_structural_zeros", False) \
             and "HHGQ" in persons.columns and len(persons):
@@ -196,18 +185,7 @@ def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping
                                    first_dup_mask(blocks))]
     kinds = getattr(config, "invariant_kinds", ("total",) if getattr(config, "total_invariant", False) else ())
     invariants = public.get("invariants") or {}
-    total = invariants.get("total")
-    if total is not None and "total" in kinds:
-        facts.append(scalar_fact("persons = public population invariant", "invariants.json", "total",
-                                 int(total) == rows))
-    state_inv = invariants.get("state")
-    if isinstance(state_inv, dict) and "state" in kinds:
-        geo_states = set(pd.Series(blocks).str[:2])
-        facts.append(scalar_fact("invariant states = states of the block geography", "invariants.json", "state",
-                                 set(map(str, state_inv)) == geo_states))
-        for k, n in sorted(state_inv.items()):
-            facts.append(scalar_fact(f"persons of state {k} = public state population invariant",
-                                     "invariants.json", f"state.{k}", int(states.get(str(k), 0)) == n))
+    facts.extend(_invariant_facts(invariants, kinds, rows, states, blocks))
     if bm is not None and rows:
         facts.append(structural.record())
     summary = {"rows": {prefix: rows}, "persons_per_state": {k: states[k] for k in sorted(states)}}
@@ -217,3 +195,23 @@ def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping
             raise own_error[0]
 
     return InputChecks(suites=[suite], facts=facts, summary=summary, own=own)
+
+
+def _invariant_facts(invariants: Mapping[str, Any], kinds: Any, persons: int, states: Any,
+                     blocks: Any) -> list[Any]:
+    """The public invariants against the persons: the total, and each state's population (``states``: persons
+    per state code) with the invariant's states equal to the block geography's."""
+    facts = []
+    total = invariants.get("total")
+    if total is not None and "total" in kinds:
+        facts.append(scalar_fact("persons = public population invariant", "invariants.json", "total",
+                                 int(total) == persons))
+    state_inv = invariants.get("state")
+    if isinstance(state_inv, dict) and "state" in kinds:
+        geo_states = set(pd.Series(blocks).str[:2])
+        facts.append(scalar_fact("invariant states = states of the block geography", "invariants.json", "state",
+                                 set(map(str, state_inv)) == geo_states))
+        for k, n in sorted(state_inv.items()):
+            facts.append(scalar_fact(f"persons of state {k} = public state population invariant",
+                                     "invariants.json", f"state.{k}", int(states.get(str(k), 0)) == n))
+    return facts
