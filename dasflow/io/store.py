@@ -589,12 +589,23 @@ class S3Store(ObjectStore):
             raise StoreError(f"get of {key!r} failed: {exc}") from exc
 
     def sha256(self, key: str) -> str:
-        """Streamed through a temporary file: memory stays flat whatever the object's size."""
-        digest = hashlib.sha256()
-        with self.reader(key) as fh:
-            while chunk := fh.read(_READ_CHUNK):
-                digest.update(chunk)
-        return digest.hexdigest()
+        """Hashed as the body streams in (memory flat whatever the object's size, no temporary file: the key
+        may be a confidential input); a transfer that fails part-way is retried from the start."""
+        from botocore.exceptions import ClientError
+
+        def digest() -> str:
+            h = hashlib.sha256()
+            body = self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
+            for chunk in body.iter_chunks(_READ_CHUNK):
+                h.update(chunk)
+            return h.hexdigest()
+
+        try:
+            return self._call(f"get of {key!r}", digest)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                raise StoreError(f"no object {key!r} in {self.uri}") from None
+            raise StoreError(f"get of {key!r} failed: {exc}") from exc
 
     def head(self, key: str, size: int) -> bytes:
         """A ranged GET of the first ``size`` bytes (an empty object has none: S3 answers InvalidRange)."""
