@@ -37,6 +37,7 @@ SEED = 2020
 
 def release_config(store: Path, release_id: str) -> dict[str, Any]:
     cfg = json.loads(resources.files("dasflow.demo_data").joinpath("topdown-config.json").read_text())
+    cfg["segment_blocks"] = 1  # every state its own segment: the per-state memory bound this script measures
     return {"release_id": release_id, "universe": "US", "store": str(store),
             "inputs": {"topdown": "confidential/synth/topdown/persons/", "topdown_public": "public/topdown/"},
             "products": [{"name": "topdown", "config_text": json.dumps(cfg)}], "cap": {"rho": "100"},

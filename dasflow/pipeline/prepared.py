@@ -131,26 +131,36 @@ class PartitionedPrepared(Mapping[str, pd.DataFrame]):
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys)
 
-    def partition(self, part: str) -> Mapping[str, pd.DataFrame]:
-        """One partition's own frames, read by name when used and not combined (empty for a partition id the
-        preprocess did not have): a segmented measurement reads only its partition's counts."""
-        return _PartFrames(self._store, self._by_part.get(part, {}))
+    def partitions(self, parts: Sequence[str]) -> Mapping[str, pd.DataFrame]:
+        """The frames of some partitions, each name combined over them when read (partition ids the preprocess
+        did not have hold nothing): a segmented measurement reads only its segment's partitions' counts."""
+        if set(self._by_part) <= set(parts):
+            return self  # every partition: the combined frames, with their cache
+        keys: dict[str, list[str]] = {}
+        for part in parts:
+            for name, key in self._by_part.get(part, {}).items():
+                keys.setdefault(name, []).append(key)
+        return _PartFrames(self._store, keys, self._combine)
 
     def __len__(self) -> int:
         return len(self._keys)
 
 
 class _PartFrames(Mapping[str, pd.DataFrame]):
-    """One partition's prepared frames by name, each read from the store when used (the last one kept)."""
+    """Some partitions' prepared frames by name, each read from the store and combined when used (the last one
+    kept)."""
 
-    def __init__(self, store: ObjectStore, keys: Mapping[str, str]) -> None:
+    def __init__(self, store: ObjectStore, keys: Mapping[str, Sequence[str]], combine: Combine) -> None:
         self._store = store
         self._keys = dict(sorted(keys.items()))
+        self._combine = combine
         self._last: tuple[str, pd.DataFrame] | None = None
 
     def __getitem__(self, name: str) -> pd.DataFrame:
         if self._last is None or self._last[0] != name:
-            self._last = (name, self._store.get_parquet(self._keys[name]))
+            keys = self._keys[name]
+            frames = [self._store.get_parquet(k) for k in keys]
+            self._last = (name, frames[0] if len(frames) == 1 else self._combine(name, frames))
         return self._last[1]
 
     def __iter__(self) -> Iterator[str]:

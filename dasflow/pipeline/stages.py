@@ -224,11 +224,11 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
             cache["prepared"] = load_prepared(ctx, product)
         return cache["prepared"]
 
-    def segment_frames(segment: str) -> Mapping[str, pd.DataFrame]:
-        """A segment's counts: its own partition's frames (segment ids are partition ids), or the whole input's
-        frames of an unpartitioned preprocess (the product keeps the segment's rows)."""
+    def segment_frames(parts: Sequence[str]) -> Mapping[str, pd.DataFrame]:
+        """A segment's counts: its partitions' frames, or the whole input's frames of an unpartitioned
+        preprocess (the product keeps the segment's rows)."""
         frames = prepared()
-        return frames.partition(segment) if isinstance(frames, PartitionedPrepared) else frames
+        return frames.partitions(parts) if isinstance(frames, PartitionedPrepared) else frames
 
     for i, (spec, native) in enumerate(pairs):
         segmented = product_obj if isinstance(product_obj, SegmentedMeasure) else None
@@ -238,7 +238,8 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
             def draw_segment(segment: str, spec: MeasurementSpec = spec,
                              native: MeasurementSpec = native,
                              segmented: SegmentedMeasure = segmented) -> NoisyMeasurement:
-                return segmented.measure_segment(segment_frames(segment), native, segment, g.spawn(spec.key))
+                return segmented.measure_segment(segment_frames(segmented.segment_parts(native, segment)), native,
+                                                 segment, g.spawn(spec.key))
 
             _, fresh_segments = ctx.ledger.measure_segmented(spec, segments, draw_segment, attempt=attempt)
             drawn += int(fresh_segments > 0)

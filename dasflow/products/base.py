@@ -82,15 +82,19 @@ class Product(Protocol[C_contra]):
 @runtime_checkable
 class SegmentedMeasure(Protocol):
     """Optional: a product whose keys may be drawn in disjoint public segments of their measured units (TopDown:
-    one state at a time below the state level), so the measure stage holds one segment's counts at a time.
+    one state, or a run of small states, at a time below the state level), so the measure stage holds one
+    segment's counts at a time.
 
-    ``segments(spec)`` lists a key's segment ids from public inputs only (None: drawn whole by ``measure``); they
-    are the ids of the preprocessing partitions holding each segment's counts. ``measure_segment`` draws one
-    segment from ``prepared`` (that partition's frames, or all frames of an unpartitioned preprocess). Privacy:
-    the segments partition the key's measured units and each unit's noise is the key's planned mechanism, so the
-    key's spec, budget and sensitivity are those of one ``measure`` call (the ledger commits them as one key)."""
+    ``segments(spec)`` lists a key's segment ids from public inputs only (None: drawn whole by ``measure``);
+    ``segment_parts(spec, segment)`` names the preprocessing partitions holding a segment's counts.
+    ``measure_segment`` draws one segment from ``prepared`` (those partitions' frames, or all frames of an
+    unpartitioned preprocess). Privacy: the segments partition the key's measured units and each unit's noise is
+    the key's planned mechanism, so the key's spec, budget and sensitivity are those of one ``measure`` call (the
+    ledger commits them as one key)."""
 
     def segments(self, spec: MeasurementSpec) -> list[str] | None: ...
+
+    def segment_parts(self, spec: MeasurementSpec, segment: str) -> list[str]: ...
 
     def measure_segment(self, prepared: Mapping[str, pd.DataFrame], spec: MeasurementSpec, segment: str,
                         rng: Any) -> NoisyMeasurement: ...

@@ -70,9 +70,11 @@ def release_files(store_dir: Path, release_id: str) -> dict[str, bytes]:
 
 
 def topdown_release(tmp: Path, release_id: str, *, states: Sequence[str] = ("44", "11", "10"), persons: int = 6000,
-                    synth_seed: int = 11, strategy: str = "pl94") -> dict[str, Any]:
+                    synth_seed: int = 11, strategy: str = "pl94", segment_blocks: int | None = None
+                    ) -> dict[str, Any]:
     """A TopDown release config on the synthetic census under ``tmp/store``: persons as confidential input, the
-    synth's public TopDown files (GRF-C, block facts, total/state invariants) as public input."""
+    synth's public TopDown files (GRF-C, block facts, total/state invariants) as public input
+    (``segment_blocks``: the measurement segment bound; 1 draws every state alone)."""
     from dasflow import synth
 
     store = LocalStore(tmp / "store")
@@ -80,8 +82,10 @@ def topdown_release(tmp: Path, release_id: str, *, states: Sequence[str] = ("44"
     synth.generate(root, persons=persons, seed=synth_seed, states=list(states), formats=("topdown",))
     for name in ("GRF-C.txt", "block_facts.csv", "invariants.json"):
         store.put(f"public/topdown/{name}", (root / "topdown" / "public" / name).read_bytes())
-    config = {"preset": "pl94_persons", "fanout_cutoff": 8, "budget": "1", "privacy_defn": "zcdp",
-              "strategy": strategy}
+    config: dict[str, Any] = {"preset": "pl94_persons", "fanout_cutoff": 8, "budget": "1", "privacy_defn": "zcdp",
+                              "strategy": strategy}
+    if segment_blocks is not None:
+        config["segment_blocks"] = segment_blocks
     return {"release_id": release_id, "universe": "US", "store": str(tmp / "store"),
             "inputs": {"topdown": "confidential/synth/topdown/persons/", "topdown_public": "public/topdown/"},
             "products": [{"name": "topdown", "config_text": json.dumps(config)}],

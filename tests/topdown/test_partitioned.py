@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -22,6 +23,8 @@ from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.inputs import mark_synthetic
 from dasflow.pipeline.run import freeze_config, open_run
+from dasflow.products.topdown.measure import group_states, measured_units
+from dasflow.products.topdown.plugin import parse_topdown_config
 from dasflow.release.stage import release_stage
 from tests.dag.helpers import release_files, topdown_release
 
@@ -85,9 +88,9 @@ def test_a_person_in_another_states_folder_is_refused_and_layouts_are_checked(tm
         plugin.partitions(store, ctx.config.inputs, public, cfg)
 
 
-def _flat_layout(tmp: Path) -> dict[str, Any]:
+def _flat_layout(tmp: Path, segment_blocks: int | None = 1) -> dict[str, Any]:
     """The same persons as one file directly under a prefix (the national layout: no partitions)."""
-    raw = topdown_release(tmp, "r1", persons=3000)
+    raw = topdown_release(tmp, "r1", persons=3000, segment_blocks=segment_blocks)
     store = LocalStore(tmp / "store")
     keys = sorted(k for k in store.list(PERSONS) if k.endswith(".parquet"))
     table = pa.concat_tables([pq.read_table(store.local_path(k)) for k in keys])
@@ -100,7 +103,7 @@ def _flat_layout(tmp: Path) -> dict[str, Any]:
 
 
 def test_segmented_release_is_byte_stable_across_a_crash_between_segments_and_the_layout(tmp_path: Path) -> None:
-    clean = topdown_release(tmp_path / "clean", "r1", persons=3000)
+    clean = topdown_release(tmp_path / "clean", "r1", persons=3000, segment_blocks=1)  # every state alone
     _run_all(clean, LocalStore(tmp_path / "clean/store"))
     ctx = open_run("r1", str(tmp_path / "clean/store"))
     record = stages.manifest_if_current(ctx, "preprocess", "topdown", stages.input_hashes(ctx))
@@ -115,7 +118,7 @@ def test_segmented_release_is_byte_stable_across_a_crash_between_segments_and_th
     assert all(v is None for k, v in segmented.items() if k.split("/")[1] in ("US", "state"))
 
     # a process killed right after its first segment reached storage, then resumed in another process
-    crash = topdown_release(tmp_path / "crash", "r1", persons=3000)
+    crash = topdown_release(tmp_path / "crash", "r1", persons=3000, segment_blocks=1)
     (tmp_path / "release.json").write_text(json.dumps(crash))
     script = ("import json, sys\nfrom dasflow.io.store import LocalStore\n"
               "from tests.topdown.test_partitioned import _run_all\n"
@@ -142,5 +145,55 @@ def test_segmented_release_is_byte_stable_across_a_crash_between_segments_and_th
     frecord = stages.manifest_if_current(fctx, "preprocess", "topdown", stages.input_hashes(fctx))
     assert frecord is not None and "partitions" not in frecord
     tables = {k: v for k, v in release_files(tmp_path / "clean/store", "r1").items() if k.startswith("topdown/")
+              and k.endswith(".csv")}
+    assert tables and {k: release_files(tmp_path / "flat/store", "r1")[k] for k in tables} == tables
+
+
+def test_group_states_bounds_a_segment_by_public_blocks() -> None:
+    ids, of = group_states(["01", "02", "04", "05", "06"], [3, 4, 10, 2, 1], 7)
+    assert ids == ["01-02", "04", "05-06"] and of.tolist() == [0, 0, 1, 2, 2]
+    ids, of = group_states(["01", "02"], [3, 4], 1)
+    assert ids == ["01", "02"] and of.tolist() == [0, 1]  # a state above the bound stays whole and alone
+    assert group_states(["01", "02", "04"], [3, 4, 5], 100)[0] == ["01-04"]
+    with pytest.raises(InputError, match="segment_blocks"):
+        group_states(["01"], [3], 0)
+    for bad in (0, True, "10"):
+        with pytest.raises(InputError, match="segment_blocks"):
+            parse_topdown_config({"preset": "pl94_persons", "fanout_cutoff": 8, "budget": "1",
+                                  "segment_blocks": bad})
+    assert parse_topdown_config({"preset": "pl94_persons", "fanout_cutoff": 8, "budget": "1",
+                                 "segment_blocks": 5}).segment_blocks == 5
+
+
+def test_small_states_share_a_segment_and_both_layouts_draw_it_alike(tmp_path: Path) -> None:
+    """Rhode Island and Delaware/DC below a bound of their blocks: the segments are "10-11" (drawn from both
+    partitions' counts, one object) and "44"; the one-file layout draws the same segments and publishes the same
+    tables; every measured unit is in exactly one segment."""
+    probe = topdown_release(tmp_path / "probe", "p", persons=3000)
+    pctx = freeze_config(parse_release_config(probe), LocalStore(tmp_path / "probe/store"))
+    plugin, cfg = pctx.plugin("topdown"), pctx.product_config("topdown")
+    sp = plugin.product(cfg).spine(plugin.public_inputs(pctx.store, pctx.config.inputs, cfg))
+    blocks = dict(zip(*np.unique(sp.block_geoid.astype(str).astype("U2"), return_counts=True), strict=True))
+    bound = int(blocks["10"] + blocks["11"])
+    grouped = topdown_release(tmp_path / "grouped", "r1", persons=3000, segment_blocks=bound)
+    _run_all(grouped, LocalStore(tmp_path / "grouped/store"))
+    ctx = open_run("r1", str(tmp_path / "grouped/store"))
+    product = ctx.plugin("topdown").product(ctx.product_config("topdown"))
+    seen = 0
+    for spec in stages.product_specs(ctx, "topdown"):
+        commit = ctx.ledger.committed(spec.key)
+        assert commit is not None
+        segs = ctx.ledger.segments(spec, commit)
+        if segs is None:
+            continue
+        assert [s.segment for s in segs] == ["10-11", "44"]
+        l = int(spec.detail["level_index"])
+        units = np.concatenate([ctx.ledger.load_segment(spec, s).table["UNIT"].to_numpy() for s in segs])
+        assert np.array_equal(np.sort(units), measured_units(product.spine(ctx.post_public("topdown")), l))
+        seen += 1
+    assert seen
+    flat = _flat_layout(tmp_path / "flat", segment_blocks=bound)
+    _run_all(flat, LocalStore(tmp_path / "flat/store"))
+    tables = {k: v for k, v in release_files(tmp_path / "grouped/store", "r1").items() if k.startswith("topdown/")
               and k.endswith(".csv")}
     assert tables and {k: release_files(tmp_path / "flat/store", "r1")[k] for k in tables} == tables

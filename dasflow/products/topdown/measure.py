@@ -6,10 +6,11 @@ change-one-record neighbours, :func:`dasflow.privacy.accounting.gaussian_sigma2_
 two-sided geometric with scale ``Δ₁/(ε γ_u α_i) = 2/(ε γ_u α_i)``. Geounits with γ_u = 0 emit nothing
 (Theorem 3: their y is ∞). Together with the spine's path-sum invariant this is ρ-zCDP (ε-DP) overall.
 
-Segments. Below the state level a key's measured units split by state (:func:`state_segments`, from the public
-spine only), and the key may be drawn one state at a time (only that state's histogram in memory): every unit
-still gets its own independent noise with the parameter of its γ_u, so the segments together are exactly the
-key's planned mechanism on the same query — spec, budget and sensitivity unchanged.
+Segments. Below the state level a key's measured units split by state, small states grouped up to a public block
+bound (:func:`state_segments`, from the public spine only), and the key may be drawn one segment at a time (only
+that segment's histogram in memory): every unit still gets its own independent noise with the parameter of its
+γ_u, so the segments together are exactly the key's planned mechanism on the same query — spec, budget and
+sensitivity unchanged.
 """
 
 from __future__ import annotations
@@ -85,43 +86,88 @@ def measured_units(spine: Spine, level: int) -> IntArray:
     return np.flatnonzero(spine.gamma_num[level] > 0).astype(np.int64)
 
 
+#: Default bound on a measurement segment's public size: states are grouped in FIPS order into segments of at most
+#: this many blocks, and a larger state is a segment of its own, so a segment never holds more than
+#: max(this, the largest state) blocks' counts (at national size the largest state has ≈ 1 M blocks).
+SEGMENT_BLOCKS = 100_000
+
+
 @dataclass(frozen=True)
 class StateSegments:
-    """The states of a spine as measurement segments: ``codes`` (sorted 2-digit state FIPS), the state level
-    ``top`` and per level the index into ``codes`` of every unit's state (``None`` above the state level). Keys
-    at and above ``top`` are whole; deeper keys are drawn per state."""
+    """The states of a spine grouped into measurement segments (public: from the spine and a block bound only).
+
+    ``codes`` are the states (sorted 2-digit FIPS), ``top`` the state level, ``of_unit`` per level the index into
+    ``codes`` of every unit's state (``None`` above the state level); ``ids`` are the segments and ``of_state``
+    the index into ``ids`` of every state. A segment is one state (its id is the FIPS code, the id of its
+    preprocessing partition) or a run of consecutive small states (id ``"first-last"``). Keys at and above
+    ``top`` are whole; deeper keys are drawn per segment."""
 
     codes: tuple[str, ...]
     top: int
     of_unit: tuple[IntArray | None, ...]
+    ids: tuple[str, ...] = ()
+    of_state: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _measured: dict[int, dict[str, IntArray]] = field(default_factory=dict, compare=False, repr=False)
 
+    def segment_of(self, level: int) -> IntArray | None:
+        """Every unit's segment index at ``level`` (``None`` above the state level)."""
+        of = self.of_unit[level]
+        return None if of is None else self.of_state[of]
+
+    def members(self, segment: str) -> tuple[str, ...]:
+        """The states of a segment (FIPS codes, ascending); InputError for an unknown id."""
+        if segment not in self.ids:
+            raise InputError(f"topdown: no measurement segment {segment!r}")
+        k = self.ids.index(segment)
+        return tuple(c for c, s in zip(self.codes, self.of_state.tolist(), strict=True) if s == k)
+
     def _split(self, spine: Spine, level: int) -> dict[str, IntArray]:
-        """The measured units of ``level`` per state (ascending), computed once per level."""
+        """The measured units of ``level`` per segment (ascending), computed once per level."""
         if level not in self._measured:
-            of = self.of_unit[level]
+            of = self.segment_of(level)
             assert of is not None
             units = measured_units(spine, level)
             order = np.argsort(of[units], kind="stable")
             code, start = np.unique(of[units][order], return_index=True)
             groups = np.split(units[order], start[1:]) if units.size else []
-            self._measured[level] = {self.codes[int(c)]: g for c, g in zip(code, groups, strict=True)}
+            self._measured[level] = {self.ids[int(c)]: g for c, g in zip(code, groups, strict=True)}
         return self._measured[level]
 
     def measured(self, spine: Spine, level: int) -> list[str] | None:
-        """The segments of a key at ``level``: the states with a measured unit there (None: a whole key)."""
+        """The segments of a key at ``level``: those with a measured unit there (None: a whole key)."""
         if self.of_unit[level] is None or level <= self.top:
             return None
         return list(self._split(spine, level)) or None
 
     def measured_units(self, spine: Spine, level: int, segment: str) -> IntArray:
-        """The measured units of ``level`` in state ``segment`` (ascending; empty if it has none)."""
+        """The measured units of ``level`` in ``segment`` (ascending; empty if it has none)."""
         return self._split(spine, level).get(segment, np.zeros(0, dtype=np.int64))
 
 
-def state_segments(spine: Spine) -> StateSegments:
-    """Each unit's state (the first two digits of its blocks' GEOIDs) at the state level and below; InputError if
-    a unit there spans two states (public geography only)."""
+def group_states(codes: Sequence[str], blocks: Sequence[int], max_blocks: int) -> tuple[list[str], IntArray]:
+    """Consecutive states (FIPS order) grouped while their blocks sum to at most ``max_blocks``; a state with
+    more blocks is a group of its own. Returns the group ids (a lone state's FIPS code, else ``"first-last"``)
+    and every state's group index."""
+    if max_blocks < 1:
+        raise InputError(f"topdown: segment_blocks must be at least 1, not {max_blocks}", column="segment_blocks")
+    of_state = np.zeros(len(codes), dtype=np.int64)
+    starts: list[int] = []
+    held = 0
+    for i, b in enumerate(blocks):  # one step per state (≤ 56), public sizes only
+        if not starts or held + int(b) > max_blocks:
+            starts.append(i)
+            held = 0
+        held += int(b)
+        of_state[i] = len(starts) - 1
+    ends = [*starts[1:], len(codes)]
+    ids = [codes[s] if e - s == 1 else f"{codes[s]}-{codes[e - 1]}" for s, e in zip(starts, ends, strict=True)]
+    return ids, of_state
+
+
+def state_segments(spine: Spine, max_blocks: int = SEGMENT_BLOCKS) -> StateSegments:
+    """Each unit's state (the first two digits of its blocks' GEOIDs) at the state level and below, and the states
+    grouped into segments of at most ``max_blocks`` blocks (:func:`group_states`); InputError if a unit there
+    spans two states (public geography only)."""
     if "state" not in spine.levels:
         return StateSegments((), spine.n_levels, (None,) * spine.n_levels)
     top = spine.levels.index("state")
@@ -137,7 +183,9 @@ def state_segments(spine: Spine) -> StateSegments:
         if not np.array_equal(of[bu], block_code):
             raise InputError(f"topdown: a {spine.levels[l]} unit of the spine spans two states")
         of_unit[l] = of
-    return StateSegments(tuple(str(c) for c in codes), top, tuple(of_unit))
+    names = [str(c) for c in codes]
+    ids, of_state = group_states(names, np.bincount(block_code, minlength=len(names)).tolist(), max_blocks)
+    return StateSegments(tuple(names), top, tuple(of_unit), tuple(ids), of_state)
 
 
 def noise_parameter(strategy: Strategy, gamma: Fraction, alpha: Fraction) -> Fraction:

@@ -5,9 +5,10 @@ Steps, in order (``dasflow.pipeline.partitions``):
 ``combine``
     the NMFs as per-level query answers, after the bottom-up combination when configured: part ``all`` holds
     one table per level and query group down to level a, and per level-a subtree the tables of the levels the
-    bottom-up pass reads whole (down to its start level, within its memory bound); one part per state (its FIPS)
-    holds the deeper levels' tables of the state's subtrees, read from the state's segments of the keys (the
-    measure stage draws those keys one state at a time), so no part holds a deep level of the nation.
+    bottom-up pass reads whole (down to its start level, within its memory bound); one part per measurement
+    segment (a state's FIPS, or ``first-last`` for a run of small states) holds the deeper levels' tables of the
+    segment's subtrees, read from that segment of the keys (the measure stage draws those keys one segment at a
+    time), so no part holds a deep level of the nation.
 ``level-0``
     the root (one part).
 ``level-1`` … ``level-a``
@@ -196,20 +197,21 @@ class PartitionedTopDown:
 
     def _whole(self, sp: Spine, a: int) -> int:
         """The deepest level the combine step's ``all`` part holds: level a, or the bottom-up pass's start level
-        when that is deeper (the pass reads it and the levels above whole); deeper levels come per state."""
+        when that is deeper (the pass reads it and the levels above whole); deeper levels come per segment."""
         opts = self.product.config.options
         if not opts.bottom_up:
             return a
         return max(a, bottom_up_start(sp, self._templates(), opts.bottom_up_max_entries))
 
     def _states(self, sp: Spine, a: int) -> tuple[tuple[str, ...], IntArray | None]:
-        """The combine step's state parts (FIPS) and each level-a unit's index among them; none when the levels
-        below the ``all`` part are absent or the spine has no states."""
+        """The combine step's segment parts (the measure stage's segments: a state's FIPS, or a run of small
+        states) and each level-a unit's index among them; none when the levels below the ``all`` part are absent
+        or the spine has no states."""
         segs = self.product.segmentation(sp)
-        of_a = segs.of_unit[a] if a < len(segs.of_unit) else None
-        if of_a is None or not segs.codes or self._whole(sp, a) >= sp.n_levels - 1:
+        of_a = segs.segment_of(a) if a < len(segs.of_unit) else None
+        if of_a is None or not segs.ids or self._whole(sp, a) >= sp.n_levels - 1:
             return (), None
-        return segs.codes, of_a
+        return segs.ids, of_a
 
     def post_steps(self, public: Mapping[str, Any]) -> list[PostStep]:
         sp, a, anc = self._layout(public)
@@ -281,9 +283,9 @@ class PartitionedTopDown:
         return out
 
     def _combine_state(self, sp: Spine, a: int, anc: list[IntArray], source: PartSource, state: str) -> Tables:
-        """The combine step's part of one state: the levels below :meth:`_whole`, one table per level, group and
-        level-a subtree of the state, from the state's segment of each key only (raw answers: the bottom-up pass
-        does not reach these levels)."""
+        """The combine step's part of one segment (``state``: a state, or a run of small states): the levels
+        below :meth:`_whole`, one table per level, group and level-a subtree of the segment, from the segment of
+        each key only (raw answers: the bottom-up pass does not reach these levels)."""
         st = self.product.config.strategy
         codes, of_a = self._states(sp, a)
         assert of_a is not None
@@ -299,7 +301,7 @@ class PartitionedTopDown:
                     table = source.measurements([key])[key].table
                 elif state in segments:
                     table = source.measurement_segment(key, state).table
-                else:  # no measured unit of this state at the level
+                else:  # no measured unit of this segment at the level
                     out.update(_subtree_tables(l, template, anc[l], subtrees))
                     continue
                 out.update(_subtree_tables(l, group_answers_of(st, g, table), anc[l], subtrees))

@@ -44,6 +44,7 @@ from dasflow.products.topdown.invariants import (
     check_state_invariants,
     read_block_facts,
 )
+from dasflow.products.topdown.measure import SEGMENT_BLOCKS
 from dasflow.products.topdown.partitioned import PartitionedTopDown
 from dasflow.products.topdown.product import TopDown, TopDownConfig
 from dasflow.products.topdown.relation import RELATION
@@ -60,7 +61,7 @@ PERSON_GEO = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK")
 #: a state folder of the per-state input layout (``{prefix}{SS}/part-*.parquet``)
 STATE_FOLDER = re.compile(r"[0-9]{2}")
 KNOWN_KEYS = {"preset", "fanout_cutoff", "budget", "privacy_defn", "beta", "strategy", "total_invariant",
-              "invariants", "structural_zeros"}
+              "invariants", "structural_zeros", "segment_blocks"}
 
 
 
@@ -95,8 +96,12 @@ def parse_topdown_config(raw: Any, source: str = "topdown config") -> TopDownCon
     total_inv = raw.get("total_invariant", True)
     if not isinstance(total_inv, bool):
         raise InputError("total_invariant must be true or false", file=source, column="total_invariant")
+    seg = raw.get("segment_blocks", SEGMENT_BLOCKS)
+    if isinstance(seg, bool) or not isinstance(seg, int) or seg < 1:
+        raise InputError("segment_blocks must be a positive integer", file=source, column="segment_blocks")
     return TopDownConfig(spine=spine, strategy=strategy, total_invariant=total_inv,
-                         invariants=None if inv is None else tuple(inv), structural_zeros=zeros)
+                         invariants=None if inv is None else tuple(inv), structural_zeros=zeros,
+                         segment_blocks=seg)
 
 
 class TopDownPlugin(ProductPlugin[TopDownConfig]):

@@ -49,6 +49,7 @@ from dasflow.products.topdown.invariants import (
     structural_cell_codes,
 )
 from dasflow.products.topdown.measure import (
+    SEGMENT_BLOCKS,
     GroupMeasurement,
     StateSegments,
     block_histogram,
@@ -80,7 +81,8 @@ class TopDownConfig:
     ``invariants``: which population totals are held exactly — any of ``"total"`` (the root) and ``"state"``
     (each state); ``None`` = what the 2020 DAS held, total and state, unless ``total_invariant=False`` (the
     older switch: then none). ``structural_zeros``: impose the public block facts (``None`` = whenever the
-    schema has the HHGQ attribute)."""
+    schema has the HHGQ attribute). ``segment_blocks``: the public bound on a measurement segment (keys below the
+    state level are drawn per segment: one state, or consecutive states of at most this many blocks together)."""
 
     spine: SpineConfig
     strategy: Strategy
@@ -88,8 +90,12 @@ class TopDownConfig:
     options: EstimatorOptions = field(default_factory=EstimatorOptions)
     invariants: tuple[str, ...] | None = None
     structural_zeros: bool | None = None
+    segment_blocks: int = SEGMENT_BLOCKS
 
     def __post_init__(self) -> None:
+        if isinstance(self.segment_blocks, bool) or not isinstance(self.segment_blocks, int) \
+                or self.segment_blocks < 1:
+            raise InputError("topdown: segment_blocks must be a positive integer", column="segment_blocks")
         if tuple(self.strategy.levels) != tuple(self.spine.levels):
             raise InputError(f"topdown: strategy levels {self.strategy.levels} ≠ spine levels "
                              f"{self.spine.levels}")
@@ -270,24 +276,24 @@ class TopDown:
         return self._measurement(sp, spec, measure_group(sp, self.config.strategy, l, self._group(spec), hist, g), g)
 
     def segments(self, spec: MeasurementSpec) -> list[str] | None:
-        """The segments a key may be drawn in (public, from the spine): below the state level the states with a
-        measured unit at the key's level, as 2-digit FIPS codes — the ids of the preprocessing partitions of a
-        per-state input; None for the keys at and above the state level (drawn whole)."""
+        """The segments a key may be drawn in (public, from the spine and ``segment_blocks``): below the state
+        level the segments (a state's FIPS code, or ``"first-last"`` for a run of small states) with a measured
+        unit at the key's level; None for the keys at and above the state level (drawn whole)."""
         sp = self._spine_for(spec)
         return self.segmentation(sp).measured(sp, int(spec.detail["level_index"]))
 
     def measure_segment(self, prepared: Mapping[str, pd.DataFrame], spec: MeasurementSpec, segment: str,
                         rng: Any) -> NoisyMeasurement:
-        """The key's noisy answers at the measured units of one state (``segment``, of :meth:`segments`), from
-        ``prepared`` holding that state's ``hist/<level>`` (its partition's frames; rows of other states are
-        ignored, a state without persons may have none). Generator spawned from the key, then the segment, so the
+        """The key's noisy answers at the measured units of one segment (of :meth:`segments`), from ``prepared``
+        holding its states' ``hist/<level>`` (their partitions' frames; rows of other states are ignored, a
+        segment without persons may have none). Generator spawned from the key, then the segment, so the
         noise does not depend on which segments are drawn when or where. Privacy: each unit's answers get the
         noise of its γ_u exactly as in :meth:`measure`; the segments are disjoint units of the one planned key."""
         sp = self._spine_for(spec)
         l = int(spec.detail["level_index"])
         segs = self.segmentation(sp)
         of = segs.of_unit[l]
-        if of is None or l <= segs.top or segment not in segs.codes:
+        if of is None or l <= segs.top or segment not in segs.ids:
             raise InputError(f"topdown: {spec.key} has no segment {segment!r}")
         units = segs.measured_units(sp, l, segment)
         name = f"hist/{spec.level}"
@@ -301,10 +307,14 @@ class TopDown:
         gm = measure_group(sp, self.config.strategy, l, self._group(spec), hist, g, units=units)
         return self._measurement(sp, spec, gm, g)
 
+    def segment_parts(self, spec: MeasurementSpec, segment: str) -> list[str]:
+        """The preprocessing partitions (states, FIPS) holding a segment's counts."""
+        return list(self.segmentation(self._spine_for(spec)).members(segment))
+
     def segmentation(self, sp: Spine) -> StateSegments:
         """The spine's states as measurement segments (public; built once per spine)."""
         if sp.input_hash not in self._segments:
-            self._segments[sp.input_hash] = state_segments(sp)
+            self._segments[sp.input_hash] = state_segments(sp, self.config.segment_blocks)
         return self._segments[sp.input_hash]
 
     def _group(self, spec: MeasurementSpec) -> QueryGroup:
