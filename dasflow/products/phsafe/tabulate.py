@@ -9,6 +9,7 @@ the level's sensitivity is the transformation's stability c (2τ+2 join tables, 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -324,6 +325,11 @@ def domain_frame(tdef: TableDef, level: str, state_filter: tuple[str, ...]) -> p
     })
 
 
+#: the public domain frames of the levels, built once per process (a partitioned preprocess tabulates the same
+#: levels for every partition); callers never modify them (:func:`tabulate` adds COUNT with ``assign``)
+_shared_domain = functools.lru_cache(maxsize=256)(domain_frame)
+
+
 def tabulate(uni: Universe, tables: Mapping[str, list[str]], tau: Mapping[str, int] | None,
              state_filter: tuple[str, ...]) -> dict[str, pd.DataFrame]:
     """Exact counts for each requested (table -> levels); keys ``"<table>/<level>"``; tau None = no
@@ -341,7 +347,6 @@ def tabulate(uni: Universe, tables: Mapping[str, list[str]], tau: Mapping[str, i
                else unit_records(uni, table))
         fine = fine_counts(rec, tdef, n_states)
         for level in levels:
-            frame = domain_frame(tdef, level, state_filter)
-            frame["COUNT"] = level_from_fine(fine, level)
-            out[f"{table}/{level}"] = frame
+            out[f"{table}/{level}"] = _shared_domain(tdef, level, state_filter).assign(
+                COUNT=level_from_fine(fine, level))
     return out
