@@ -43,15 +43,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-
-from dasflow import demo, registry, synth  # noqa: E402
-from dasflow.config import parse_release_config  # noqa: E402
-from dasflow.io.store import LocalStore  # noqa: E402
-from dasflow.pipeline import stages  # noqa: E402
-from dasflow.pipeline.run import freeze_config, manifest_key  # noqa: E402
-from dasflow.products.plugin import DemoCensus  # noqa: E402
-from dasflow.release.stage import release_stage  # noqa: E402
-from dasflow.synth.reference import states as synth_states  # noqa: E402
+# dasflow is imported only in the worker processes (function-level imports below): a child's ru_maxrss starts at
+# its parent's RSS at the fork (Linux keeps the high-water mark across fork/exec), so a parent holding the
+# library (≈ 125 MB) would floor every figure; this parent stays at the bare interpreter's ≈ 12 MB.
 
 NATION = 331_000_000
 SEED = 2020
@@ -62,6 +56,7 @@ GOAL_RSS_BYTES = 16 * 2**30
 
 def _states_format(fmt: str) -> str:
     """The per-state layout of a synth format when the generator has one (``phsafe`` -> ``phsafe_states``)."""
+    from dasflow import synth
     return f"{fmt}_states" if f"{fmt}_states" in synth.FORMATS else fmt
 
 
@@ -73,6 +68,10 @@ def _relayout(path: str) -> str:
 
 def _synth_step(store_dir: Path, persons: int) -> dict[str, Any]:
     """Generate the census into ``confidential/synth/`` and the public files as the demo places them."""
+    from dasflow import demo, synth
+    from dasflow.io.store import LocalStore
+    from dasflow.products.plugin import DemoCensus
+    from dasflow.synth.reference import states as synth_states
     store = LocalStore(store_dir)
     entries = demo.demo_plugins()
     root = store.local_path(demo.SYNTH_ROOT)
@@ -92,6 +91,7 @@ def _synth_step(store_dir: Path, persons: int) -> dict[str, Any]:
 
 def release_config(store_dir: Path, persons: int) -> dict[str, Any]:
     """The demo's seeded release config with each confidential input prefix moved to the per-state layout."""
+    from dasflow import demo
     raw = demo.demo_config(store_dir, persons, SEED).model_dump(mode="json", exclude_none=True)
     synth_root = demo.SYNTH_ROOT + "/"
     raw["release_id"] = f"national-{persons}"
@@ -102,6 +102,10 @@ def release_config(store_dir: Path, persons: int) -> dict[str, Any]:
 
 def _stage_step(config_file: Path, stage: str, product: str) -> dict[str, Any]:
     """One stage function in this (fresh) process; returns its manifest's metrics when it writes one."""
+    from dasflow.config import parse_release_config
+    from dasflow.pipeline import stages
+    from dasflow.pipeline.run import freeze_config, manifest_key
+    from dasflow.release.stage import release_stage
     raw = json.loads(config_file.read_text())
     ctx = freeze_config(parse_release_config(raw, source="benchmarks/national.py"))
     if stage == "plan":
@@ -160,7 +164,7 @@ def run_size(persons: int, workdir: Path, keep: bool) -> dict[str, Any]:
 
     synth_info = step("synth", "all", ["synth", str(store_dir), str(persons)])
     inputs_bytes = _du(store_dir)
-    raw = release_config(store_dir, persons)
+    raw = _child(["config", str(store_dir), str(persons)])["result"]
     config_file = store_dir.parent / "config.json"
     config_file.write_text(json.dumps(raw))
     products = [p["name"] for p in raw["products"]]
@@ -278,7 +282,11 @@ def scaling(runs: list[dict[str, Any]], baseline: int) -> dict[str, Any]:
 def _worker(argv: list[str]) -> None:
     if argv[0] == "synth":
         out = _synth_step(Path(argv[1]), int(argv[2]))
+    elif argv[0] == "config":
+        out = release_config(Path(argv[1]), int(argv[2]))
     elif argv[0] == "baseline":
+        from dasflow.pipeline import stages  # noqa: F401  (the interpreter with a stage's imports)
+        from dasflow.release import stage  # noqa: F401
         out = {}
     else:
         out = _stage_step(Path(argv[1]), argv[2], argv[3])
@@ -319,7 +327,8 @@ def main() -> int:
     result = {"benchmark": "national", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                           "python": platform.python_version()},
-              "products": [p.name for p in registry.plugins() if p.demo is not None], "seed": SEED,
+              "products": [s["product"] for s in runs[0]["steps"] if s["stage"] == "preprocess"] if runs else [],
+              "seed": SEED,
               "interpreter_peak_rss_bytes": baseline, "runs": runs,
               "children_peak_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
               "scaling": scaling(runs, baseline)}
