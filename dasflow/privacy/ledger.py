@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -622,7 +623,11 @@ def decode_nmf(data: bytes, spec: MeasurementSpec) -> NoisyMeasurement:
         raise LedgerRefusal(f"NMF for {spec.key!r} carries key {meta.get(b'dasflow.key')!r}")
     frame: pd.DataFrame = table.replace_schema_metadata(None).to_pandas()
     for column in json.loads(meta.get(b"dasflow.fraction_columns", b"[]")):
-        frame[column] = frame[column].map(Fraction).astype(object)
+        # one Fraction per distinct value (a variance column has one per γ), not one per cell
+        codes, uniques = pd.factorize(frame[column].to_numpy(dtype=object))
+        values = np.empty(len(uniques), dtype=object)
+        values[:] = [Fraction(str(u)) for u in uniques]
+        frame[column] = pd.Series(values[codes], index=frame.index, dtype=object)
     return NoisyMeasurement(spec=spec, table=frame, rng_mode=meta.get(b"dasflow.rng_mode", b"").decode())
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from dasflow.errors import IntegrityError, LedgerRefusal
 from dasflow.io.store import LocalStore
-from dasflow.privacy.ledger import Cap, Ledger, encode_nmf, is_index
+from dasflow.privacy.ledger import Cap, Ledger, decode_nmf, encode_nmf, is_index
 from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
 
 SEGMENTS = ["01", "02", "06"]
@@ -159,3 +159,16 @@ def test_segments_are_bound_to_the_release(tmp_path: Path) -> None:
     other = Ledger(ledger.store, "r1", {**BINDING, "inputs_sha256": "x" * 64})
     with pytest.raises(IntegrityError, match=r"seg=01\.parquet.*not bound"):
         _measure(other, Drawer())
+
+
+def test_fraction_columns_round_trip_exactly_through_the_nmf() -> None:
+    """Variance columns are decoded once per distinct value: the values, their order and their type are exactly
+    those encoded (several γ, a huge and a negative value, an empty table)."""
+    values = [Fraction(2), Fraction(10**30 + 1, 3), Fraction(-7, 9), Fraction(2), Fraction(10**30 + 1, 3)]
+    table = pd.DataFrame({"UNIT": np.arange(5), "NOISY": np.arange(5) - 2, "VARIANCE": values})
+    back = decode_nmf(encode_nmf(NoisyMeasurement(spec=_spec(), table=table, rng_mode="test"), _spec()), _spec())
+    assert back.table["VARIANCE"].tolist() == values
+    assert all(type(v) is Fraction for v in back.table["VARIANCE"]) and back.table["VARIANCE"].dtype == object
+    empty = table.iloc[:0].reset_index(drop=True)
+    back = decode_nmf(encode_nmf(NoisyMeasurement(spec=_spec(), table=empty, rng_mode="test"), _spec()), _spec())
+    assert len(back.table) == 0
