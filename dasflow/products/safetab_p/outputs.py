@@ -23,6 +23,9 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pandas.api.types import union_categoricals
 
 from dasflow.products.base import NOISY_COLUMN, Estimates, Mechanism, NoisyMeasurement
 from dasflow.products.safetab_p.config import SafeTabPConfig
@@ -84,23 +87,39 @@ def _thresholds(m: NoisyMeasurement, cfg: SafeTabPConfig) -> npt.NDArray[np.floa
     return out
 
 
-def _t1_t2(m: NoisyMeasurement, cfg: SafeTabPConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _text(values: pd.Series) -> pd.Categorical:
+    """A key column as a categorical of its values' text (``str`` of each value, as ``astype(str)`` gives it):
+    the category list is converted, not every row."""
+    cat = values.array if isinstance(values.dtype, pd.CategoricalDtype) else pd.Categorical(values)
+    assert isinstance(cat, pd.Categorical)
+    text = pd.Index(np.asarray(cat.categories.astype(str), dtype=object), dtype=object)
+    if (cat.codes < 0).any() or not text.is_unique:  # missing values or colliding texts: convert row by row
+        return pd.Categorical(values.astype(str).to_numpy(dtype=object))
+    return pd.Categorical.from_codes(cat.codes, categories=text, validate=False)
+
+
+#: T1 of one key: its key columns as categoricals of their text, and COUNT
+T1Part = tuple[dict[str, "pd.Categorical"], npt.NDArray[np.int64]]
+
+
+def _t1_t2(m: NoisyMeasurement, cfg: SafeTabPConfig) -> tuple[T1Part, pd.DataFrame]:
+    """T1 of one key (:data:`T1Part`) and its T2 (text key columns)."""
     tab = m.table
     stat = tab["STAT_LEVEL"].to_numpy()
     noisy = tab[NOISY_COLUMN].to_numpy(dtype=np.int64)
     keys = ["REGION_ID", "REGION_TYPE", "ITERATION_CODE"]
     thr = _thresholds(m, cfg)
     single = stat <= 0
-    keep = single & (noisy > thr[stat.astype(np.int64) + 1])  # suppression before building any frame
-    t1_single = tab.loc[keep, keys].copy()
-    t1_single["COUNT"] = noisy[keep]
+    keep = np.flatnonzero(single & (noisy > thr[stat.astype(np.int64) + 1]))  # suppression before any frame
+    text = {c: _text(tab[c]) for c in keys}
     cells = tab.loc[~single, ["GROUP", *keys, "STAT_LEVEL", "SEX", "AGESTART", "AGEEND", NOISY_COLUMN]]
     summed = cells.groupby("GROUP", sort=False, observed=True).agg(
         REGION_ID=("REGION_ID", "first"), REGION_TYPE=("REGION_TYPE", "first"),
         ITERATION_CODE=("ITERATION_CODE", "first"), COUNT=(NOISY_COLUMN, "sum"),
         _STAT=("STAT_LEVEL", "first"))
     summed = summed[summed["COUNT"].to_numpy() > thr[summed["_STAT"].to_numpy().astype(np.int64) + 1]]
-    t1 = pd.concat([t1_single, summed.reset_index()[T1_COLUMNS]], ignore_index=True)
+    t1 = {c: _union([text[c][keep], _text(summed[c])]) for c in keys}
+    count = np.concatenate([noisy[keep], summed["COUNT"].to_numpy(dtype=np.int64)])
     marg = cells.groupby(["GROUP", "SEX"], sort=False, observed=True).agg(
         REGION_ID=("REGION_ID", "first"), REGION_TYPE=("REGION_TYPE", "first"),
         ITERATION_CODE=("ITERATION_CODE", "first"), COUNT=(NOISY_COLUMN, "sum")).reset_index()
@@ -110,19 +129,57 @@ def _t1_t2(m: NoisyMeasurement, cfg: SafeTabPConfig) -> tuple[pd.DataFrame, pd.D
     t2c["AGESTART"] = t2c["AGESTART"].astype(str)
     t2c["AGEEND"] = t2c["AGEEND"].astype(str)
     t2 = pd.concat([t2c[["GROUP", *T2_COLUMNS]], marg[["GROUP", *T2_COLUMNS]]], ignore_index=True)
-    return t1[T1_COLUMNS], t2[T2_COLUMNS]
+    return (t1, count), t2[T2_COLUMNS]
+
+
+def _union(cats: list[pd.Categorical]) -> pd.Categorical:
+    """The concatenation of categoricals (categories united, codes remapped; no value is converted)."""
+    out: pd.Categorical = union_categoricals(cats)
+    return out
+
+
+def _as_text(cat: pd.Categorical) -> pd.Series:
+    """The values of a categorical of strings as a ``str`` column (what ``astype(str)`` gives), gathered from
+    the category list by Arrow instead of converting every row."""
+    categories = pa.array(np.asarray(cat.categories, dtype=object), pa.large_string())
+    return pd.Series(pd.array(pc.take(categories, pa.array(cat.codes)), dtype="str"), copy=False)
+
+
+def _t1_frame(parts: list[T1Part]) -> pd.DataFrame:
+    """T1 of every key, in ``tables``' order (REGION_TYPE, REGION_ID, ITERATION_CODE; a stable sort of the keys'
+    rows in key order): the sort runs on the ranks of each column's category text, the text is materialised
+    once, after the sort."""
+    keys = ["REGION_TYPE", "REGION_ID", "ITERATION_CODE"]
+    cols = {c: _union([p[0][c] for p in parts]) for c in keys}
+    count = np.concatenate([p[1] for p in parts])
+    sort_key = np.zeros(len(count), dtype=np.int64)
+    span = 1
+    for c in keys:  # mixed radix: (type rank, region rank, iteration rank)
+        cat = cols[c]
+        n = max(len(cat.categories), 1)
+        span *= n
+        if span >= 1 << 62:
+            raise OverflowError("T1 sort key does not fit in 64 bits")
+        rank = np.empty(len(cat.categories), dtype=np.int64)
+        rank[np.argsort(np.asarray(cat.categories, dtype=object), kind="stable")] = np.arange(len(cat.categories))
+        sort_key = sort_key * n + rank[cat.codes]
+    order = np.argsort(sort_key, kind="stable")
+    out = pd.DataFrame({c: _as_text(cols[c][order]) for c in T1_COLUMNS[:-1]})
+    out["COUNT"] = count[order]
+    return out
 
 
 def postprocess(measurements: Mapping[str, NoisyMeasurement], cfg: SafeTabPConfig) -> Estimates:
-    """T1 and T2 of a run from its stage-2 measurements (stage-1 totals are never published)."""
-    t1s: list[pd.DataFrame] = []
+    """T1 and T2 of a run from its stage-2 measurements (stage-1 totals are never published). T1's rows come in
+    the release file's order (``tables`` then finds them sorted); T2's in key order."""
+    t1s: list[T1Part] = []
     t2s: list[pd.DataFrame] = []
     for key in sorted(measurements):
         if key.endswith("/stage2"):
-            t1, t2 = _t1_t2(measurements[key], cfg)
-            t1s.append(t1.astype({"REGION_ID": str, "REGION_TYPE": str, "ITERATION_CODE": str}))
+            part, t2 = _t1_t2(measurements[key], cfg)
+            t1s.append(part)
             t2s.append(t2.astype({"REGION_ID": str, "REGION_TYPE": str, "ITERATION_CODE": str}))
-    t1 = pd.concat(t1s, ignore_index=True) if t1s else pd.DataFrame(columns=T1_COLUMNS)
+    t1 = _t1_frame(t1s) if t1s else pd.DataFrame(columns=T1_COLUMNS)
     t2 = pd.concat(t2s, ignore_index=True) if t2s else pd.DataFrame(columns=T2_COLUMNS)
     t1["COUNT"] = t1["COUNT"].astype(np.int64)
     t2["COUNT"] = t2["COUNT"].astype(np.int64)
@@ -132,9 +189,34 @@ def postprocess(measurements: Mapping[str, NoisyMeasurement], cfg: SafeTabPConfi
     return {"t1": t1.reset_index(drop=True), "t2": t2.reset_index(drop=True)}
 
 
+def _is_sorted(frame: pd.DataFrame, columns: list[str]) -> bool:
+    """Whether the text columns are already in lexicographic row order (ties allowed), checked with Arrow's
+    vectorised comparisons of consecutive rows; False when a column is not Arrow-backed text."""
+    if len(frame) < 2:
+        return True
+    arrays = []
+    for c in columns:
+        if not isinstance(frame[c].array, pd.arrays.ArrowStringArray):
+            return False
+        values = pa.array(frame[c])  # the column's Arrow data
+        arrays.append(values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values)
+    n = len(frame)
+    ok: pa.Array | None = None
+    for a in reversed(arrays):  # rows i, i+1 in order: a < b, or a == b and the later columns in order
+        prev, nxt = a.slice(0, n - 1), a.slice(1)
+        here = pc.less(prev, nxt) if ok is not None else pc.less_equal(prev, nxt)
+        ok = here if ok is None else pc.or_(here, pc.and_(pc.equal(prev, nxt), ok))
+    assert ok is not None
+    return bool(pc.all(pc.fill_null(ok, False)).as_py())
+
+
 def tables(estimates: Estimates) -> dict[str, pd.DataFrame]:
-    """The release files: t1 and t2 with the production columns, in a stable order."""
-    t1 = estimates["t1"][T1_COLUMNS].sort_values(["REGION_TYPE", "REGION_ID", "ITERATION_CODE"],
-                                                 kind="stable")
+    """The release files: t1 and t2 with the production columns, in a stable order (t1 stably sorted by
+    REGION_TYPE, REGION_ID, ITERATION_CODE; skipped when already in that order — a stable sort of sorted rows
+    leaves them as they are)."""
+    order = ["REGION_TYPE", "REGION_ID", "ITERATION_CODE"]
+    t1 = estimates["t1"][T1_COLUMNS]
+    if not _is_sorted(t1, order):
+        t1 = t1.sort_values(order, kind="stable")
     t2 = estimates["t2"][T2_COLUMNS]
     return {"t1": t1.reset_index(drop=True), "t2": t2.reset_index(drop=True)}
