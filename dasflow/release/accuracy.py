@@ -147,34 +147,89 @@ def _key_columns(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
     return [c for c in a.columns if c in b.columns and c not in NON_KEY]
 
 
+def _text_codes(column: pd.Series) -> tuple[np.ndarray, pd.Index] | None:
+    """``column.astype(str)`` as (int64 codes, distinct texts), the text computed once per distinct value (a
+    categorical's categories, else the factorized values), values with the same text sharing a code; None if
+    the column holds a null."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        raw, values = column.cat.codes.to_numpy(np.int64), pd.Series(column.cat.categories)
+    else:
+        raw, uniques = pd.factorize(column)
+        values = pd.Series(uniques)
+    if raw.size and int(raw.min()) < 0:
+        return None
+    code, texts = pd.factorize(values.astype(str))
+    return np.asarray(code, dtype=np.int64)[raw], pd.Index(texts)
+
+
+def _inner_rows(left: pd.DataFrame, right: pd.DataFrame, keys: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rows of ``left.merge(right, on=keys, how="inner")`` with key columns compared as text, as (left rows,
+    right rows) in the merge's order (left order), when ``right``'s keys are unique and not null; None otherwise
+    (or when the mixed-radix key would overflow). Only the distinct values of ``right``'s columns are turned
+    into text, so a large truth twin against a small release costs integer work per row."""
+    lkey = np.zeros(len(left), dtype=np.int64)
+    rkey = np.zeros(len(right), dtype=np.int64)
+    found = np.ones(len(left), dtype=bool)
+    span = 1
+    for c in keys:
+        coded = _text_codes(right[c])
+        if coded is None:
+            return None
+        rc, texts = coded
+        lc = texts.get_indexer(pd.Index(left[c].astype(str)))
+        found &= lc >= 0
+        n = max(len(texts), 1)
+        if span > (2**62) // n:
+            return None
+        span *= n
+        lkey = lkey * n + np.maximum(lc, 0)
+        rkey = rkey * n + rc
+    order = np.argsort(rkey, kind="stable")
+    ranked = rkey[order]
+    if ranked.size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if bool((ranked[1:] == ranked[:-1]).any()):
+        return None
+    pos = np.minimum(np.searchsorted(ranked, lkey), ranked.size - 1)
+    rows = np.flatnonzero(found & (ranked[pos] == lkey))
+    return rows, order[pos[rows]]
+
+
 def compare(released: pd.DataFrame, truth: pd.DataFrame, zero_fill: bool = False) -> pd.DataFrame:
     """Released vs true count per cell (inner join on the shared key columns; with ``zero_fill``, for files
     that omit zero cells (a plugin's ``zero_filled``), an outer join with an absent cell counted as 0): TRUE, RELEASED,
     ERROR, MOE90 (from VARIANCE when published, else NaN), LEVEL (the geography level: REGION_TYPE, or "all").
     Key columns are compared as text. The released value is the file's COUNT column, or ESTIMATE for products
     that publish estimates under that name. A one-cell file without key columns (a total) is compared with a
-    one-row truth."""
+    one-row truth. An inner join on a truth with unique keys is done on integer codes (:func:`_inner_rows`:
+    same rows, same order as the merge)."""
     keys = _key_columns(released, truth)
     if not keys and not (len(released) == len(truth) == 1):
         raise ValueError("release and truth frames share no key column")
-    left = released.copy()
-    right = truth.copy()
-    for c in keys:
-        left[c] = left[c].astype(str)
-        right[c] = right[c].astype(str)
-    value = "COUNT" if "COUNT" in left.columns else "ESTIMATE"
-    if value not in left.columns:
+    value = "COUNT" if "COUNT" in released.columns else "ESTIMATE"
+    if value not in released.columns:
         raise ValueError("release frame has neither COUNT nor ESTIMATE")
-    left = left.rename(columns={value: "_RELEASED"})
-    left["_RELEASED"] = pd.to_numeric(left["_RELEASED"])  # release files are read as text: 0-fill numbers
-    right = right[[*keys, "COUNT"]].rename(columns={"COUNT": "_TRUE"})
-    right["_TRUE"] = pd.to_numeric(right["_TRUE"])
-    if not keys:
-        merged = left.merge(right, how="cross")
+    pairs = _inner_rows(released, truth, keys) if keys and not zero_fill else None
+    if pairs is not None:
+        merged = released.iloc[pairs[0]].reset_index(drop=True).rename(columns={value: "_RELEASED"})
+        merged["_RELEASED"] = pd.to_numeric(merged["_RELEASED"])
+        merged["_TRUE"] = pd.to_numeric(truth["COUNT"].iloc[pairs[1]]).to_numpy()
     else:
-        merged = left.merge(right, on=keys, how="outer" if zero_fill else "inner")
-        if zero_fill:
-            merged = merged.fillna({"_TRUE": 0, "_RELEASED": 0})
+        left = released.copy()
+        right = truth.copy()
+        for c in keys:
+            left[c] = left[c].astype(str)
+            right[c] = right[c].astype(str)
+        left = left.rename(columns={value: "_RELEASED"})
+        left["_RELEASED"] = pd.to_numeric(left["_RELEASED"])  # release files are read as text: 0-fill numbers
+        right = right[[*keys, "COUNT"]].rename(columns={"COUNT": "_TRUE"})
+        right["_TRUE"] = pd.to_numeric(right["_TRUE"])
+        if not keys:
+            merged = left.merge(right, how="cross")
+        else:
+            merged = left.merge(right, on=keys, how="outer" if zero_fill else "inner")
+            if zero_fill:
+                merged = merged.fillna({"_TRUE": 0, "_RELEASED": 0})
     out = pd.DataFrame({
         "TRUE": pd.to_numeric(merged["_TRUE"]).to_numpy(np.float64),
         "RELEASED": pd.to_numeric(merged["_RELEASED"]).to_numpy(np.float64),
