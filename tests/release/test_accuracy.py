@@ -22,6 +22,7 @@ from dasflow.pipeline.run import RunContext
 from dasflow.privacy import accounting
 from dasflow.products.groupsize.reporting import groupsize_consistency
 from dasflow.products.topdown.reporting import topdown_consistency
+from dasflow.release import accuracy
 from dasflow.release.accuracy import (
     TruthRefused,
     accuracy_report,
@@ -155,3 +156,44 @@ def test_report_opens_in_headless_chromium_and_every_plot_renders(test_release: 
     assert pixels.var() > 100, "blank screenshot"
     c0 = np.all(np.abs(pixels - np.array([31, 119, 180])) < 12, axis=2)  # matplotlib "C0" (plots only)
     assert c0.sum() > 500, "the plots are not visible in the screenshot"
+
+
+def _merged(released: pd.DataFrame, truth: pd.DataFrame, zero_fill: bool = False) -> pd.DataFrame:
+    """compare() through the pandas merge only (the reference for the integer-code join)."""
+    fast = accuracy._inner_rows
+    try:
+        accuracy._inner_rows = lambda *a: None  # type: ignore[assignment]
+        return accuracy.compare(released, truth, zero_fill=zero_fill)
+    finally:
+        accuracy._inner_rows = fast
+
+
+@pytest.mark.parametrize("kind", ["categorical", "text", "integer"])
+def test_compare_on_integer_codes_gives_the_merge(kind: str) -> None:
+    """A large truth (every cell, in its own order, keys categorical / text / integers) against a release of
+    some cells (read as text, one absent from the truth): same rows, same order, same values as the merge."""
+    rng = np.random.default_rng(5)
+    regions = [str(i) for i in range(10, 50)]  # no leading zero: the integer case reads back the same text
+    cells = np.arange(1, 30)
+    grid = pd.MultiIndex.from_product([regions, ["A", "B", "C"], cells],
+                                      names=["REGION_ID", "ITERATION_CODE", "CELL"]).to_frame(index=False)
+    truth = grid.sample(frac=1.0, random_state=3).reset_index(drop=True)
+    truth["REGION_TYPE"] = "STATE"
+    truth["COUNT"] = rng.integers(0, 500, len(truth))
+    if kind == "categorical":
+        truth = truth.astype({"REGION_ID": "category", "ITERATION_CODE": "category", "CELL": "category"})
+    elif kind == "integer":
+        truth["REGION_ID"] = truth["REGION_ID"].astype(int)
+    picked = grid.iloc[rng.choice(len(grid), 700, replace=False)].astype(str)
+    released = pd.concat([picked, pd.DataFrame({"REGION_ID": ["99"], "ITERATION_CODE": ["A"], "CELL": ["1"]})],
+                         ignore_index=True)
+    released["REGION_TYPE"] = "STATE"
+    released["COUNT"] = rng.integers(-5, 500, len(released)).astype(str)
+    released["VARIANCE"] = "4.5"
+    assert accuracy._inner_rows(released, truth, ["REGION_ID", "ITERATION_CODE", "CELL", "REGION_TYPE"]) is not None
+    got = accuracy.compare(released, truth)
+    assert len(got) == 700
+    pd.testing.assert_frame_equal(got, _merged(released, truth), check_exact=True)
+    dup = pd.concat([truth, truth.iloc[:1]], ignore_index=True)  # duplicate keys: the merge decides
+    assert accuracy._inner_rows(released, dup, ["REGION_ID", "ITERATION_CODE", "CELL", "REGION_TYPE"]) is None
+    pd.testing.assert_frame_equal(accuracy.compare(released, dup), _merged(released, dup), check_exact=True)
