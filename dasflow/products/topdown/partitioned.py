@@ -189,6 +189,7 @@ class PartitionedTopDown:
     def __init__(self, product: TopDown) -> None:
         self.product = product
         self._public: Mapping[str, Any] = {}
+        self._whole_of: dict[tuple[str, int], int] = {}
 
     def _layout(self, public: Mapping[str, Any]) -> tuple[Spine, int, list[IntArray]]:
         sp = self.product.spine(public)
@@ -201,7 +202,10 @@ class PartitionedTopDown:
         opts = self.product.config.options
         if not opts.bottom_up:
             return a
-        return max(a, bottom_up_start(sp, self._templates(), opts.bottom_up_max_entries))
+        if (sp.input_hash, a) not in self._whole_of:  # public sizes only: once per spine, not once per part
+            self._whole_of[(sp.input_hash, a)] = max(a, bottom_up_start(sp, self._templates(),
+                                                                         opts.bottom_up_max_entries))
+        return self._whole_of[(sp.input_hash, a)]
 
     def _states(self, sp: Spine, a: int) -> tuple[tuple[str, ...], IntArray | None]:
         """The combine step's segment parts (the measure stage's segments: a state's FIPS, or a run of small
@@ -233,8 +237,9 @@ class PartitionedTopDown:
                                       weights=tuple(float(blocks[s]) for s in units), batch_weight=BATCH_BLOCKS))
         return steps
 
-    def _templates(self) -> list[list[GroupAnswers]]:
-        """Per level, the query groups' static facts (rows, names) with no answers."""
+    @functools.cached_property
+    def _template_rows(self) -> list[list[GroupAnswers]]:
+        """Per level, the query groups' static facts (rows, names) with no answers (built once)."""
         st = self.product.config.strategy
         out = []
         for l in range(len(st.levels)):
@@ -243,6 +248,10 @@ class PartitionedTopDown:
                                      np.zeros(0), set(g.keep) == set(st.schema.names))
                         for g in st.per_level[l].groups])
         return out
+
+    def _templates(self) -> list[list[GroupAnswers]]:
+        """Per level, the query groups' static facts (fresh lists of the frozen templates)."""
+        return [list(t) for t in self._template_rows]
 
     def _groups(self, source: PartSource, level: int, part: str | None) -> list[GroupAnswers]:
         """The level's combined answers: all of them, or (``part``: a level-a unit) those of that unit's

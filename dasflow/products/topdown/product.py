@@ -144,6 +144,7 @@ class TopDown:
         self._masks: dict[tuple[str, int], tuple[pd.DataFrame, IntArray]] = {}
         self._by_blocks: dict[int, tuple[pd.DataFrame, SpineConfig, Spine]] = {}
         self._segments: dict[str, StateSegments] = {}
+        self._constraints: dict[tuple[str, int, int], tuple[Any, Any, Constraints | None]] = {}
 
     # -- public helpers ----------------------------------------------------------------------------------
     def spine(self, public: Mapping[str, Any], config: TopDownConfig | None = None) -> Spine:
@@ -185,10 +186,20 @@ class TopDown:
     def constraints(self, public: Mapping[str, Any]) -> Constraints | None:
         """The estimator's public constraints (state totals, structural zeros) as configured; InputError naming
         the public file and key when one is missing or inconsistent. ``None`` when there are none."""
-        cfg = self.config
         sp = self.spine(public)
-        kinds = cfg.invariant_kinds
         inv = public.get("invariants") or {}
+        facts = public.get("block_facts")
+        held = self._constraints.get((sp.input_hash, id(inv), id(facts)))
+        if held is not None and held[0] is inv and held[1] is facts:
+            return held[2]  # the same public objects: built once per process (every post-processing part asks)
+        found = self._build_constraints(public, sp, inv)
+        self._constraints[(sp.input_hash, id(inv), id(facts))] = (inv, facts, found)
+        return found
+
+    def _build_constraints(self, public: Mapping[str, Any], sp: Spine, inv: Mapping[str, Any]
+                           ) -> Constraints | None:
+        cfg = self.config
+        kinds = cfg.invariant_kinds
         kw: dict[str, Any] = {}
         if "state" in kinds:
             if "state" not in inv:
