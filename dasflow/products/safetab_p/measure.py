@@ -121,12 +121,15 @@ def _labels(prepared: Frames, spec: MeasurementSpec, groups: IntArray) -> dict[s
     regions = prepared[regions_key(d["universe"], d["region_type"])]["REGION_ID"].to_numpy(dtype=object)
     its = prepared[spec_iterations_key(spec)]["ITERATION_CODE"].to_numpy(dtype=object)
     n_it = len(its)
+    # region and iteration indices in int32 arithmetic (group ids of a key are < n_regions · n_iterations)
+    small = groups.astype(np.int32) if len(regions) * max(n_it, 1) < 1 << 31 else groups
+    region, iteration = np.divmod(small, n_it)
     return {
         "GROUP": groups,
-        "REGION_ID": pd.Categorical.from_codes((groups // n_it).astype(np.int32),
+        "REGION_ID": pd.Categorical.from_codes(region.astype(np.int32, copy=False),
                                                categories=pd.Index(regions, dtype=object), validate=False),
         "REGION_TYPE": _constant(d["region_type"], len(groups)),
-        "ITERATION_CODE": pd.Categorical.from_codes((groups % n_it).astype(np.int32),
+        "ITERATION_CODE": pd.Categorical.from_codes(iteration.astype(np.int32, copy=False),
                                                     categories=pd.Index(its, dtype=object), validate=False),
     }
 
@@ -145,9 +148,12 @@ def _domain(prepared: Frames, spec: MeasurementSpec) -> tuple[IntArray, IntArray
     total_only = prepared[spec_iterations_key(spec)]["TOTAL_ONLY"].to_numpy(dtype=bool)
     n_regions = len(prepared[regions_key(d["universe"], d["region_type"])])
     n_it = len(total_only)
-    groups = (np.arange(n_regions, dtype=np.int64)[:, None] * n_it + np.arange(n_it)[None, :]).ravel()
-    to = np.tile(total_only, n_regions)
-    return groups[~to], groups[to], n_regions * n_it
+    base = np.arange(n_regions, dtype=np.int64)[:, None] * n_it  # group = region · n_iterations + iteration
+
+    def groups(iterations: IntArray) -> IntArray:
+        return (base + iterations.astype(np.int64)[None, :]).ravel()  # in group order
+
+    return groups(np.flatnonzero(~total_only)), groups(np.flatnonzero(total_only)), n_regions * n_it
 
 
 def measure_stage1(prepared: Frames, spec: MeasurementSpec, rng: Any) -> NoisyMeasurement:
@@ -157,10 +163,9 @@ def measure_stage1(prepared: Frames, spec: MeasurementSpec, rng: Any) -> NoisyMe
     sparse = prepared[sparse_key(d["universe"], d["region_type"], d["iteration_level"])]
     totals = group_totals(sparse, n_groups)
     noisy = totals[two] + draw(spec, spec.noise, len(two), rng)
-    table = pd.DataFrame(_labels(prepared, spec, two))
-    table[NOISY_COLUMN] = noisy
-    table[VARIANCE_COLUMN] = _variance_column(spec.variance, len(two))
-    table[MECHANISM_COLUMN] = _constant(spec.mechanism, len(two))
+    table = pd.DataFrame({**_labels(prepared, spec, two), NOISY_COLUMN: noisy,
+                          VARIANCE_COLUMN: _variance_column(spec.variance, len(two)),
+                          MECHANISM_COLUMN: _constant(spec.mechanism, len(two))}, copy=False)
     return NoisyMeasurement(spec, table, getattr(rng, "mode", "unknown"))
 
 
@@ -220,10 +225,11 @@ def measure_stage2(prepared: Frames, spec: MeasurementSpec, rng: Any) -> NoisyMe
              np.tile(starts, 2 * len(gk)), np.tile(ends, 2 * len(gk)), cells.reshape(len(gk) * 2 * nb),
              spec.noise, spec.variance)
     groups = np.concatenate(cols["g"])
-    table = pd.DataFrame(_labels(prepared, spec, groups))
+    columns = _labels(prepared, spec, groups)
     for name, key in (("STAT_LEVEL", "st"), ("SEX", "sex"), ("AGESTART", "start"), ("AGEEND", "end"),
                       (NOISY_COLUMN, "noisy"), (VARIANCE_COLUMN, "var")):
-        table[name] = np.concatenate(cols[key])
+        columns[name] = np.concatenate(cols[key])
         cols[key] = []
-    table[MECHANISM_COLUMN] = _constant(spec.mechanism, len(table))
+    columns[MECHANISM_COLUMN] = _constant(spec.mechanism, len(groups))
+    table = pd.DataFrame(columns, copy=False)  # the columns as built: no copy, no consolidation
     return NoisyMeasurement(spec, table, getattr(rng, "mode", "unknown"))
