@@ -96,6 +96,8 @@ def test_state_files_give_the_national_prepared_tabulations_and_release(census: 
     assert "partitions" not in nat_manifest
     assert st_manifest["partitions"] == STATES and st_manifest["computed_partitions"] == 3
     assert {o["part"] for o in st_manifest["outputs"].values()} == set(STATES)
+    # the public domains (region IDs, iteration lists) are written once, by the first partition
+    assert {o["part"] for o in st_manifest["outputs"].values() if not o["name"].startswith("counts/")} == {STATES[0]}
     assert isinstance(stages.load_prepared(st, "safetab-p"), PartitionedPrepared)
     whole, parts = prepared_frames(nat), prepared_frames(st)
     assert list(whole) == list(parts)
@@ -203,6 +205,7 @@ def test_the_plan_streams_region_ids_and_a_partition_reads_its_states_blocks(cen
     for state in STATES:
         part_inputs = PLUGIN.partition_inputs(ctx.store, ctx.config.inputs, cfg, state)
         assert part_inputs["states"] == [int(state)]
+        assert part_inputs["public_frames"] == (state == STATES[0])  # one copy of the public domains
         part = lazy.part(part_inputs["states"])
         assert part.region_ids is lazy.region_ids and 0 < len(part.block_keys) < len(whole.block_keys)
         rows = whole.block_index(part.block_keys)

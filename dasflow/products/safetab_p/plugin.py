@@ -165,15 +165,20 @@ class SafeTabPPlugin(ProductPlugin[SafeTabPConfig]):
         """One file of the split input, listed as a split input of one file (``prepare`` validates it and reads
         it in slices), and the states its persons name (``states``: ``prepare`` encodes them against those
         states' GRF-C blocks only, streamed; a block's key holds its state, so each person finds the same block
-        and regions as in the whole GRF-C); errors name ``person-records/{partition}.txt``."""
+        and regions as in the whole GRF-C); errors name ``person-records/{partition}.txt``. Only the first
+        partition writes the public domains (``public_frames``: region IDs, iteration lists — the same in every
+        partition, from public inputs only), so the other partitions neither write nor re-read them."""
         prefix = input_prefix(inputs, "safetab-p", "confidential/safetab-p/")
         path = local_file(store, f"{prefix}{PERSON_DIR}/{partition}.txt")
-        return {"person_files": [str(path)], "source": PERSON_DIR, "states": person_states(path)}
+        first = self._split_files(store, prefix)[0][:-len(".txt")]
+        return {"person_files": [str(path)], "source": PERSON_DIR, "states": person_states(path),
+                "public_frames": partition == first}
 
     def combine_prepared(self, name: str, parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
         """Count tabulations (``counts/...``) summed per (GROUP, CELL) (:func:`.tabulate.sum_cells`); the public
         domains (region IDs, iteration lists) are the same in every partition: the first, after checking that
-        every part equals it (``IntegrityError`` otherwise)."""
+        every part equals it (``IntegrityError`` otherwise; only the first partition writes them,
+        :meth:`partition_inputs`)."""
         if not parts:
             raise IntegrityError(f"prepared {name!r}: no partition holds it")
         if name.startswith("counts/"):

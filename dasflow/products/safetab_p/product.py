@@ -206,7 +206,9 @@ class SafeTabP:
         one row per non-zero (GROUP, CELL) (:func:`.tabulate.tabulate_cells`); see the module docstring for the
         partitioned path.
 
-        Also carries the public domains (region IDs, iteration lists) so that ``measure`` is self-contained.
+        Also carries the public domains (region IDs, iteration lists) so that ``measure`` is self-contained,
+        unless ``inputs["public_frames"]`` is False (a preprocessing partition other than the first: the domains
+        come from public inputs only and are the same in every partition, so one copy is written).
         """
         cfg: SafeTabPConfig = public["config"]
         geo: Geography = public["geography"]
@@ -215,12 +217,14 @@ class SafeTabP:
         prepared: Prepared = {}
         tab = cfg.tabulated(universe)
         levels = {(rt, lv): level_of(cfg, index, rt, lv) for rt, lv in tab}  # region granularity applied
-        for rt, lv in tab:
+        public_frames = bool(inputs.get("public_frames", True))
+        for rt, lv in tab if public_frames else ():
             level = levels[(rt, lv)]
             prepared[iterations_key(lv, iteration_set(rt, cfg.ignore_region_granularity))] = pd.DataFrame(
                 {"ITERATION_CODE": level.iteration_codes.astype(object), "TOTAL_ONLY": level.total_only})
         for rt, counts in person_counts(inputs, public, list(dict.fromkeys(rt for rt, _ in tab))):
-            prepared[regions_key(universe, rt)] = pd.DataFrame({"REGION_ID": geo.region_ids[rt]})
+            if public_frames:
+                prepared[regions_key(universe, rt)] = pd.DataFrame({"REGION_ID": geo.region_ids[rt]})
             for lv in (lv for r, lv in tab if r == rt):
                 prepared[sparse_key(universe, rt, lv)] = tabulate_cells(counts, levels[(rt, lv)])
             del counts
