@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dasflow.errors import LedgerRefusal
+from dasflow.errors import DasflowError, LedgerRefusal
 from dasflow.privacy import accounting, rng
-from dasflow.products.phsafe import PHSAFE, load_config, parse_config, plan, run_non_private, run_private
+from dasflow.privacy.ledger import encode_nmf
+from dasflow.products.phsafe import PHSAFE, PHSafe, load_config, parse_config, plan, run_non_private, run_private
 from dasflow.products.phsafe.measure import KEY_COLUMNS
 from dasflow.products.phsafe.product import measure_all, prepare_exact
 from dasflow.products.phsafe.tables import OUTPUT_TABLES, data_cell_column
@@ -228,3 +229,29 @@ def test_accuracy_report_noise_only_vs_truncation_bias() -> None:
                             run_non_private(p, u, g, cfg))
     ph7 = exact[(exact["table"] == "PH7") & (exact["region_type"] == "USA") & (exact["level"] == "*")]
     assert ph7["mean_error"].item() < 0  # truncation undercounts the 14-person household
+
+
+def test_a_bound_phsafe_prepares_counts_only_and_measures_the_same_nmf() -> None:
+    """The pipeline's PHSafe (bound to its config) stores COUNT only per key and puts the public domain back in
+    ``measure``: every key's measurement, and its NMF bytes, equal those of the full prepared frames; an
+    unbound PHSafe refuses a counts-only frame, and a frame of the wrong length is refused."""
+    p, u, g = columns(UNITS)
+    cfg = load_config(US_CONFIG)
+    bound = PHSafe(cfg)
+    inputs, public = {"persons": p, "units": u}, {"config": cfg, "geo": g}
+    compact, full = bound.prepare(inputs, public), PHSAFE.prepare(inputs, public)
+    assert list(compact) == list(full) and len(full) == len(plan(cfg))
+    nonzero = 0
+    for spec in plan(cfg):
+        assert list(compact[spec.key].columns) == ["COUNT"]
+        nonzero += int(compact[spec.key]["COUNT"].to_numpy().any())
+        a = PHSAFE.measure(full, spec, rng.seeded(4).spawn(spec.key))
+        b = bound.measure(compact, spec, rng.seeded(4).spawn(spec.key))
+        pd.testing.assert_frame_equal(a.table, b.table, check_exact=True)
+        assert encode_nmf(a) == encode_nmf(b)
+    assert nonzero > 0
+    spec = plan(cfg)[0]
+    with pytest.raises(DasflowError, match="bound to its config"):
+        PHSAFE.measure(compact, spec, rng.seeded(4))
+    with pytest.raises(DasflowError, match="plan says"):
+        bound.measure({spec.key: compact[spec.key].iloc[1:]}, spec, rng.seeded(4))

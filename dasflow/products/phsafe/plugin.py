@@ -14,7 +14,7 @@ from dasflow.errors import InputError
 from dasflow.io.files import input_prefix, local_file
 from dasflow.io.store import ObjectStore
 from dasflow.privacy import relations
-from dasflow.products.phsafe import PHSAFE, PHSafe, PHSafeConfig, checks, load_config, parse_config, plan
+from dasflow.products.phsafe import PHSafe, PHSafeConfig, checks, load_config, parse_config, plan
 from dasflow.products.phsafe import cli as phsafe_cli
 from dasflow.products.phsafe.estimates import checked_frame, estimate_file_name, estimates_bytes, phsafe_estimates
 from dasflow.products.phsafe.inputs import Inputs, LazyTable, check_cross_file, read_rows_of, read_table
@@ -49,7 +49,8 @@ class PHSafePlugin(ProductPlugin[PHSafeConfig]):
                      config_file="phsafe-us-config.json", public_files={"phsafe/geo.csv": "public/phsafe/geo.csv"})
 
     def product(self, config: PHSafeConfig) -> PHSafe:
-        return PHSAFE
+        """PHSafe bound to the release's config (compact prepared frames, :class:`.product.PHSafe`)."""
+        return PHSafe(config)
 
     def check_config(self, raw: Mapping[str, Any], source: str) -> None:
         """``Infinity`` only in budgets (keys and types: PHSafe's own parser is already strict)."""

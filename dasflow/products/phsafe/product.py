@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dasflow.errors import InputError
+from dasflow.errors import DasflowError, InputError
 from dasflow.privacy import rng as rng_mod
 from dasflow.privacy.ledger import Cap, check_plan
 from dasflow.products.base import Estimates, MeasurementSpec, NoisyMeasurement, Prepared
@@ -35,7 +35,7 @@ from dasflow.products.phsafe import outputs
 from dasflow.products.phsafe import planning as plan_mod
 from dasflow.products.phsafe.config import PHSafeConfig, load_config, parse_config
 from dasflow.products.phsafe.tables import DERIVED, MEASURED, OUTPUT_TABLES
-from dasflow.products.phsafe.tabulate import build_universe, tabulate
+from dasflow.products.phsafe.tabulate import build_universe, tabulate, with_domain
 
 
 def as_config(config: PHSafeConfig | Mapping[str, Any] | str | Path) -> PHSafeConfig:
@@ -64,19 +64,28 @@ def levels_of(specs: list[MeasurementSpec]) -> dict[str, list[str]]:
 
 
 def prepare_exact(persons: Any, units: Any, geo: Any, config: PHSafeConfig,
-                  truncate: bool = True) -> Prepared:
+                  truncate: bool = True, domain: bool = True) -> Prepared:
     """Exact per-key tabulations; ``truncate=False`` gives the non-private ground truth (R17, no
-    truncation)."""
+    truncation); ``domain=False``: COUNT only (:func:`.tabulate.tabulate`)."""
     uni = build_universe(_columns(persons), _columns(units), _columns(geo), config.state_filter,
                          min_tau=min(config.tau.values()))
     levels = levels_of(plan_mod.plan(config))
-    return tabulate(uni, levels, dict(config.tau) if truncate else None, config.state_filter)
+    return tabulate(uni, levels, dict(config.tau) if truncate else None, config.state_filter, domain)
 
 
 class PHSafe:
-    """The PHSafe product (phsafe.md): 9 measured runs x levels, 2 derived tables."""
+    """The PHSafe product (phsafe.md): 9 measured runs x levels, 2 derived tables.
+
+    Bound to a config (``PHSafe(config)``, what the pipeline's plugin gives), it prepares compact frames —
+    ``COUNT`` only, in the level's public domain order — and ``measure`` puts the public domain columns back
+    from the config: a partitioned preprocess then writes and combines one integer column per key and
+    partition instead of the domain's text columns (same counts, same measurement). Unbound (:data:`PHSAFE`),
+    prepared frames carry their domain columns."""
 
     name = "phsafe"
+
+    def __init__(self, config: PHSafeConfig | None = None) -> None:
+        self.config = config
 
     def plan(self, config: PHSafeConfig | Mapping[str, Any] | str | Path,
              public: Mapping[str, Any] | None = None) -> list[MeasurementSpec]:
@@ -87,10 +96,19 @@ class PHSafe:
         """Filters, public geo join, ``truncate_and_join``, exact counts per planned key. A partition's inputs
         carry the public geo rows of its units (``inputs["geo"]``); otherwise ``public["geo"]`` is joined."""
         geo = inputs["geo"] if "geo" in inputs else public["geo"]
-        return prepare_exact(inputs["persons"], inputs["units"], geo, as_config(public["config"]))
+        return prepare_exact(inputs["persons"], inputs["units"], geo, as_config(public["config"]),
+                             domain=self.config is None)
 
     def measure(self, prepared: Prepared, spec: MeasurementSpec, rng: Any) -> NoisyMeasurement:
-        """Noise for ONE key from ``rng`` as given (the caller spawns a per-key generator)."""
+        """Noise for ONE key from ``rng`` as given (the caller spawns a per-key generator); a compact prepared
+        frame gets its public domain columns from the bound config first."""
+        if spec.key in prepared and "REGION_ID" not in prepared[spec.key].columns:
+            if self.config is None:
+                raise DasflowError(f"{spec.key}: a compact prepared frame needs a PHSafe bound to its config")
+            if len(prepared[spec.key]) != spec.cells:
+                raise DasflowError(f"{spec.key}: prepared {len(prepared[spec.key])} cells, plan says {spec.cells}")
+            exact = with_domain(spec.key, prepared[spec.key], self.config.state_filter)
+            return measure_mod.measure({spec.key: exact}, spec, rng)
         return measure_mod.measure(prepared, spec, rng)
 
     def postprocess(self, measurements: Mapping[str, NoisyMeasurement],

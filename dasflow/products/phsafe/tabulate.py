@@ -331,11 +331,12 @@ _shared_domain = functools.lru_cache(maxsize=256)(domain_frame)
 
 
 def tabulate(uni: Universe, tables: Mapping[str, list[str]], tau: Mapping[str, int] | None,
-             state_filter: tuple[str, ...]) -> dict[str, pd.DataFrame]:
+             state_filter: tuple[str, ...], domain: bool = True) -> dict[str, pd.DataFrame]:
     """Exact counts for each requested (table -> levels); keys ``"<table>/<level>"``; tau None = no
     truncation.
 
-    Each frame has the domain columns plus ``COUNT`` (int64), one row per public (region, iteration, cell).
+    Each frame has the domain columns plus ``COUNT`` (int64), one row per public (region, iteration, cell);
+    with ``domain=False`` only ``COUNT``, in the same order (:func:`with_domain` adds the public columns back).
     """
     out: dict[str, pd.DataFrame] = {}
     n_states = len(state_filter)
@@ -347,6 +348,17 @@ def tabulate(uni: Universe, tables: Mapping[str, list[str]], tau: Mapping[str, i
                else unit_records(uni, table))
         fine = fine_counts(rec, tdef, n_states)
         for level in levels:
-            out[f"{table}/{level}"] = _shared_domain(tdef, level, state_filter).assign(
-                COUNT=level_from_fine(fine, level))
+            counts = level_from_fine(fine, level)
+            out[f"{table}/{level}"] = _shared_domain(tdef, level, state_filter).assign(COUNT=counts) if domain \
+                else pd.DataFrame({"COUNT": counts})
     return out
+
+
+def with_domain(key: str, counts: pd.DataFrame, state_filter: tuple[str, ...]) -> pd.DataFrame:
+    """The frame :func:`tabulate` gives for ``key`` (``"<table>/<level>"``) from its ``domain=False`` frame: the
+    public domain columns of the level, then ``COUNT``; ``ValueError`` if the lengths differ."""
+    table, _, level = key.partition("/")
+    frame = _shared_domain(MEASURED[table], level, state_filter)
+    if len(frame) != len(counts):
+        raise ValueError(f"{key}: {len(counts)} counts for a domain of {len(frame)} cells")
+    return frame.assign(COUNT=counts["COUNT"].to_numpy(np.int64))
