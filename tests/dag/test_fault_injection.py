@@ -187,15 +187,15 @@ def test_bad_input_exits_2_naming_file_row_column(prefect_api: dict[str, str], t
 def test_demo_runs_end_to_end_and_a_second_run_resumes(prefect_api: dict[str, str], tmp_path: Path) -> None:
     """README's first command (smaller): synthetic census + PHSafe + SafeTab-P; again on the same store = resume."""
     store = tmp_path / "demo"
-    first = dasflow(prefect_api, "demo", "--store", str(store), "--persons", "3000", "--seed", "3")
+    first = dasflow(prefect_api, "demo", "--store", str(store), "--persons", "1000", "--seed", "3")
     assert first.returncode == 0, first.stderr[-3000:]
     assert "certificate:" in first.stdout and "CERTIFICATE.md" in first.stdout
-    rid = "demo-3000-seed3"
+    rid = "demo-1000-seed3"
     files = release_files(store, rid)
     assert {"phsafe/PH1_num.csv", "safetab-p/t1/t1_US.csv", "CERTIFICATE.md", "MANIFEST.json"} <= set(files)
     assert files["CERTIFICATE.md"].startswith(b"**TEST RELEASE")
     entries = sorted(p.name for p in (store / "runs" / rid / "ledger/entries").rglob("*.json"))
-    second = dasflow(prefect_api, "demo", "--store", str(store), "--persons", "3000", "--seed", "3")
+    second = dasflow(prefect_api, "demo", "--store", str(store), "--persons", "1000", "--seed", "3")
     assert second.returncode == 0, second.stderr[-3000:]
     assert sorted(p.name for p in (store / "runs" / rid / "ledger/entries").rglob("*.json")) == entries
     assert release_files(store, rid) == files
