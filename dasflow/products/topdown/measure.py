@@ -87,9 +87,9 @@ def measured_units(spine: Spine, level: int) -> IntArray:
 
 
 #: Default bound on a measurement segment's public size: states are grouped in FIPS order into segments of at most
-#: this many blocks, and a larger state is a segment of its own, so a segment never holds more than
-#: max(this, the largest state) blocks' counts (at national size the largest state has ≈ 1 M blocks).
-SEGMENT_BLOCKS = 100_000
+#: this many blocks (≈ 1 M persons), and a larger state is a segment of its own, so a segment never holds more
+#: than max(this, the largest state) blocks' counts (at national size the largest state has ≈ 1 M blocks).
+SEGMENT_BLOCKS = 25_000
 
 
 @dataclass(frozen=True)
