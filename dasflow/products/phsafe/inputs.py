@@ -240,22 +240,15 @@ def _read_fixed_lines(path: Path, name: str, delim: str) -> dict[str, np.ndarray
     some rows of such a file (:func:`_read_fixed_selected`).
     """
     schema, widths = SCHEMAS[name], WIDTHS[name]
-    if set(widths) != set(schema):
+    layout = _fixed_layout(path, name, delim)  # header and size checked
+    if layout is None:
         return None
-    header = (delim.join(schema) + "\n").encode()
-    line = sum(widths.values()) + len(schema)
-    size = path.stat().st_size
-    if size < len(header) or (size - len(header)) % line:
-        return None
-    starts = np.cumsum([0, *[widths[c] + 1 for c in schema]])
-    seps = starts[1:] - 1
-    expected = np.full(len(schema), ord(delim), dtype=np.uint8)
-    expected[-1] = ord("\n")
-    cols = list(zip(schema, starts[:-1].tolist(), strict=True))
+    line, seps, expected, cols = layout
+    header_size = len(delim.join(schema)) + 1
     buf = np.memmap(path, dtype=np.uint8, mode="r")  # read-only view of the page cache, no copy
-    if buf.size != size or bytes(buf[:len(header)]) != header:
+    if buf.size != path.stat().st_size:
         return None
-    mat = buf[len(header):].reshape(-1, line)
+    mat = buf[header_size:].reshape(-1, line)
     n = mat.shape[0]
     out = {c: np.empty(n, dtype=_int_dtype(c)) for c in INT_COLUMNS[name]}
     for r0 in range(0, n, _BLOCK):  # all columns of one row block while it is in cache
