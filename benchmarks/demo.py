@@ -50,7 +50,7 @@ def _timed(rows: list[dict[str, Any]], name: str, fn: Callable[[], Any]) -> Any:
     return out
 
 
-def _digest(rel: str, data: bytes) -> str:
+def release_digest(rel: str, data: bytes) -> str:
     """sha256 of a release file; the certificate's code-version mention and the manifest's code version (and
     the certificate hashes it lists) are replaced by a placeholder, so two checkouts' releases compare."""
     if rel.startswith("CERTIFICATE"):
@@ -85,7 +85,8 @@ def stages_run(persons: int, seed: int) -> dict[str, Any]:
     _timed(rows, "release", lambda: release_stage(ctx))
     total = time.perf_counter() - t0
     rel_root = root / "runs" / cfg.release_id / "release"
-    files = {p.relative_to(rel_root).as_posix(): _digest(p.relative_to(rel_root).as_posix(), p.read_bytes())
+    files = {p.relative_to(rel_root).as_posix():
+             release_digest(p.relative_to(rel_root).as_posix(), p.read_bytes())
              for p in sorted(rel_root.rglob("*")) if p.is_file()}
     return {"mode": "stages", "persons": persons, "seed": seed, "load_before": load0,
             "load_after": os.getloadavg()[0], "total_wall": round(total, 2), "stages": rows, "files": files,

@@ -20,10 +20,8 @@ generated census (the run's folder is removed first). The load average (1 min) i
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -35,21 +33,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.demo import release_digest  # noqa: E402  (after the repository is on the path)
+
 PRODUCT = "safetab-p"
 SEED = 7
 STAGES = ("validate", "plan", "preprocess", "measure", "postprocess", "release")
-
-
-def _digest(rel: str, data: bytes) -> str:
-    """sha256 of a release file, the code version masked (as in ``benchmarks/demo.py``)."""
-    if rel.startswith("CERTIFICATE"):
-        data = re.sub(rb"dasflow-[0-9.]+\+[0-9a-f]+", b"<code version>", data)
-    elif rel == "MANIFEST.json":
-        doc = json.loads(data)
-        doc["code_version"] = "<code version>"
-        doc["files"] = {k: v for k, v in doc.get("files", {}).items() if "/CERTIFICATE." not in k}
-        data = json.dumps(doc, sort_keys=True).encode()
-    return hashlib.sha256(data).hexdigest()
 
 
 def _generate(store_dir: Path, persons: int, layout: str) -> None:
@@ -138,7 +126,8 @@ def run(persons: int, layout: str, store: str | None) -> dict[str, Any]:
         print(f"  {stage:<12} {rows[-1]['cpu']:7.2f} CPU-s (stage)  {rows[-1]['process_cpu']:7.2f} CPU-s (process)"
               f"  {wall:7.2f} s wall  peak RSS {rows[-1]['peak_rss_mb']} MB", flush=True)
     rel_root = store_dir / "runs" / raw["release_id"] / "release"
-    files = {p.relative_to(rel_root).as_posix(): _digest(p.relative_to(rel_root).as_posix(), p.read_bytes())
+    files = {p.relative_to(rel_root).as_posix():
+             release_digest(p.relative_to(rel_root).as_posix(), p.read_bytes())
              for p in sorted(rel_root.rglob("*")) if p.is_file()}
     return {"persons": persons, "layout": layout, "seed": SEED, "load_before": load0,
             "load_after": os.getloadavg()[0], "stages": rows, "files": files, "store": str(store_dir)}

@@ -556,9 +556,7 @@ class S3Store(ObjectStore):
             return self._call(f"get of {key!r}", lambda: bytes(
                 self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()))
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                raise StoreError(f"no object {key!r} in {self.uri}") from None
-            raise StoreError(f"get of {key!r} failed: {exc}") from exc
+            raise self._get_error(key, exc) from (None if _missing(exc) else exc)
 
     def writer(self, key: str) -> ObjectWriter:
         _check_key(key)
@@ -584,9 +582,13 @@ class S3Store(ObjectStore):
         try:
             return self._call(f"get of {key!r}", fetch)
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                raise StoreError(f"no object {key!r} in {self.uri}") from None
-            raise StoreError(f"get of {key!r} failed: {exc}") from exc
+            raise self._get_error(key, exc) from (None if _missing(exc) else exc)
+
+    def _get_error(self, key: str, exc: Exception) -> StoreError:
+        """A failed GET as one line: a missing object, or the failure."""
+        if _missing(exc):
+            return StoreError(f"no object {key!r} in {self.uri}")
+        return StoreError(f"get of {key!r} failed: {exc}")
 
     def sha256(self, key: str) -> str:
         """Hashed as the body streams in (memory flat whatever the object's size, no temporary file: the key
@@ -603,9 +605,7 @@ class S3Store(ObjectStore):
         try:
             return self._call(f"get of {key!r}", digest)
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
-                raise StoreError(f"no object {key!r} in {self.uri}") from None
-            raise StoreError(f"get of {key!r} failed: {exc}") from exc
+            raise self._get_error(key, exc) from (None if _missing(exc) else exc)
 
     def head(self, key: str, size: int) -> bytes:
         """A ranged GET of the first ``size`` bytes (an empty object has none: S3 answers InvalidRange)."""
@@ -728,3 +728,9 @@ def open_store(uri: str | os.PathLike[str], *, endpoint_url: str | None = None) 
 def new_token() -> str:
     """A random identifier for one process's attempt (audit trail of who reserved what)."""
     return uuid.uuid4().hex
+
+
+def _missing(exc: Exception) -> bool:
+    """Whether a botocore ClientError says the object does not exist."""
+    response = getattr(exc, "response", None) or {}
+    return response.get("Error", {}).get("Code") in ("NoSuchKey", "404")
