@@ -70,11 +70,12 @@ def release_files(store_dir: Path, release_id: str) -> dict[str, bytes]:
 
 
 def topdown_release(tmp: Path, release_id: str, *, states: Sequence[str] = ("44", "11", "10"), persons: int = 6000,
-                    synth_seed: int = 11, strategy: str = "pl94", segment_blocks: int | None = None
-                    ) -> dict[str, Any]:
+                    synth_seed: int = 11, strategy: str = "pl94", segment_blocks: int | None = None,
+                    bottom_up_max_entries: int | None = None) -> dict[str, Any]:
     """A TopDown release config on the synthetic census under ``tmp/store``: persons as confidential input, the
     synth's public TopDown files (GRF-C, block facts, total/state invariants) as public input
-    (``segment_blocks``: the measurement segment bound; 1 draws every state alone)."""
+    (``segment_blocks``: the measurement segment and post-processing part bound, 1 draws every county alone;
+    ``bottom_up_max_entries``: a small bound makes the combine step read the deep levels per segment)."""
     from dasflow import synth
 
     store = LocalStore(tmp / "store")
@@ -86,6 +87,8 @@ def topdown_release(tmp: Path, release_id: str, *, states: Sequence[str] = ("44"
                               "strategy": strategy}
     if segment_blocks is not None:
         config["segment_blocks"] = segment_blocks
+    if bottom_up_max_entries is not None:
+        config["bottom_up_max_entries"] = bottom_up_max_entries
     return {"release_id": release_id, "universe": "US", "store": str(tmp / "store"),
             "inputs": {"topdown": "confidential/synth/topdown/persons/", "topdown_public": "public/topdown/"},
             "products": [{"name": "topdown", "config_text": json.dumps(config)}],

@@ -48,10 +48,30 @@ def _whole_tables(product, block: pd.DataFrame) -> dict[str, pd.DataFrame]:  # t
     return out
 
 
-def test_streamed_combine_and_release_equal_the_whole_concatenation(tmp_path: Path) -> None:
+@pytest.mark.parametrize("segment_blocks", [None, 12])
+def test_streamed_combine_and_release_equal_the_whole_concatenation(tmp_path: Path,
+                                                                     segment_blocks: int | None) -> None:
+    """Also with states and their subtrees split into chunks (``segment_blocks`` = 12 blocks) and the levels
+    below the state read per measurement segment (a small bottom-up bound): the parts are computed in their task
+    waves' order, every batch of a wave in reverse, so a part that read another part of its own wave would
+    fail."""
     raw = topdown_release(tmp_path, "stream", states=("44", "11", "10", "09", "02", "56", "50", "38", "46"),
-                          persons=8000)
+                          persons=8000, segment_blocks=segment_blocks,
+                          bottom_up_max_entries=None if segment_blocks is None else 2_000)
     ctx = freeze_config(parse_release_config(raw), LocalStore(tmp_path / "store"))
+    if segment_blocks is not None:
+        for p in ctx.config.products:
+            stages.validate_stage(ctx, p.name)
+        stages.plan_stage(ctx)
+        stages.preprocess_stage(ctx, "topdown")
+        stages.measure_stage(ctx, "topdown")
+        waves = stages.postprocess_waves(ctx, "topdown", 2)
+        for wave in waves:
+            for batch in reversed(wave):
+                stages.postprocess_batch(ctx, "topdown", batch)
+        segs = [s for s in stages.product_specs(ctx, "topdown") if (c := ctx.ledger.committed(s.key)) is not None
+                and (found := ctx.ledger.segments(s, c)) is not None and any("." in f.segment for f in found)]
+        assert segs  # some state's keys were drawn in county chunks
     run_all(ctx)
     post = tmp_path / "store/runs/stream/postprocessed/topdown"
     plugin = ctx.plugin("topdown")
@@ -59,8 +79,20 @@ def test_streamed_combine_and_release_equal_the_whole_concatenation(tmp_path: Pa
     public = ctx.post_public("topdown")
     sp = product.spine(public)
     a = partition_level(sp)
-    deep = next(s for s in stages.postprocess_steps(ctx, "topdown") if s["step"] == f"level-{sp.n_levels - 1}")
+    steps = stages.postprocess_steps(ctx, "topdown")
+    deep = next(s for s in steps if s["step"] == f"level-{sp.n_levels - 1}")
     assert len(deep["parts"]) > 1
+    chunks = [p for p in deep["parts"] if "." in p]
+    if segment_blocks is None:
+        assert not chunks
+    else:  # a large state's subtree in chunks below its counties, which stay in the state's own part
+        assert chunks and all(p.split(".")[0] in next(s for s in steps if s["step"] == f"level-{a + 1}")["parts"]
+                              for p in chunks)
+        # combine (the national part and one per segment), root .. level a, the level a + 1 parts, the chains
+        assert [w[0][0][0] for w in stages.postprocess_waves(ctx, "topdown", 2)] == \
+            ["combine", "level-0", f"level-{a + 1}", f"level-{a + 2}"]
+        combine = next(s for s in steps if s["step"] == "combine")["parts"]
+        assert any("." in p for p in combine) and "all" in combine
     # one row group per level-a subtree below the partition level: the nation's table was never whole
     assert pq.ParquetFile(post / "block.parquet").metadata.num_row_groups == len(deep["parts"])
     # diagnostics: the running aggregates equal the figures of one concatenation of every part

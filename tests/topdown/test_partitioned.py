@@ -23,7 +23,7 @@ from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.inputs import mark_synthetic
 from dasflow.pipeline.run import freeze_config, open_run
-from dasflow.products.topdown.measure import group_states, measured_units
+from dasflow.products.topdown.measure import group_states, measured_units, state_segments
 from dasflow.products.topdown.plugin import parse_topdown_config
 from dasflow.release.stage import release_stage
 from tests.dag.helpers import release_files, topdown_release
@@ -103,9 +103,13 @@ def _flat_layout(tmp: Path, segment_blocks: int | None = 1) -> dict[str, Any]:
 
 
 def test_segmented_release_is_byte_stable_across_a_crash_between_segments_and_the_layout(tmp_path: Path) -> None:
-    clean = topdown_release(tmp_path / "clean", "r1", persons=3000, segment_blocks=1)  # every state alone
+    # every county alone: Delaware and Rhode Island in county chunks, DC (one county) whole
+    clean = topdown_release(tmp_path / "clean", "r1", persons=3000, segment_blocks=1)
     _run_all(clean, LocalStore(tmp_path / "clean/store"))
     ctx = open_run("r1", str(tmp_path / "clean/store"))
+    product = ctx.plugin("topdown").product(ctx.product_config("topdown"))
+    ids = list(product.segmentation(product.spine(ctx.post_public("topdown"))).ids)
+    assert ids == ["10.0", "10.1", "10.2", "11", "44.0", "44.1", "44.2", "44.3", "44.4"]
     record = stages.manifest_if_current(ctx, "preprocess", "topdown", stages.input_hashes(ctx))
     assert record is not None and record["partitions"] == ["10", "11", "44"]
     segmented = {}
@@ -114,7 +118,9 @@ def test_segmented_release_is_byte_stable_across_a_crash_between_segments_and_th
         assert commit is not None
         segs = ctx.ledger.segments(spec, commit)
         segmented[spec.key] = None if segs is None else [s.segment for s in segs]
-    assert any(v == ["10", "11", "44"] for v in segmented.values()), segmented
+    # every key below the state level lists the chunks with a measured unit at its level, in segment order
+    assert {s for v in segmented.values() if v for s in v} == set(ids)
+    assert all(v == sorted(v, key=ids.index) for v in segmented.values() if v)
     assert all(v is None for k, v in segmented.items() if k.split("/")[1] in ("US", "state"))
 
     # a process killed right after its first segment reached storage, then resumed in another process
@@ -163,6 +169,47 @@ def test_group_states_bounds_a_segment_by_public_blocks() -> None:
                                   "segment_blocks": bad})
     assert parse_topdown_config({"preset": "pl94_persons", "fanout_cutoff": 8, "budget": "1",
                                  "segment_blocks": 5}).segment_blocks == 5
+    for bad in (0, False, 1.5):
+        with pytest.raises(InputError, match="bottom_up_max_entries"):
+            parse_topdown_config({"preset": "pl94_persons", "fanout_cutoff": 8, "budget": "1",
+                                  "bottom_up_max_entries": bad})
+    assert parse_topdown_config({"preset": "pl94_persons", "fanout_cutoff": 8, "budget": "1",
+                                 "bottom_up_max_entries": 7}).options.bottom_up_max_entries == 7
+
+
+def test_a_state_above_the_bound_is_split_into_chunks_of_its_counties(tmp_path: Path) -> None:
+    """Delaware (3 counties) and Rhode Island (5) above a 10-block bound are split into chunks of consecutive
+    counties of at most 10 blocks (or one larger county); DC (one county) stays whole. Every unit below the state
+    lies in its county's segment, a chunk's partition is its state's, and the segments of each level partition
+    its measured units."""
+    probe = topdown_release(tmp_path / "probe", "p", persons=3000)
+    ctx = freeze_config(parse_release_config(probe), LocalStore(tmp_path / "probe/store"))
+    plugin, cfg = ctx.plugin("topdown"), ctx.product_config("topdown")
+    sp = plugin.product(cfg).spine(plugin.public_inputs(ctx.store, ctx.config.inputs, cfg))
+    segs = state_segments(sp, 10)
+    assert segs.ids == ("10.0", "10.1", "10.2", "11", "44.0", "44.1")
+    assert [segs.members(i) for i in ("10.2", "11", "44.0")] == [("10",), ("11",), ("44",)]
+    county = segs.top + 1
+    of_county = segs.segment_of(county)
+    assert of_county is not None and segs.segment_of(segs.top) is None
+    state_of_county = segs.of_unit[county]
+    assert state_of_county is not None
+    blocks = np.bincount(sp.block_unit[county], minlength=sp.n_units(county))
+    for k, sid in enumerate(segs.ids):
+        counties = np.flatnonzero(of_county == k)
+        assert {segs.codes[int(c)] for c in state_of_county[counties]} == set(segs.members(sid))
+        if "." in sid:  # consecutive counties of the state, within the bound unless one county alone
+            assert counties.size == 1 or blocks[counties].sum() <= 10
+            mine = np.flatnonzero(state_of_county == state_of_county[counties[0]])
+            assert np.array_equal(counties, mine[np.searchsorted(mine, counties[0]):][:counties.size])
+    up = np.arange(sp.n_units(county))
+    for l in range(county + 1, sp.n_levels):
+        up = up[sp.parent[l]]
+        seg = segs.segment_of(l)
+        assert seg is not None and np.array_equal(seg, of_county[up])
+        got = np.concatenate([segs.measured_units(sp, l, i) for i in segs.ids])
+        assert np.array_equal(np.sort(got), measured_units(sp, l)) and got.size == np.unique(got).size
+    assert state_segments(sp, 10**6).ids == ("10-44",)
 
 
 def test_small_states_share_a_segment_and_both_layouts_draw_it_alike(tmp_path: Path) -> None:

@@ -87,8 +87,9 @@ def measured_units(spine: Spine, level: int) -> IntArray:
 
 
 #: Default bound on a measurement segment's public size: states are grouped in FIPS order into segments of at most
-#: this many blocks (≈ 1 M persons), and a larger state is a segment of its own, so a segment never holds more
-#: than max(this, the largest state) blocks' counts (at national size the largest state has ≈ 1 M blocks).
+#: this many blocks (≈ 1 M persons), and a larger state is split into chunks of consecutive units of the level
+#: below the state (counties) of at most this many blocks each, so a segment never holds more than max(this, the
+#: largest such unit) blocks' counts (at national size the largest county has ≈ 100,000 blocks).
 SEGMENT_BLOCKS = 25_000
 
 
@@ -97,28 +98,36 @@ class StateSegments:
     """The states of a spine grouped into measurement segments (public: from the spine and a block bound only).
 
     ``codes`` are the states (sorted 2-digit FIPS), ``top`` the state level, ``of_unit`` per level the index into
-    ``codes`` of every unit's state (``None`` above the state level); ``ids`` are the segments and ``of_state``
-    the index into ``ids`` of every state. A segment is one state (its id is the FIPS code, the id of its
-    preprocessing partition) or a run of consecutive small states (id ``"first-last"``). Keys at and above
-    ``top`` are whole; deeper keys are drawn per segment."""
+    ``codes`` of every unit's state (``None`` above the state level); ``ids`` are the segments, ``of_state`` the
+    index into ``ids`` of every state (its first chunk for a split state), ``seg_unit`` per level below the state
+    level the index into ``ids`` of every unit's segment, and ``chunk_state`` per segment the index into ``codes``
+    of the state it is a chunk of (−1: a whole state or a run of states). A segment is one state (its id is the
+    FIPS code, the id of its preprocessing partition), a run of consecutive small states (id ``"first-last"``), or
+    a chunk of consecutive units of the level below the state of a state with more blocks than the bound (id
+    ``"SS.k"``, k = 0, 1, … in unit order; its partition is the state's). Keys at and above ``top`` are whole;
+    deeper keys are drawn per segment."""
 
     codes: tuple[str, ...]
     top: int
     of_unit: tuple[IntArray | None, ...]
     ids: tuple[str, ...] = ()
     of_state: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    seg_unit: tuple[IntArray | None, ...] = ()
+    chunk_state: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     _measured: dict[int, dict[str, IntArray]] = field(default_factory=dict, compare=False, repr=False)
 
     def segment_of(self, level: int) -> IntArray | None:
-        """Every unit's segment index at ``level`` (``None`` above the state level)."""
-        of = self.of_unit[level]
-        return None if of is None else self.of_state[of]
+        """Every unit's segment index at ``level`` below the state level (``None`` at and above it)."""
+        return self.seg_unit[level] if level < len(self.seg_unit) else None
 
     def members(self, segment: str) -> tuple[str, ...]:
-        """The states of a segment (FIPS codes, ascending); InputError for an unknown id."""
+        """The states (FIPS codes, ascending) whose partitions hold a segment's counts; InputError for an unknown
+        id."""
         if segment not in self.ids:
             raise InputError(f"topdown: no measurement segment {segment!r}")
         k = self.ids.index(segment)
+        if self.chunk_state[k] >= 0:
+            return (self.codes[int(self.chunk_state[k])],)
         return tuple(c for c, s in zip(self.codes, self.of_state.tolist(), strict=True) if s == k)
 
     def _split(self, spine: Spine, level: int) -> dict[str, IntArray]:
@@ -135,7 +144,7 @@ class StateSegments:
 
     def measured(self, spine: Spine, level: int) -> list[str] | None:
         """The segments of a key at ``level``: those with a measured unit there (None: a whole key)."""
-        if self.of_unit[level] is None or level <= self.top:
+        if self.segment_of(level) is None:
             return None
         return list(self._split(spine, level)) or None
 
@@ -148,26 +157,34 @@ def group_states(codes: Sequence[str], blocks: Sequence[int], max_blocks: int) -
     """Consecutive states (FIPS order) grouped while their blocks sum to at most ``max_blocks``; a state with
     more blocks is a group of its own. Returns the group ids (a lone state's FIPS code, else ``"first-last"``)
     and every state's group index."""
-    if max_blocks < 1:
-        raise InputError(f"topdown: segment_blocks must be at least 1, not {max_blocks}", column="segment_blocks")
-    of_state = np.zeros(len(codes), dtype=np.int64)
-    starts: list[int] = []
-    held = 0
-    for i, b in enumerate(blocks):  # one step per state (≤ 56), public sizes only
-        if not starts or held + int(b) > max_blocks:
-            starts.append(i)
-            held = 0
-        held += int(b)
-        of_state[i] = len(starts) - 1
+    starts, of_state = _runs(blocks, max_blocks)
     ends = [*starts[1:], len(codes)]
     ids = [codes[s] if e - s == 1 else f"{codes[s]}-{codes[e - 1]}" for s, e in zip(starts, ends, strict=True)]
     return ids, of_state
 
 
+def _runs(sizes: Sequence[int], bound: int) -> tuple[list[int], IntArray]:
+    """Consecutive items grouped while their sizes sum to at most ``bound`` (a larger item alone): the first item
+    of each group and every item's group index (one step per item: states or counties, public sizes only)."""
+    if bound < 1:
+        raise InputError(f"topdown: segment_blocks must be at least 1, not {bound}", column="segment_blocks")
+    of = np.zeros(len(sizes), dtype=np.int64)
+    starts: list[int] = []
+    held = 0
+    for i, b in enumerate(sizes):
+        if not starts or held + int(b) > bound:
+            starts.append(i)
+            held = 0
+        held += int(b)
+        of[i] = len(starts) - 1
+    return starts, of
+
+
 def state_segments(spine: Spine, max_blocks: int = SEGMENT_BLOCKS) -> StateSegments:
-    """Each unit's state (the first two digits of its blocks' GEOIDs) at the state level and below, and the states
-    grouped into segments of at most ``max_blocks`` blocks (:func:`group_states`); InputError if a unit there
-    spans two states (public geography only)."""
+    """Each unit's state (the first two digits of its blocks' GEOIDs) at the state level and below, the states
+    grouped into segments of at most ``max_blocks`` blocks (:func:`group_states`), and a state with more blocks
+    than that split into chunks of consecutive units of the level below it (:func:`_runs` over their blocks; a
+    state with one such unit stays whole); InputError if a unit there spans two states (public geography only)."""
     if "state" not in spine.levels:
         return StateSegments((), spine.n_levels, (None,) * spine.n_levels)
     top = spine.levels.index("state")
@@ -184,8 +201,43 @@ def state_segments(spine: Spine, max_blocks: int = SEGMENT_BLOCKS) -> StateSegme
             raise InputError(f"topdown: a {spine.levels[l]} unit of the spine spans two states")
         of_unit[l] = of
     names = [str(c) for c in codes]
-    ids, of_state = group_states(names, np.bincount(block_code, minlength=len(names)).tolist(), max_blocks)
-    return StateSegments(tuple(names), top, tuple(of_unit), tuple(ids), of_state)
+    blocks = np.bincount(block_code, minlength=len(names))
+    ids, grouped = group_states(names, blocks.tolist(), max_blocks)
+    seg_unit: list[IntArray | None] = [None] * spine.n_levels
+    sub = top + 1
+    if sub >= spine.n_levels:
+        return StateSegments(tuple(names), top, tuple(of_unit), tuple(ids), grouped, tuple(seg_unit),
+                             np.full(len(ids), -1, dtype=np.int64))
+    # chunks: the level below the state, per state in unit order (units of a state are not assumed contiguous)
+    sub_state = of_unit[sub]
+    assert sub_state is not None
+    sub_blocks = np.bincount(spine.block_unit[sub], minlength=spine.n_units(sub))
+    new_ids: list[str] = []
+    chunk_state: list[int] = []
+    of_state = np.zeros(len(names), dtype=np.int64)
+    sub_seg = np.zeros(spine.n_units(sub), dtype=np.int64)
+    for k, seg in enumerate(ids):  # one step per segment (≤ 56 states), public sizes only
+        states = np.flatnonzero(grouped == k)
+        s = int(states[0])
+        units = np.flatnonzero(sub_state == s) if states.size == 1 and blocks[s] > max_blocks else None
+        if units is None or units.size < 2:
+            of_state[states] = len(new_ids)
+            sub_seg[np.isin(sub_state, states)] = len(new_ids)
+            new_ids.append(seg)
+            chunk_state.append(-1)
+            continue
+        starts, of_chunk = _runs(sub_blocks[units].tolist(), max_blocks)
+        of_state[s] = len(new_ids)
+        sub_seg[units] = len(new_ids) + of_chunk
+        new_ids.extend(f"{seg}.{c}" for c in range(len(starts)))
+        chunk_state.extend([s] * len(starts))
+    up = sub_seg
+    seg_unit[sub] = sub_seg
+    for l in range(sub + 1, spine.n_levels):
+        up = up[spine.parent[l]]
+        seg_unit[l] = up
+    return StateSegments(tuple(names), top, tuple(of_unit), tuple(new_ids), of_state, tuple(seg_unit),
+                         np.asarray(chunk_state, dtype=np.int64))
 
 
 def noise_parameter(strategy: Strategy, gamma: Fraction, alpha: Fraction) -> Fraction:

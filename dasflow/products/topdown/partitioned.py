@@ -4,20 +4,25 @@ Steps, in order (``dasflow.pipeline.partitions``):
 
 ``combine``
     the NMFs as per-level query answers, after the bottom-up combination when configured: part ``all`` holds
-    one table per level and query group down to level a, and per level-a subtree the tables of the levels the
-    bottom-up pass reads whole (down to its start level, within its memory bound); one part per measurement
-    segment (a state's FIPS, or ``first-last`` for a run of small states) holds the deeper levels' tables of the
-    segment's subtrees, read from that segment of the keys (the measure stage draws those keys one segment at a
-    time), so no part holds a deep level of the nation.
+    one table per level and query group down to level a, and per part the tables of the levels the bottom-up
+    pass reads whole (down to its start level, within its memory bound); one part per measurement segment (a
+    state's FIPS, ``first-last`` for a run of small states, ``SS.k`` for a chunk of a large state's counties)
+    holds the deeper levels' tables of the parts with units in the segment, read from that segment of the keys
+    (the measure stage draws those keys one segment at a time), so no part holds a deep level of the nation.
 ``level-0``
     the root (one part).
 ``level-1`` … ``level-a``
     one part each: all families of the level (a = the *partition level*, the shallowest level with at least
     ``MIN_PARTS`` units — the states under a national root, the counties under a state root).
 ``level-l`` for l > a
-    one part per unit s of level a: the families whose parents descend from s. Each part reads only its own
-    subtree's parents (the part of the same s one level up) and its own children's answers, so parts run on
-    different machines with memory bounded by one subtree.
+    one part per unit s of level a (``"s"``): the families whose parents descend from s. Each part reads only
+    its own subtree's parents (the part of the same s one level up) and its own children's answers, so parts
+    run on different machines with memory bounded by one subtree. A unit s with more blocks than the config's
+    ``segment_blocks`` is split below its children: part ``"s"`` solves only its children's families at level
+    a + 1, and from level a + 2 down part ``"s.k"`` holds chunk k of its children's subtrees (consecutive
+    children of at most that many blocks together, or one larger child) and reads, one level up, part ``"s"``
+    at level a + 1, then its own name (:class:`_Layout`). Memory is then bounded by the bound, or by the largest
+    child of a split unit (a county), not by the largest state.
 
 Every family's problem depends only on its parent's integer histogram and its children's answers, so splitting
 families between parts leaves each family's solution as the single-process estimator computes it, up to the
@@ -29,6 +34,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -82,6 +88,81 @@ def _ancestors(spine: Spine, a: int) -> list[IntArray]:
     return anc
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Where every family below the partition level a is solved (public: the spine and a block bound only).
+
+    A part is a level-a unit's subtree (named ``"s"``, s its index) or, for a unit with more blocks than the
+    bound and at least two children with children of their own, a chunk of its children — consecutive in unit
+    order, together at most the bound's blocks, or one larger child alone — and their subtrees (``"s.k"``, k = 0,
+    1, …), from level a + 2 down: the children's own families (parent s) stay in part ``"s"``. ``key[l][u]``
+    (l ≥ a) indexes ``names`` with the part holding the families whose parent is unit u, ``own[l][u]`` (l > a)
+    the part holding unit u's own family, ``split`` says whether any unit was chunked."""
+
+    a: int
+    anc: list[IntArray]
+    names: tuple[str, ...]
+    key: list[IntArray]
+    own: list[IntArray]
+    split: bool
+
+    @functools.cached_property
+    def index(self) -> dict[str, int]:
+        return {n: i for i, n in enumerate(self.names)}
+
+    def parent_part(self, level: int) -> IntArray:
+        """Per part of ``level`` (> a + 1), the part of ``level - 1`` holding its parents' families (−1: none)."""
+        out = np.full(len(self.names), -1, dtype=np.int64)
+        out[self.key[level - 1]] = self.own[level - 1]
+        return out
+
+
+def parts_layout(sp: Spine, bound: int) -> _Layout:
+    """The parts of :class:`_Layout` for a spine and a block bound (one step per level-a unit: public sizes)."""
+    a = partition_level(sp)
+    anc = _ancestors(sp, a)
+    n_a, c = sp.n_units(a), a + 1
+    blocks = np.bincount(anc[-1], minlength=n_a)
+    chunks: dict[int, tuple[IntArray, IntArray]] = {}  # level-a unit → (its children, their chunk index)
+    if c < sp.n_levels - 1:
+        child_blocks = np.bincount(sp.block_unit[c], minlength=sp.n_units(c))
+        for s in np.flatnonzero(blocks > bound).tolist():
+            children = np.flatnonzero(sp.parent[c] == s)
+            if children.size >= 2:
+                of = np.zeros(children.size, dtype=np.int64)
+                held = 0
+                for i, b in enumerate(child_blocks[children].tolist()):
+                    if i and held + b > bound:
+                        of[i], held = of[i - 1] + 1, 0
+                    elif i:
+                        of[i] = of[i - 1]
+                    held += b
+                if of[-1] > 0:
+                    chunks[s] = (children, of)
+    names: list[str] = []
+    rank = np.zeros(n_a, dtype=np.int64)
+    key = [np.zeros(0, dtype=np.int64)] * sp.n_levels
+    own = [np.zeros(0, dtype=np.int64)] * sp.n_levels
+    first: dict[int, int] = {}
+    for s in range(n_a):
+        rank[s] = len(names)
+        names.append(str(s))
+        if s in chunks:
+            first[s] = len(names)
+            names.extend(f"{s}.{k}" for k in range(int(chunks[s][1][-1]) + 1))
+    key[a] = rank
+    for l in range(c, sp.n_levels):
+        key[l] = key[l - 1][sp.parent[l]]
+        if l == c:
+            own[l] = key[l]
+            key[l] = key[l].copy()
+            for s, (children, of) in chunks.items():
+                key[l][children] = first[s] + of
+        else:
+            own[l] = key[l]
+    return _Layout(a, anc, tuple(names), key, own, bool(chunks))
+
+
 def _compact(answers: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """Integer answers (the raw noisy answers of levels below the bottom-up combination) in the narrowest of
     int8/16/32/64 that holds them; combined (float) answers as float64. Either converts back to the float64
@@ -131,13 +212,26 @@ def _answers_from_table(template: GroupAnswers, table: pa.Table) -> GroupAnswers
                         template.detailed)
 
 
-def _subtree_tables(level: int, g: GroupAnswers, owner_of_unit: IntArray, subtrees: IntArray) -> Tables:
-    """One table per level-a subtree in ``subtrees`` of a group's answers at ``level`` (also a subtree without a
-    measured unit: every part of the level's step reads one); rows in unit order."""
+def _concat_answers(template: GroupAnswers, got: Sequence[GroupAnswers]) -> GroupAnswers:
+    """One part's answers read from several combine parts (a part whose units span segments), in unit order."""
+    units = np.concatenate([g.units for g in got])
+    answers = np.concatenate([np.asarray(g.answers).reshape(g.units.size, template.n_rows) for g in got])
+    variance = np.concatenate([g.variance for g in got])
+    if units.size > 1 and not bool((units[1:] > units[:-1]).all()):
+        order = np.argsort(units, kind="stable")
+        units, answers, variance = units[order], answers[order], variance[order]
+    return GroupAnswers(template.name, template.row_index, template.n_rows, units, answers, variance,
+                        template.detailed)
+
+
+def _subtree_tables(level: int, g: GroupAnswers, owner_of_unit: IntArray, owners: IntArray,
+                    names: Sequence[str]) -> Tables:
+    """One table per part in ``owners`` (indices into ``names``) of a group's answers at ``level`` (also a part
+    without a measured unit there: every part of the level's step reads one); rows in unit order."""
     owner = owner_of_unit[g.units]
-    ordered = bool((owner[1:] >= owner[:-1]).all())  # subtrees are contiguous in unit order
+    ordered = bool((owner[1:] >= owner[:-1]).all())  # parts are contiguous in unit order
     out: Tables = {}
-    for s in subtrees:
+    for s in owners:
         if ordered:
             i, j = np.searchsorted(owner, [s, s + 1])
             sel: Any = slice(int(i), int(j))
@@ -145,7 +239,7 @@ def _subtree_tables(level: int, g: GroupAnswers, owner_of_unit: IntArray, subtre
             sel = owner == s
         sub = GroupAnswers(g.name, g.row_index, g.n_rows, g.units[sel], np.asarray(g.answers)[sel],
                            g.variance[sel], g.detailed)
-        out[_answers_name(level, g.name, str(int(s)))] = _answers_table(sub)
+        out[_answers_name(level, g.name, names[int(s)])] = _answers_table(sub)
     return out
 
 
@@ -190,51 +284,84 @@ class PartitionedTopDown:
         self.product = product
         self._public: Mapping[str, Any] = {}
         self._whole_of: dict[tuple[str, int], int] = {}
+        self._layouts: dict[str, _Layout] = {}
+        self._where: dict[tuple[str, int], tuple[dict[int, list[str]], dict[int, IntArray]]] = {}
 
-    def _layout(self, public: Mapping[str, Any]) -> tuple[Spine, int, list[IntArray]]:
+    def _layout(self, public: Mapping[str, Any]) -> tuple[Spine, _Layout]:
         sp = self.product.spine(public)
-        a = partition_level(sp)
-        return sp, a, _ancestors(sp, a)
+        if sp.input_hash not in self._layouts:  # public sizes only: once per spine
+            self._layouts[sp.input_hash] = parts_layout(sp, self.product.config.segment_blocks)
+        return sp, self._layouts[sp.input_hash]
 
     def _whole(self, sp: Spine, a: int) -> int:
         """The deepest level the combine step's ``all`` part holds: level a, or the bottom-up pass's start level
-        when that is deeper (the pass reads it and the levels above whole); deeper levels come per segment."""
-        opts = self.product.config.options
-        if not opts.bottom_up:
-            return a
+        when that is deeper (the pass reads it and the levels above whole); deeper levels come per segment (all
+        levels when the spine has no measurement segments)."""
         if (sp.input_hash, a) not in self._whole_of:  # public sizes only: once per spine, not once per part
-            self._whole_of[(sp.input_hash, a)] = max(a, bottom_up_start(sp, self._templates(),
-                                                                         opts.bottom_up_max_entries))
+            opts = self.product.config.options
+            whole = a
+            if opts.bottom_up:
+                whole = max(a, bottom_up_start(sp, self._templates(), opts.bottom_up_max_entries))
+            segs = self.product.segmentation(sp)
+            if whole < sp.n_levels - 1 and (not segs.ids or segs.segment_of(whole + 1) is None):
+                whole = sp.n_levels - 1
+            self._whole_of[(sp.input_hash, a)] = whole
         return self._whole_of[(sp.input_hash, a)]
 
-    def _states(self, sp: Spine, a: int) -> tuple[tuple[str, ...], IntArray | None]:
-        """The combine step's segment parts (the measure stage's segments: a state's FIPS, or a run of small
-        states) and each level-a unit's index among them; none when the levels below the ``all`` part are absent
-        or the spine has no states."""
-        segs = self.product.segmentation(sp)
-        of_a = segs.segment_of(a) if a < len(segs.of_unit) else None
-        if of_a is None or not segs.ids or self._whole(sp, a) >= sp.n_levels - 1:
-            return (), None
-        return segs.ids, of_a
+    def _segments(self, sp: Spine, lay: _Layout) -> tuple[str, ...]:
+        """The combine step's segment parts: the measure stage's segments (a state's FIPS, a run of small
+        states, a chunk of a large state's counties); none when the ``all`` part holds every level."""
+        if self._whole(sp, lay.a) >= sp.n_levels - 1:
+            return ()
+        return self.product.segmentation(sp).ids
+
+    def _placement(self, sp: Spine, lay: _Layout, level: int) -> tuple[dict[int, list[str]], dict[int, IntArray]]:
+        """For a level below the ``all`` part: the segments holding each part's answers (in segment order), and
+        the parts each segment's combine part writes tables for (every pair with a unit there, measured or not)."""
+        if (sp.input_hash, level) not in self._where:
+            segs = self.product.segmentation(sp)
+            seg = segs.segment_of(level)
+            assert seg is not None
+            n = max(len(segs.ids), 1)
+            pairs = np.unique(lay.own[level] * n + seg)
+            part, where = pairs // n, pairs % n
+            by_part: dict[int, list[str]] = {}
+            for p, w in zip(part.tolist(), where.tolist(), strict=True):  # one step per (part, segment) pair
+                by_part.setdefault(p, []).append(segs.ids[w])
+            order = np.argsort(where, kind="stable")
+            cut = np.flatnonzero(np.diff(where[order])) + 1
+            by_seg = {int(where[order][g[0]]): part[order][g] for g in np.split(np.arange(order.size), cut)
+                      if g.size}
+            self._where[(sp.input_hash, level)] = (by_part, by_seg)
+        return self._where[(sp.input_hash, level)]
 
     def post_steps(self, public: Mapping[str, Any]) -> list[PostStep]:
-        sp, a, anc = self._layout(public)
-        blocks = np.bincount(anc[-1], minlength=sp.n_units(a))  # a subtree's work grows with its blocks
-        codes, of_a = self._states(sp, a)
-        if of_a is None:
+        sp, lay = self._layout(public)
+        a = lay.a
+        ids = self._segments(sp, lay)
+        if not ids:
             steps = [PostStep("combine", ("all",))]
         else:
-            per_state = np.bincount(of_a, weights=blocks, minlength=len(codes))
-            steps = [PostStep("combine", ("all", *codes), weights=(float(per_state.max()), *per_state.tolist()),
+            seg = self.product.segmentation(sp).segment_of(sp.n_levels - 1)
+            assert seg is not None
+            per_seg = np.bincount(seg, minlength=len(ids))  # a segment's blocks
+            steps = [PostStep("combine", ("all", *ids), weights=(float(per_seg.max()), *per_seg.tolist()),
                               batch_weight=BATCH_BLOCKS * COMBINE_BATCH)]
         steps.append(PostStep("level-0", ("root",)))
+        below = sp.n_levels - 1 - a
         for l in range(1, sp.n_levels):
             if l <= a:
                 steps.append(PostStep(f"level-{l}", ("all",)))
-            else:  # parts = level-a units with descendants at level l; part s reads level l-1's part s only
-                units = np.unique(anc[l])
-                steps.append(PostStep(f"level-{l}", tuple(str(int(s)) for s in units), chained=l > a + 1,
-                                      weights=tuple(float(blocks[s]) for s in units), batch_weight=BATCH_BLOCKS))
+                continue
+            # parts = those with families at level l; part p reads level l-1's part holding its parents (its own
+            # name, except a chunk's first level, which reads its level-a unit's part: a new wave then)
+            parts = np.unique(lay.own[l])
+            blocks = np.bincount(lay.own[l][sp.block_unit[l]], minlength=len(lay.names)).astype(np.float64)
+            if lay.split and l == a + 1:  # only one level of each subtree's work in this wave
+                blocks /= below
+            steps.append(PostStep(f"level-{l}", tuple(lay.names[int(p)] for p in parts),
+                                  chained=l > a + 1 and not (lay.split and l == a + 2),
+                                  weights=tuple(float(blocks[p]) for p in parts), batch_weight=BATCH_BLOCKS))
         return steps
 
     @functools.cached_property
@@ -254,26 +381,29 @@ class PartitionedTopDown:
         return [list(t) for t in self._template_rows]
 
     def _groups(self, source: PartSource, level: int, part: str | None) -> list[GroupAnswers]:
-        """The level's combined answers: all of them, or (``part``: a level-a unit) those of that unit's
-        subtree only — its own tables, so a part never reads or filters another part's answers."""
+        """The level's combined answers: all of them, or (``part``) those of that part's families only — its own
+        tables, from the combine parts of the segments its units lie in, so a part never reads or filters
+        another part's answers."""
         templates = self._templates()[level]
         names = [_answers_name(level, t.name, part) for t in templates]
-        where = "all"
+        wheres = ["all"]
         if part is not None:
-            sp = self.product.spine(self._public)
-            a = partition_level(sp)
-            codes, of_a = self._states(sp, a)
-            if of_a is not None and level > self._whole(sp, a):
-                where = codes[int(of_a[int(part)])]
-        tables = source.part("combine", where, names)
-        return [_answers_from_table(t, tables[n]) for t, n in zip(templates, names, strict=True)]
+            sp, lay = self._layout(self._public)
+            if level > self._whole(sp, lay.a):
+                wheres = self._placement(sp, lay, level)[0][lay.index[part]]
+        read = [source.part("combine", w, names) for w in wheres]
+        out = []
+        for t, n in zip(templates, names, strict=True):
+            got = [_answers_from_table(t, tables[n]) for tables in read]
+            out.append(got[0] if len(got) == 1 else _concat_answers(t, got))
+        return out
 
-    def _combine_all(self, sp: Spine, a: int, anc: list[IntArray], source: PartSource) -> Tables:
+    def _combine_all(self, sp: Spine, lay: _Layout, source: PartSource) -> Tables:
         """The combine step's ``all`` part: the levels down to :meth:`_whole`, read whole (after the bottom-up
-        pass when configured); levels up to a as one table per group, deeper ones per level-a subtree."""
+        pass when configured); levels up to a as one table per group, deeper ones per part."""
         st = self.product.config.strategy
         opts = self.product.config.options
-        whole = self._whole(sp, a)
+        a, whole = lay.a, self._whole(sp, lay.a)
         keys = [measurement_key(st.levels[l], g.name) for l in range(whole + 1) for g in st.per_level[l].groups]
         loaded = source.measurements(keys)
         groups = [[group_answers_of(st, g, loaded[measurement_key(st.levels[l], g.name)].table)
@@ -288,42 +418,40 @@ class PartitionedTopDown:
                 if l <= a:
                     out[_answers_name(l, g.name, None)] = _answers_table(g)
                 else:
-                    out.update(_subtree_tables(l, g, anc[l], np.unique(anc[l])))
+                    out.update(_subtree_tables(l, g, lay.own[l], np.unique(lay.own[l]), lay.names))
         return out
 
-    def _combine_state(self, sp: Spine, a: int, anc: list[IntArray], source: PartSource, state: str) -> Tables:
-        """The combine step's part of one segment (``state``: a state, or a run of small states): the levels
-        below :meth:`_whole`, one table per level, group and level-a subtree of the segment, from the segment of
-        each key only (raw answers: the bottom-up pass does not reach these levels)."""
+    def _combine_segment(self, sp: Spine, lay: _Layout, source: PartSource, segment: str) -> Tables:
+        """The combine step's part of one measurement segment: the levels below :meth:`_whole`, one table per
+        level, group and part with units in the segment, from the segment of each key only (raw answers: the
+        bottom-up pass does not reach these levels)."""
         st = self.product.config.strategy
-        codes, of_a = self._states(sp, a)
-        assert of_a is not None
-        code = codes.index(state)
+        k = self.product.segmentation(sp).ids.index(segment)
         out: Tables = {}
-        for l in range(self._whole(sp, a) + 1, sp.n_levels):
-            subtrees = np.unique(anc[l])
-            subtrees = subtrees[of_a[subtrees] == code]
+        for l in range(self._whole(sp, lay.a) + 1, sp.n_levels):
+            parts = self._placement(sp, lay, l)[1].get(k, np.zeros(0, dtype=np.int64))
             for g, template in zip(st.per_level[l].groups, self._templates()[l], strict=True):
                 key = measurement_key(st.levels[l], g.name)
                 segments = source.measurement_segments(key)
                 if segments is None:  # a key drawn whole (no measured unit below the state level)
                     table = source.measurements([key])[key].table
-                elif state in segments:
-                    table = source.measurement_segment(key, state).table
+                elif segment in segments:
+                    table = source.measurement_segment(key, segment).table
                 else:  # no measured unit of this segment at the level
-                    out.update(_subtree_tables(l, template, anc[l], subtrees))
+                    out.update(_subtree_tables(l, template, lay.own[l], parts, lay.names))
                     continue
-                out.update(_subtree_tables(l, group_answers_of(st, g, table), anc[l], subtrees))
+                out.update(_subtree_tables(l, group_answers_of(st, g, table), lay.own[l], parts, lay.names))
         return out
 
     def post_part(self, step: str, part: str, source: PartSource, public: Mapping[str, Any]) -> Tables:
-        sp, a, anc = self._layout(public)
+        sp, lay = self._layout(public)
+        a = lay.a
         opts = self.product.config.options
         self._public = public
         if step == "combine":
             if part == "all":
-                return self._combine_all(sp, a, anc, source)
-            return self._combine_state(sp, a, anc, source, part)
+                return self._combine_all(sp, lay, source)
+            return self._combine_segment(sp, lay, source, part)
         level = int(step.removeprefix("level-"))
         t0, c0 = time.perf_counter(), time.process_time()
         constraints = self._constraints(public, level)
@@ -336,9 +464,10 @@ class PartitionedTopDown:
                 parent_hist = _hist_from(source.part(f"level-{level - 1}",
                                                      "root" if level == 1 else "all"))
             else:
-                s = int(part)
-                parents = np.flatnonzero(anc[level - 1] == s).astype(np.int64)
-                parent_hist = _hist_from(source.part(f"level-{level - 1}", "all" if level - 1 == a else part))
+                r = lay.index[part]
+                parents = np.flatnonzero(lay.key[level - 1] == r).astype(np.int64)
+                src = "all" if level - 1 == a else lay.names[int(lay.parent_part(level)[r])]
+                parent_hist = _hist_from(source.part(f"level-{level - 1}", src))
             res = estimate_families(sp, level, parents, parent_hist,
                                     self._groups(source, level, None if level <= a else part), opts,
                                     constraints=constraints)
@@ -348,10 +477,10 @@ class PartitionedTopDown:
     def post_combine(self, steps: Sequence[PostStep], source: PartSource,
                      public: Mapping[str, Any]) -> CombinedEstimates:
         """The estimates streamed part by part (``TableStream``): each level's histogram and the block table
-        one level-a subtree at a time, never the nation's; the diagnostics (solver statuses, consistency with
-        the parent level, invariant violations) are running aggregates over the parts, reported after the
-        streams. Same rows, order and figures as one concatenation of the parts."""
-        sp, a, anc = self._layout(public)
+        one part at a time, never the nation's; the diagnostics (solver statuses, consistency with the parent
+        level, invariant violations) are running aggregates over the parts, reported after the streams. Same
+        rows, order and figures as one concatenation of the parts."""
+        sp, lay = self._layout(public)
         constraints = self.product.constraints(public)
         total = self._total(public)
         levels = [(int(st.name.removeprefix("level-")), st) for st in steps if st.name.startswith("level-")]
@@ -359,21 +488,22 @@ class PartitionedTopDown:
         est: CombinedEstimates = {}
         for level, step in levels:
             est[f"internal/{sp.levels[level]}"] = TableStream(_HIST_SCHEMA, functools.partial(
-                self._level_tables, sp, a, anc, level, step, source, total, constraints, reports))
+                self._level_tables, sp, lay, level, step, source, total, constraints, reports))
         last, last_step = levels[-1]
-        est["block"] = TableStream(_BLOCK_SCHEMA, functools.partial(self._block_tables, sp, anc, last, last_step,
+        est["block"] = TableStream(_BLOCK_SCHEMA, functools.partial(self._block_tables, sp, lay, last, last_step,
                                                                     source))
         est["diagnostics"] = lambda: pd.DataFrame([reports[level].__dict__ for level, _ in levels])
         est["invariants"] = invariant_listing(sp, self.product.total(public), constraints)
         return est
 
-    def _hists(self, anc: Sequence[IntArray], level: int, step: PostStep,
+    def _hists(self, lay: _Layout, level: int, step: PostStep,
                source: PartSource) -> Iterator[tuple[str, Tables, Histogram, Histogram | None]]:
         """Per part of the level: its tables, its histogram, and the rows to emit — sorted by (unit, cell) so
         that the emitted rows' concatenation is sorted. Part by part where the level's units are ordered by
-        their level-a subtree (the spine's path order); on any other spine all parts are emitted together with
-        the last one."""
-        ordered = anc[level].size == 0 or bool((anc[level][1:] >= anc[level][:-1]).all())
+        their part (the spine's path order); on any other spine all parts are emitted together with the last
+        one."""
+        own = lay.own[level] if level > lay.a else np.zeros(0, dtype=np.int64)
+        ordered = own.size == 0 or bool((own[1:] >= own[:-1]).all())
         held: list[Histogram] = []
         for i, part in enumerate(step.parts):
             tables = source.part(step.name, part)
@@ -386,18 +516,20 @@ class PartitionedTopDown:
             yield part, tables, h, _sorted(Histogram(*(np.concatenate([getattr(x, f) for x in held])
                                                        for f in ("unit", "cell", "count")))) if last else None
 
-    def _level_tables(self, sp: Spine, a: int, anc: Sequence[IntArray], level: int, step: PostStep,
-                      source: PartSource, total: int | None, constraints: Constraints | None,
+    def _level_tables(self, sp: Spine, lay: _Layout, level: int, step: PostStep, source: PartSource,
+                      total: int | None, constraints: Constraints | None,
                       reports: dict[int, LevelReport]) -> Iterator[pa.Table]:
         """One level's histogram, part by part; its ``LevelReport`` (running sums) in ``reports`` at the end."""
+        a = lay.a
         status: dict[str, int] = {}
         secs = cpu = 0.0
         iters = viol = bad = 0
         states = constraints is not None and constraints.has_states and constraints.state_level == level
         sums = np.zeros(0 if constraints is None or constraints.state_totals is None
                         else constraints.state_totals.size, dtype=np.int64)
-        whole_parent: Histogram | None = None
-        for part, tables, h, out in self._hists(anc, level, step, source):
+        held: tuple[str, Histogram] | None = None  # the parent part last read (chunks share their unit's)
+        above = lay.parent_part(level) if level > a + 1 else None
+        for part, tables, h, out in self._hists(lay, level, step, source):
             st = tables["status"]
             for k, v in zip(st.column("STATUS").to_pylist(), st.column("COUNT").to_pylist(), strict=True):
                 status[k] = status.get(k, 0) + int(v)
@@ -407,14 +539,14 @@ class PartitionedTopDown:
             cpu += float(run.column("CPU_SECONDS")[0].as_py())
             if level == 0:
                 viol += 0 if total is None else int(h.count.sum() != total)
-            elif level - 1 > a:
-                viol += _violations(sp, level, h, _hist_from(source.part(f"level-{level - 1}", part)))
-            else:  # the parent level is one part: read once, restricted to this part's parents
-                if whole_parent is None:
-                    whole_parent = _hist_from(source.part(f"level-{level - 1}", "root" if level == 1 else "all"))
-                parent = whole_parent
-                if level > a:
-                    keep = anc[level - 1][parent.unit] == int(part)
+            else:
+                src = ("root" if level == 1 else "all") if above is None else \
+                    lay.names[int(above[lay.index[part]])]
+                if held is None or held[0] != src:
+                    held = (src, _hist_from(source.part(f"level-{level - 1}", src)))
+                parent = held[1]
+                if level > a:  # this part's parents only
+                    keep = lay.key[level - 1][parent.unit] == lay.index[part]
                     parent = Histogram(parent.unit[keep], parent.cell[keep], parent.count[keep])
                 viol += _violations(sp, level, h, parent)
             if constraints is not None:
@@ -432,10 +564,10 @@ class PartitionedTopDown:
         reports[level] = LevelReport(sp.levels[level], sp.n_units(level), status, secs, iters, viol,
                                      cpu_seconds=cpu, invariant_violations=0 if constraints is None else bad)
 
-    def _block_tables(self, sp: Spine, anc: Sequence[IntArray], level: int, step: PostStep,
+    def _block_tables(self, sp: Spine, lay: _Layout, level: int, step: PostStep,
                       source: PartSource) -> Iterator[pa.Table]:
         """The block estimates (GEOID, CELL, COUNT) part by part."""
-        for _, _, _, h in self._hists(anc, level, step, source):
+        for _, _, _, h in self._hists(lay, level, step, source):
             if h is not None:
                 geoid = pa.array(sp.block_geoid[h.unit].astype(str), type=pa.string())
                 yield pa.table({"GEOID": geoid, "CELL": h.cell, "COUNT": h.count}, schema=_BLOCK_SCHEMA)

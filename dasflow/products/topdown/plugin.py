@@ -13,7 +13,10 @@ Config (JSON)::
     {"preset": "pl94_persons", "fanout_cutoff": 8, "budget": "1", "privacy_defn": "zcdp",
      "beta": ["104/4099", ...] (default: the 2020 PL94 person shares), "strategy": "pl94" | "detailed",
      "invariants": ["total", "state"] (default; [] for none), "structural_zeros": true (default with HHGQ),
-     "total_invariant": true (older switch: false = no invariants)}
+     "total_invariant": true (older switch: false = no invariants),
+     "segment_blocks": 25000 (the public bound on a measurement segment and a post-processing part, in blocks),
+     "bottom_up_max_entries": 20000000 (the bottom-up pass's memory bound: the deepest level it reads has at most
+     this many units × rows; deeper levels are read one segment at a time)}
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from dasflow.products.topdown.invariants import (
     read_block_facts,
 )
 from dasflow.products.topdown.measure import SEGMENT_BLOCKS
+from dasflow.products.topdown.model import EstimatorOptions
 from dasflow.products.topdown.partitioned import PartitionedTopDown
 from dasflow.products.topdown.product import TopDown, TopDownConfig
 from dasflow.products.topdown.relation import RELATION
@@ -61,7 +65,7 @@ PERSON_GEO = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK")
 #: a state folder of the per-state input layout (``{prefix}{SS}/part-*.parquet``)
 STATE_FOLDER = re.compile(r"[0-9]{2}")
 KNOWN_KEYS = {"preset", "fanout_cutoff", "budget", "privacy_defn", "beta", "strategy", "total_invariant",
-              "invariants", "structural_zeros", "segment_blocks"}
+              "invariants", "structural_zeros", "segment_blocks", "bottom_up_max_entries"}
 
 
 
@@ -99,9 +103,15 @@ def parse_topdown_config(raw: Any, source: str = "topdown config") -> TopDownCon
     seg = raw.get("segment_blocks", SEGMENT_BLOCKS)
     if isinstance(seg, bool) or not isinstance(seg, int) or seg < 1:
         raise InputError("segment_blocks must be a positive integer", file=source, column="segment_blocks")
+    options = EstimatorOptions()
+    entries = raw.get("bottom_up_max_entries", options.bottom_up_max_entries)
+    if isinstance(entries, bool) or not isinstance(entries, int) or entries < 1:
+        raise InputError("bottom_up_max_entries must be a positive integer", file=source,
+                         column="bottom_up_max_entries")
+    options.bottom_up_max_entries = entries
     return TopDownConfig(spine=spine, strategy=strategy, total_invariant=total_inv,
                          invariants=None if inv is None else tuple(inv), structural_zeros=zeros,
-                         segment_blocks=seg)
+                         segment_blocks=seg, options=options)
 
 
 class TopDownPlugin(ProductPlugin[TopDownConfig]):

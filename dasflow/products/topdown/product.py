@@ -82,7 +82,8 @@ class TopDownConfig:
     (each state); ``None`` = what the 2020 DAS held, total and state, unless ``total_invariant=False`` (the
     older switch: then none). ``structural_zeros``: impose the public block facts (``None`` = whenever the
     schema has the HHGQ attribute). ``segment_blocks``: the public bound on a measurement segment (keys below the
-    state level are drawn per segment: one state, or consecutive states of at most this many blocks together)."""
+    state level are drawn per segment: one state, consecutive states of at most this many blocks together, or a
+    chunk of at most this many blocks of a larger state's counties)."""
 
     spine: SpineConfig
     strategy: Strategy
@@ -288,8 +289,9 @@ class TopDown:
 
     def segments(self, spec: MeasurementSpec) -> list[str] | None:
         """The segments a key may be drawn in (public, from the spine and ``segment_blocks``): below the state
-        level the segments (a state's FIPS code, or ``"first-last"`` for a run of small states) with a measured
-        unit at the key's level; None for the keys at and above the state level (drawn whole)."""
+        level the segments (a state's FIPS code, ``"first-last"`` for a run of small states, ``"SS.k"`` for a
+        chunk of a large state's counties) with a measured unit at the key's level; None for the keys at and
+        above the state level (drawn whole)."""
         sp = self._spine_for(spec)
         return self.segmentation(sp).measured(sp, int(spec.detail["level_index"]))
 
@@ -303,8 +305,7 @@ class TopDown:
         sp = self._spine_for(spec)
         l = int(spec.detail["level_index"])
         segs = self.segmentation(sp)
-        of = segs.of_unit[l]
-        if of is None or l <= segs.top or segment not in segs.ids:
+        if segs.segment_of(l) is None or segment not in segs.ids:
             raise InputError(f"topdown: {spec.key} has no segment {segment!r}")
         units = segs.measured_units(sp, l, segment)
         name = f"hist/{spec.level}"
@@ -319,7 +320,7 @@ class TopDown:
         return self._measurement(sp, spec, gm, g)
 
     def segment_parts(self, spec: MeasurementSpec, segment: str) -> list[str]:
-        """The preprocessing partitions (states, FIPS) holding a segment's counts."""
+        """The preprocessing partitions (states, FIPS) holding a segment's counts (a chunk's: its state's)."""
         return list(self.segmentation(self._spine_for(spec)).members(segment))
 
     def segmentation(self, sp: Spine) -> StateSegments:
