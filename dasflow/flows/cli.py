@@ -67,10 +67,19 @@ def _execution(cfg: ReleaseConfig, args: argparse.Namespace) -> ReleaseConfig:
     return cfg.model_copy(update=update) if update else cfg
 
 
+def _reach(cfg: ReleaseConfig) -> None:
+    """An agency's Dask scheduler answers (one line if not) before the temporary Prefect server is waited for."""
+    from dasflow.flows.release import connect_scheduler
+
+    if cfg.task_runner == "dask" and cfg.dask_address:
+        connect_scheduler(str(cfg.dask_address)).close()
+
+
 def run_command(args: argparse.Namespace, api_ready: Callable[[], object]) -> int:
     from dasflow.flows.release import run_release
 
     cfg = _execution(load_release_config(args.config), args)
+    _reach(cfg)
     api_ready()
     t0 = time.perf_counter()
     run_release(cfg)
@@ -82,9 +91,11 @@ def resume_command(args: argparse.Namespace, api_ready: Callable[[], object]) ->
     from dasflow.flows.release import run_release
 
     ctx = open_run(args.release_id, args.store or "dasflow-store")
+    cfg = _execution(ctx.config, args)
+    _reach(cfg)
     api_ready()
     t0 = time.perf_counter()
-    run_release(_execution(ctx.config, args))
+    run_release(cfg)
     _report(open_run(ctx.release_id, ctx.config.store), time.perf_counter() - t0)
     return 0
 

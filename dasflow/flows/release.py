@@ -231,6 +231,20 @@ def probe_worker(store_uri: str, key: str) -> dict[str, Any]:
             "profiler": bool(dask.config.get("distributed.worker.profile.enabled", True))}
 
 
+def connect_scheduler(address: str) -> Any:
+    """A ``distributed.Client`` of the scheduler at ``address``; one line (DasflowError) if it does not answer
+    within ``CONNECT_TIMEOUT`` seconds. The CLI calls it before waiting for its temporary Prefect server, so a
+    wrong ``--dask-address`` fails at once."""
+    from distributed import Client
+
+    try:
+        return Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)  # type: ignore[no-untyped-call]
+    except (OSError, TimeoutError) as exc:
+        raise DasflowError(f"Dask scheduler {address} is unreachable ({type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0] if str(exc) else 'no answer'}); start the cluster or "
+                           "fix --dask-address") from None
+
+
 def check_cluster(cfg: ReleaseConfig) -> dict[str, dict[str, Any]]:
     """Before a release runs on the Dask cluster at ``dask_address``: the scheduler answers, and every worker
     has this dasflow code and sees the release's store — it reads an object the client has just written
@@ -240,15 +254,8 @@ def check_cluster(cfg: ReleaseConfig) -> dict[str, dict[str, Any]]:
     failure; nothing is drawn before."""
     import uuid
 
-    from distributed import Client
-
     address = str(cfg.dask_address)
-    try:
-        client = Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)  # type: ignore[no-untyped-call]
-    except (OSError, TimeoutError) as exc:
-        raise DasflowError(f"Dask scheduler {address} is unreachable ({type(exc).__name__}: "
-                           f"{str(exc).splitlines()[0] if str(exc) else 'no answer'}); start the cluster or "
-                           "fix --dask-address") from None
+    client = connect_scheduler(address)
     store = open_store(cfg.store)
     token = uuid.uuid4().hex
     key = f"cluster-probes/{token}"
