@@ -19,7 +19,8 @@ Model (the Census's ``SDHC_Model_Based_Estimates``, phsafe.md §3 "Statistical p
   log-density falls at least as fast as that of ``N(·, Vd)`` away from the mode. The mode is found by
   bisection on the analytic derivative, the support by bisection down to ``exp(-36)`` of the peak on each
   side, and the integrals by composite Simpson on a grid of that support. The ratio's CDF
-  ``P(Yn/Yd <= r) = E_d[P(Yn <= r·d | d)]`` is monotone in ``r``, so quantiles come from bisection.
+  ``P(Yn/Yd <= r) = E_d[P(Yn <= r·d | d)]`` is monotone in ``r``, so quantiles come from bisection (44 steps,
+  replayed after Newton steps have located the root: :func:`_bisect_quantiles`).
 
 A variance of 0 (an infinite, test-only budget) is treated as a Gaussian with σ = 1e-6: numerically a point
 mass at the published value. Everything is vectorised over cells (loops run over bisection steps only).
@@ -27,7 +28,6 @@ mass at the published value. Everything is vectorised over cells (loops run over
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +42,13 @@ SIGMA_FLOOR = 1e-6
 SUPPORT_NATS = 36.0
 #: Simpson grid size over that support (odd)
 GRID = 257
+#: bisection steps of the ratio's quantiles (resolution (hi − lo)/2^44)
+QUANTILE_STEPS = 44
+#: rounding noise allowed in a computed ratio CDF (see _bisect_quantiles; ≈ 2.3e-13)
+MARGIN = 2.0 ** -42
+_NEWTON_STEPS = 16
+_NEWTON_TOL = 1e-9
+_ROW_BLOCK = 128
 _LOG_SQRT_2PI = 0.5 * np.log(2 * np.pi)
 
 
@@ -69,25 +76,23 @@ def log_diff_ndtr(a: Array, b: Array) -> Array:
     return np.where(a >= b, -np.inf, out)
 
 
-def _log_diff_ndtr_from(a: Array) -> Callable[[Array], Array]:
-    """``b ↦ log_diff_ndtr(a, b)`` for a fixed ``a`` (``b`` broadcast to ``a``'s shape), bit-identical to it:
-    the tail choice depends on ``a`` only, so ``a``'s two ``log_ndtr`` terms are computed once and each call
-    evaluates one ``log_ndtr`` (of ``-b`` in the upper tail, ``b`` elsewhere) instead of four."""
-    a = np.asarray(a, np.float64)
+def _lower_terms(a: Array) -> tuple[npt.NDArray[np.bool_], Array]:
+    """``a``'s part of :func:`log_diff_ndtr` for a fixed lower bound: its tail (``a > 0``) and ``log Φ(−a)`` in
+    the upper tail, ``log Φ(a)`` elsewhere (the tail choice depends on ``a`` only)."""
     upper = a > 0
-    fixed = np.where(upper, special.log_ndtr(-a), special.log_ndtr(a))  # hi in the upper tail, lo elsewhere
+    return upper, np.where(upper, special.log_ndtr(-a), special.log_ndtr(a))
 
-    def at(b: Array) -> Array:
-        b = np.asarray(b, np.float64)
-        varying = special.log_ndtr(np.where(upper, -b, b))
-        hi = np.where(upper, fixed, varying)
-        lo = np.where(upper, varying, fixed)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out = hi + np.log1p(-np.exp(lo - hi))
-        result: Array = np.where(a >= b, -np.inf, out)
-        return result
 
-    return at
+def _log_diff_ndtr_fixed(a: Array, upper: npt.NDArray[np.bool_], fixed: Array, b: Array) -> Array:
+    """``log_diff_ndtr(a, b)`` bit for bit, given ``_lower_terms(a)``: one ``log_ndtr`` (of ``−b`` in the upper
+    tail, ``b`` elsewhere) instead of four."""
+    varying = special.log_ndtr(np.where(upper, -b, b))
+    hi = np.where(upper, fixed, varying)
+    lo = np.where(upper, varying, fixed)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = hi + np.log1p(-np.exp(lo - hi))
+    result: Array = np.where(a >= b, -np.inf, out)
+    return result
 
 
 # ------------------------------------------------------------------------------------------------- counts
@@ -237,6 +242,95 @@ def _simpson_weights(n: int) -> Array:
     return w / 3.0
 
 
+class _GridCdf:
+    """The ratio's CDF on each cell's Simpson grid, ``S(r) = Σ_j w_j·P(Yn <= r·d_j | d_j)`` (and its density),
+    evaluated for any list of cells. A cell's value is computed element-wise and summed over its own row only,
+    so it does not depend on the other cells evaluated with it: bit-identical to evaluating every cell at once.
+    Rows are evaluated in blocks of ``_ROW_BLOCK`` to bound the temporaries."""
+
+    def __init__(self, d: Array, w: Array, a: Array, lw: Array, zn: Array, sn: Array) -> None:
+        self.d, self.w, self.a, self.lw, self.zn, self.sn = d, w, a, lw, zn, sn
+        self.upper, self.fixed = _lower_terms(a)
+
+    def __call__(self, cells: npt.NDArray[np.intp], r: Array, density: bool = False) -> tuple[Array, Array]:
+        """``S(r[i])`` for cell ``cells[i]`` (and its derivative in ``r`` if ``density``, else zeros)."""
+        value = np.empty(len(cells))
+        slope = np.zeros(len(cells))
+        for start in range(0, len(cells), _ROW_BLOCK):
+            part = slice(start, start + _ROW_BLOCK)
+            rows = cells[part]
+            d, a, lw = self.d[rows], self.a[rows], self.lw[rows]
+            sn = self.sn[rows][:, None]
+            c = (r[part][:, None] * d - self.zn[rows][:, None]) / sn
+            log_f = _log_diff_ndtr_fixed(a, self.upper[rows], self.fixed[rows], np.maximum(c, a))
+            w = self.w[rows]
+            value[part] = (w * np.exp(log_f - lw)).sum(axis=1)
+            if density:  # d/dr P(Yn <= r·d | d) = φ(c)·d/σn / (Φ(b) − Φ(a)); only steers the search
+                with np.errstate(over="ignore", invalid="ignore"):
+                    slope[part] = (w * np.exp(log_phi(c) - lw) * d).sum(axis=1) / sn[:, 0]
+        return value, slope
+
+
+def _bisect_quantiles(cdf: _GridCdf, cells: npt.NDArray[np.intp], p: Array, lo: Array, hi: Array,
+                      start: Array) -> Array:
+    """Per row ``i``: ``QUANTILE_STEPS`` bisection steps for ``S(r) = p[i]`` on ``[lo[i], hi[i]]`` (cell
+    ``cells[i]``), with the result bits of evaluating ``S`` at every midpoint, at a fraction of the cost.
+
+    ``S`` is non-decreasing in ``r`` (a mixture of conditional CDFs) and a computed ``S`` departs from that
+    non-decreasing function by rounding noise far below ``MARGIN`` (at most 4.4e-15 measured over the demo's and
+    extreme random cells, against 2.3e-13; tests/release/test_posterior.py compares with the plain bisection bit
+    for bit). So a point ``X`` with computed ``S(X) < p − MARGIN`` decides ``S(m) < p`` for every midpoint
+    ``m <= X``, and a point ``Y`` with ``S(Y) >= p + MARGIN`` decides ``S(m) >= p`` for every ``m >= Y``.
+    Safeguarded Newton steps (from ``start``) first find such points on both sides close to the root; the
+    bisection is then replayed, evaluating ``S`` exactly as the plain bisection does but only at midpoints
+    strictly between them: ≈ 11 evaluations per row on the demo instead of 44.
+    """
+    n = len(cells)
+    margin = MARGIN
+    below_at = np.full(n, -np.inf)  # largest point known to have S < p − margin
+    above_at = np.full(n, np.inf)   # smallest point known to have S >= p + margin
+
+    def learn(rows: npt.NDArray[np.intp], r: Array, s: Array) -> None:
+        below = s < p[rows] - margin
+        above = s >= p[rows] + margin
+        below_at[rows] = np.where(below, np.maximum(below_at[rows], r), below_at[rows])
+        above_at[rows] = np.where(above, np.minimum(above_at[rows], r), above_at[rows])
+
+    rows = np.arange(n)
+    edge = (hi - lo) / 256.0
+    r = np.where(np.isfinite(start), np.clip(start, lo + edge, hi - edge), 0.5 * (lo + hi))
+    for _ in range(_NEWTON_STEPS):
+        if not rows.size:
+            break
+        s, slope = cdf(cells[rows], r, density=True)
+        learn(rows, r, s)
+        x, y = np.maximum(below_at[rows], lo[rows]), np.minimum(above_at[rows], hi[rows])
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            step = r - (s - p[rows]) / slope
+        inside = np.isfinite(step) & (step > x) & (step < y)
+        near = inside & (np.abs(s - p[rows]) < _NEWTON_TOL)
+        if near.any():  # converged: probe 2·MARGIN/slope either side of the Newton step
+            close, t = rows[near], step[near]
+            h = 2.0 * margin / slope[near]
+            for probe in (t - h, t + h):
+                learn(close, probe, cdf(cells[close], probe)[0])
+        keep = ~near
+        rows, r = rows[keep], np.where(inside, step, 0.5 * (x + y))[keep]
+    x, y = lo.copy(), hi.copy()
+    for _ in range(QUANTILE_STEPS):
+        mid = 0.5 * (x + y)
+        low = mid <= below_at
+        open_rows = np.flatnonzero(~low & (mid < above_at))
+        if open_rows.size:
+            s = cdf(cells[open_rows], mid[open_rows])[0]
+            learn(open_rows, mid[open_rows], s)
+            low[open_rows] = s < p[open_rows]
+        x = np.where(low, mid, x)
+        y = np.where(low, y, mid)
+    out: Array = 0.5 * (x + y)
+    return out
+
+
 def ratio_posterior(num: npt.ArrayLike, num_variance: npt.ArrayLike, den: npt.ArrayLike,
                     den_variance: npt.ArrayLike, lo: npt.ArrayLike, hi: npt.ArrayLike = 10.0,
                     d_min: float = 1.0, level: float = 0.9) -> RatioPosterior:
@@ -277,22 +371,19 @@ def ratio_posterior(num: npt.ArrayLike, num_variance: npt.ArrayLike, den: npt.Ar
     num_mean = (w * cond_mean).sum(axis=1)
     den_mean = (w * d).sum(axis=1)
 
-    from_a = _log_diff_ndtr_from(a)  # the bisection's 88 CDF evaluations share the lower bound a
-
-    def cdf(r: Array) -> Array:
-        c = (r[:, None] * d - m.zn) / m.sn
-        out: Array = (w * np.exp(from_a(np.maximum(c, a)) - lw)).sum(axis=1)
-        return out
-
+    # where the quantile search starts (it steers the search only): a normal approximation of the ratio, its
+    # variance from the conditional truncated-normal variances on the grid
+    with np.errstate(all="ignore"):
+        pa, pb = np.exp(log_phi(a) - lw), np.exp(log_phi(b) - lw)
+        cond_var = np.clip(np.nan_to_num(m.sn ** 2 * (1.0 + a * pa - b * pb - (pa - pb) ** 2)), 0.0,
+                           ((m.hi - m.lo) * d) ** 2)
+        spread = np.sqrt(np.maximum((w * (cond_var + cond_mean ** 2) / d ** 2).sum(axis=1) - ratio_mean ** 2, 0.0))
     alpha = (1.0 - level) / 2.0
-    bounds = []
-    for p in (alpha, 1.0 - alpha):
-        x, y = lo_a.copy(), hi_a.copy()
-        for _ in range(44):
-            mid = 0.5 * (x + y)
-            low = cdf(mid) < p
-            x = np.where(low, mid, x)
-            y = np.where(low, y, mid)
-        bounds.append(0.5 * (x + y))
+    n = len(zn)
+    both = _bisect_quantiles(_GridCdf(d=d, w=w, a=a, lw=lw, zn=zn, sn=sn),
+                             np.concatenate([np.arange(n), np.arange(n)]), np.repeat([alpha, 1.0 - alpha], n),
+                             np.tile(lo_a, 2), np.tile(hi_a, 2),
+                             np.concatenate([ratio_mean + special.ndtri(p) * spread for p in (alpha, 1.0 - alpha)]))
+    bounds = [both[:n], both[n:]]
     return RatioPosterior(mean=ratio_mean, lower=bounds[0], upper=bounds[1], numerator_mean=num_mean,
                           denominator_mean=den_mean)
