@@ -73,6 +73,47 @@ def test_domain_frame_is_exactly_equivalent_to_row_level_validation() -> None:
         assert full.success == (x.max() <= 9 and set(y) <= {"a", "b"})
 
 
+def test_validate_gives_the_summary_format_outcome(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gx.validate`` runs a suite with result format BASIC and re-runs a failing one with SUMMARY: its outcome
+    (rows with unexpected counts and observed columns, the first failure's indexes and values) equals that of
+    a SUMMARY-only run, for passing and failing suites of every expectation kind the suites use."""
+    checks = [gx.Check("ExpectTableColumnsToMatchOrderedList", {"column_list": ["x", "y", "z"]}),
+              gx.Check("ExpectColumnValuesToNotBeNull", {"column": "x"}),
+              gx.Check("ExpectColumnValuesToBeBetween", {"column": "x", "min_value": 0, "max_value": 9}),
+              gx.Check("ExpectColumnValuesToBeInSet", {"column": "y", "value_set": ["a", "b"]}),
+              gx.Check("ExpectColumnValuesToMatchRegex", {"column": "z", "regex": "^[0-9]+$"}),
+              gx.Check("ExpectColumnValuesToBeOfType", {"column": "x", "type_": "int64"})]
+    good = pd.DataFrame({"x": [1, 2, 3], "y": ["a", "b", "a"], "z": ["1", "22", "3"]})
+    bad = good.assign(y=["a", "c", "a"], z=["1", "2", "x3"])
+    seen: list[str] = []
+    state = gx._context()
+    real = state["bd"]
+
+    class Recorded:  # the batch definition, recording the result formats asked for
+        def __init__(self, only: str | None) -> None:
+            self.only = only
+
+        def get_batch(self, batch_parameters: dict[str, object]) -> object:
+            batch = real.get_batch(batch_parameters=batch_parameters)
+            only = self.only
+
+            class Batch:
+                def validate(self, suite: object, result_format: str) -> object:
+                    seen.append(result_format)
+                    return batch.validate(suite, result_format=only or result_format)
+            return Batch()
+
+    for frame, formats in ((good, ["BASIC"]), (bad, ["BASIC", "SUMMARY"])):
+        monkeypatch.setitem(state, "bd", Recorded(None))
+        seen.clear()
+        out = gx.validate("formats", checks, frame)
+        assert seen == formats
+        monkeypatch.setitem(state, "bd", Recorded("SUMMARY"))
+        assert out == gx.validate("formats", checks, frame)
+    assert out.first_failure is not None and out.first_failure[1] == [1] and out.first_failure[2] == ["c"]
+    assert [r.unexpected for r in out.rows if r.column == "z"] == [1]
+
+
 def _frames() -> dict[str, pd.DataFrame]:
     return {"groupsize/groupsize_state.csv": pd.DataFrame({"STATE": ["10", "10"], "HOUSEHOLD_SIZE": ["1", "2+"],
                                                            "COUNT": ["4", "-1"]}),
