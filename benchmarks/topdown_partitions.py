@@ -35,9 +35,11 @@ EIGHT = ["06", "48", "12", "36", "42", "17", "39", "13"]
 SEED = 2020
 
 
-def release_config(store: Path, release_id: str) -> dict[str, Any]:
+def release_config(store: Path, release_id: str, segment_blocks: int = 1) -> dict[str, Any]:
+    """The demo's TopDown config on ``store`` (``segment_blocks`` 1: every county its own segment, the smallest
+    measurement segments; a state's partition is still read whole per segment)."""
     cfg = json.loads(resources.files("dasflow.demo_data").joinpath("topdown-config.json").read_text())
-    cfg["segment_blocks"] = 1  # every state its own segment: the per-state memory bound this script measures
+    cfg["segment_blocks"] = segment_blocks
     return {"release_id": release_id, "universe": "US", "store": str(store),
             "inputs": {"topdown": "confidential/synth/topdown/persons/", "topdown_public": "public/topdown/"},
             "products": [{"name": "topdown", "config_text": json.dumps(cfg)}], "cap": {"rho": "100"},
@@ -45,7 +47,8 @@ def release_config(store: Path, release_id: str) -> dict[str, Any]:
 
 
 def child(stage: str, config_path: str) -> None:
-    """In a fresh process: ``setup`` (validate + plan, not measured), ``preprocess`` or ``measure``."""
+    """In a fresh process: ``setup`` (validate + plan, not measured), ``preprocess``, ``measure`` or
+    ``postprocess`` (every part in this process, in plan order)."""
     from dasflow.config import parse_release_config
     from dasflow.pipeline import stages
     from dasflow.pipeline.run import freeze_config
@@ -55,7 +58,8 @@ def child(stage: str, config_path: str) -> None:
         stages.validate_stage(ctx, "topdown")
         stages.plan_stage(ctx)
         return
-    record = {"preprocess": stages.preprocess_stage, "measure": stages.measure_stage}[stage](ctx, "topdown")
+    record = {"preprocess": stages.preprocess_stage, "measure": stages.measure_stage,
+              "postprocess": stages.postprocess_stage}[stage](ctx, "topdown")
     manifest = json.loads(ctx.store.get(f"{ctx.root}/manifests/{stage}/topdown.json"))
     nmfs = [k for k in ctx.store.list(f"{ctx.root}/measurements/") if k.endswith(".parquet")]
     print(json.dumps({"metrics": manifest["metrics"], "partitions": len(manifest.get("partitions", [])),

@@ -224,11 +224,19 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
             cache["prepared"] = load_prepared(ctx, product)
         return cache["prepared"]
 
+    held: dict[tuple[str, ...], Mapping[str, pd.DataFrame]] = {}
+
     def segment_frames(parts: Sequence[str]) -> Mapping[str, pd.DataFrame]:
         """A segment's counts: its partitions' frames, or the whole input's frames of an unpartitioned
-        preprocess (the product keeps the segment's rows)."""
+        preprocess (the product keeps the segment's rows). The last partitions' frames are kept, so the chunks
+        of one large state read its frame once per key, not once per chunk."""
         frames = prepared()
-        return frames.partitions(parts) if isinstance(frames, PartitionedPrepared) else frames
+        if not isinstance(frames, PartitionedPrepared):
+            return frames
+        if tuple(parts) not in held:
+            held.clear()
+            held[tuple(parts)] = frames.partitions(parts)
+        return held[tuple(parts)]
 
     for i, (spec, native) in enumerate(pairs):
         segmented = product_obj if isinstance(product_obj, SegmentedMeasure) else None

@@ -313,6 +313,9 @@ class TopDown:
             df = prepared[name]
             hist = Histogram(df["UNIT"].to_numpy(np.int64), df["CELL"].to_numpy(np.int64),
                              df["COUNT"].to_numpy(np.int64))
+            if units.size and bool((hist.unit[1:] >= hist.unit[:-1]).all()):  # a chunk: its units' rows only
+                i, j = np.searchsorted(hist.unit, [units[0], units[-1] + 1])
+                hist = Histogram(hist.unit[i:j], hist.cell[i:j], hist.count[i:j])
         else:
             hist = Histogram(*(np.zeros(0, dtype=np.int64) for _ in range(3)))
         g = rng.spawn(spec.key).spawn(f"segment/{segment}")
