@@ -358,13 +358,13 @@ def ratio_posterior(num: npt.ArrayLike, num_variance: npt.ArrayLike, den: npt.Ar
     left, right = _edges(flat, mode)
     u = np.linspace(0.0, 1.0, GRID)
     d = left[:, None] + (right - left)[:, None] * u[None, :]
-    logp = m.log_density(d)
-    logp -= logp.max(axis=1, keepdims=True)
-    w = np.exp(logp) * _simpson_weights(GRID)[None, :]
-    w /= w.sum(axis=1, keepdims=True)
     a = (m.lo * d - m.zn) / m.sn
     b = (m.hi * d - m.zn) / m.sn
     lw = log_diff_ndtr(a, b)
+    logp = -0.5 * (d - m.zd) ** 2 / m.vd + lw  # m.log_density(d), its log_diff_ndtr term computed once
+    logp -= logp.max(axis=1, keepdims=True)
+    w = np.exp(logp) * _simpson_weights(GRID)[None, :]
+    w /= w.sum(axis=1, keepdims=True)
     cond_mean = m.zn + m.sn * (np.exp(log_phi(a) - lw) - np.exp(log_phi(b) - lw))
     cond_mean = np.clip(np.nan_to_num(cond_mean), m.lo * d, m.hi * d)
     ratio_mean = (w * cond_mean / d).sum(axis=1)
