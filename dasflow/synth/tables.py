@@ -128,20 +128,24 @@ def grfc_table(geo: StateGeography) -> pa.Table:
 
 @cache
 def _labels(width: int, size: int, null_label: str | None = None) -> pa.Array:
-    lab = [f"{i:0{width}d}" for i in range(size)]
+    """``f"{i:0{width}d}"`` for ``i < size`` (``null_label`` for 0), built by numpy's string functions."""
+    lab = np.char.zfill(np.arange(size).astype(str), width)
     if null_label is not None:
+        lab = lab.astype(np.result_type(lab.dtype, np.array([null_label]).dtype))
         lab[0] = null_label
     return pa.array(lab, type=pa.string())
 
 
 def zfill(values: npt.NDArray[np.integer[Any]], width: int, null_label: str | None = None) -> pa.Array:
-    """Zero-padded strings of small non-negative integers (a table lookup, no per-row Python)."""
+    """Zero-padded strings of small non-negative integers (a table lookup, no per-row Python; the table's
+    size is a power of two, so a few cached tables serve every state)."""
     v = np.asarray(values)
     if v.size == 0:
         return pa.array([], type=pa.string())
     top = int(v.max()) + 1
     if top <= 1 << 17:
-        return _labels(width, max(top, 1 << 10), null_label).take(pa.array(v.astype(np.int32)))
+        size = 1 << max(10, (top - 1).bit_length())
+        return _labels(width, size, null_label).take(pa.array(v.astype(np.int32)))
     uniq, inv = np.unique(v, return_inverse=True)
     lab = pa.array([f"{int(x):0{width}d}" if (null_label is None or x != 0) else null_label for x in uniq])
     return lab.take(pa.array(inv.astype(np.int32)))

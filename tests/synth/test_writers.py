@@ -196,3 +196,15 @@ def test_topdown_public_inputs(dataset: DS, frames: Frames) -> None:
     inv = json.loads((public / "invariants.json").read_text())
     by_state = persons["TABBLKST"].value_counts()
     assert inv == {"total": len(persons), "state": {s: int(by_state[s]) for s in sorted(by_state.index)}}
+
+
+def test_zfill_is_the_zero_padded_text_of_each_value() -> None:
+    """The census text columns' lookup (tables of power-of-two sizes, cached across states) gives
+    ``f"{v:0{width}d}"`` per value (``null_label`` for 0), for values up to and beyond the table range."""
+    gen = np.random.default_rng(3)
+    for width, top, null_label in ((1, 10, None), (2, 63, None), (3, 1025, None), (4, 9999, "Null"),
+                                   (5, 99_999, None), (6, 131_072, None), (6, 900_000, None), (4, 1, None)):
+        values = np.append(gen.integers(0, top, 5000), [0, top - 1])
+        got = synth.tables.zfill(values, width, null_label).to_pylist()
+        want = [null_label if null_label is not None and v == 0 else f"{v:0{width}d}" for v in values.tolist()]
+        assert got == want
