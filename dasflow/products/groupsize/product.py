@@ -131,11 +131,11 @@ def build_hierarchy(geography: pd.DataFrame) -> Hierarchy:
     geo = geography[["STATE", "COUNTY"]].astype(str).drop_duplicates().sort_values(["STATE", "COUNTY"])
     if geo.empty:
         raise InputError("public geography is empty", file="<public geography>")
+    state_of, county_of = geo["STATE"].tolist(), geo["COUNTY"].tolist()  # whole columns, not per-row access
     states = tuple(pd.unique(geo["STATE"]))
-    idx = {s: i for i, s in enumerate(states)}
-    par = geo["STATE"].map(idx).to_numpy(dtype=np.int64)
+    par = pd.Index(states).get_indexer(state_of).astype(np.int64)
     shape = TreeShape((np.zeros(len(states), dtype=np.int64), par))
-    counties = tuple(zip(geo["STATE"], geo["COUNTY"], strict=True))
+    counties = tuple(zip(state_of, county_of, strict=True))
     return Hierarchy(shape, states, counties)
 
 
