@@ -35,6 +35,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from dasflow.errors import DasflowError, InputError
 from dasflow.products.topdown.osed import OsedPairs, leaf_pairs, leximax_le, osed_root, osed_up
@@ -264,11 +266,25 @@ def normalise_blocks(blocks: pd.DataFrame, source: str = "<blocks>") -> pd.DataF
     if badaian.size:
         raise InputError(f"AIANNHCE {out['AIANNHCE'].iloc[badaian[0]]!r} is not numeric", file=source,
                          row=int(badaian[0]) + 2, column="AIANNHCE")
+    out[AIAN_NUMBER] = aian.to_numpy().astype(np.int64)  # parsed once: every OSE category tests the AIAN ranges
     return out.sort_values("GEOID", kind="stable").reset_index(drop=True)
 
 
+#: ``normalise_blocks``' column of AIANNHCE as an integer
+AIAN_NUMBER = "AIAN_NUMBER"
+
+
+def _aian(df: pd.DataFrame) -> pd.Series:
+    """The blocks' AIANNHCE codes as integers when parsed already, else as text."""
+    return df[AIAN_NUMBER] if AIAN_NUMBER in df.columns else df["AIANNHCE"]
+
+
 def _in_aian(codes: pd.Series, ranges: Sequence[tuple[int, int]]) -> npt.NDArray[np.bool_]:
-    v = pd.to_numeric(codes).to_numpy().astype(np.int64)
+    """Whether each AIANNHCE code (integers, or digit strings) lies in one of the AIAN ``ranges``."""
+    if pd.api.types.is_integer_dtype(codes.dtype):
+        v = codes.to_numpy().astype(np.int64, copy=False)
+    else:
+        v = pd.to_numeric(codes).to_numpy().astype(np.int64)
     m = np.zeros(v.shape, dtype=bool)
     for lo, hi in ranges:
         m |= (v >= lo) & (v <= hi)
@@ -278,7 +294,7 @@ def _in_aian(codes: pd.Series, ranges: Sequence[tuple[int, int]]) -> npt.NDArray
 def ose_codes(df: pd.DataFrame, category: Category, aian_ranges: Sequence[tuple[int, int]]) -> pd.Series:
     """Per-block OSE code of one category; every block is in exactly one OSE of each category ('outside' is
     itself an OSE, as in the paper). MCD/place follow [EXT] I1: MCD iff strong-MCD state and outside AIAN."""
-    in_aian = _in_aian(df["AIANNHCE"], aian_ranges)
+    in_aian = _in_aian(_aian(df), aian_ranges)
     if category == "AIAN":
         return pd.Series(np.where(in_aian, "A" + df["AIANNHCE"].to_numpy(), "A-out"), index=df.index)
     if category == "GQ":
@@ -361,9 +377,11 @@ def _assemble(df: pd.DataFrame, levels: tuple[str, ...], comps: list[IntArray], 
     for l in range(1, len(levels)):
         first = np.unique(ids[l], return_index=True)[1]
         parents.append(ids[l - 1][first].astype(np.int64))
-        lab = labels[l - 1][parents[l]].astype(str)
-        sub = comp_labels[l - 1][first].astype(str)
-        labels.append(np.char.add(np.char.add(lab, "|"), sub).astype(object))
+        # "parent label|component label", joined in Arrow (no fixed-width text copies of the block level)
+        lab = pa.array(labels[l - 1], type=pa.string()).take(pa.array(parents[l]))
+        sub = pa.array(comp_labels[l - 1][first], type=pa.string())
+        labels.append(np.asarray(pc.binary_join_element_wise(lab, sub, "|").to_numpy(zero_copy_only=False),
+                                 dtype=object))
     den = math.lcm(*[f.denominator for f in beta])
     gamma = [np.full(parents[l].shape[0], int(beta[l] * den), dtype=np.int64) for l in range(len(levels))]
     return Spine(levels=levels, parent=parents, gamma_num=gamma, denominator=den, labels=labels,
@@ -374,7 +392,7 @@ def _assemble(df: pd.DataFrame, levels: tuple[str, ...], comps: list[IntArray], 
 def _standard_components(df: pd.DataFrame, cfg: SpineConfig, obg: bool,
                          tract_group: IntArray | None) -> tuple[list[IntArray], list[ObjArray]]:
     """Per-level component codes/labels for the (AIAN) spine; OBGs if ``obg`` else standard BGs."""
-    aian = (_in_aian(df["AIANNHCE"], cfg.aian_ranges) & cfg.aian_split).astype(np.int64)
+    aian = (_in_aian(_aian(df), cfg.aian_ranges) & cfg.aian_split).astype(np.int64)
     st_lab = (df["ST"] + np.where(aian == 1, "A", "N")).to_numpy().astype(object)
     comps: list[IntArray] = []
     labs: list[ObjArray] = []
@@ -699,15 +717,20 @@ def build_spine(blocks: pd.DataFrame, cfg: SpineConfig, *, source: str = "<block
         check_privacy_invariant(cached)
         return cached
     df = normalise_blocks(blocks, source)
-    # the "before" spine: AIAN spine with standard block groups (and one tract per tract group)
+    # the "before" spine: AIAN spine with standard block groups (and one tract per tract group); only its
+    # OSEDs are kept (each intermediate is dropped once used: at national size every block-level array counts)
     comps0, labs0 = _standard_components(df, cfg, obg=False, tract_group=None)
     before = _assemble(df, cfg.levels, comps0, labs0, cfg.beta, cfg.privacy_rule)
+    del comps0, labs0
+    oses_before = ose_table(df.set_index("ROW").loc[before.block_source_row].reset_index(), cfg)
+    osed_before, names_before = spine_osed(before, oses_before), oses_before.names
+    del before, oses_before
     comps, labs = _standard_components(df, cfg, obg=cfg.optimized_block_groups, tract_group=None)
     spine = _assemble(df, cfg.levels, comps, labs, cfg.beta, cfg.privacy_rule)
+    del comps, labs
     df_int = df.set_index("ROW").loc[spine.block_source_row].reset_index()
+    del df
     oses = ose_table(df_int, cfg)
-    df_before = df.set_index("ROW").loc[before.block_source_row].reset_index()
-    osed_before = spine_osed(before, ose_table(df_before, cfg))
     merges = 0
     if cfg.tract_groups and cfg.kind == "pl94":
         tg, merges = tract_groups_alg2(spine, oses, cfg.fanout_cutoff)
@@ -728,7 +751,7 @@ def build_spine(blocks: pd.DataFrame, cfg: SpineConfig, *, source: str = "<block
         "levels": level_diagnostics(spine),
         "tract_group_merges": merges,
         "osed": pd.DataFrame({"OSE": oses.names, "CATEGORY": oses.category,
-                              "OSED_BEFORE": _align(osed_before, ose_table(df_before, cfg).names, oses.names),
+                              "OSED_BEFORE": _align(osed_before, names_before, oses.names),
                               "OSED_AFTER": osed_after}),
     }
     if cache_path is not None:
