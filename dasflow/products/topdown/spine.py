@@ -44,6 +44,8 @@ from dasflow.products.topdown.strategy import check_shares, exact_share
 
 IntArray = npt.NDArray[np.int64]
 ObjArray = npt.NDArray[np.object_]
+#: a component's per-block labels: a text column of the block frame, or a numpy text array
+Labels = pd.Series | npt.NDArray[Any]
 
 #: S23: the 12 strong-MCD states (CT, ME, MA, MI, MN, NH, NJ, NY, PA, RI, VT, WI) by FIPS code.
 STRONG_MCD_STATES = frozenset({"09", "23", "25", "26", "27", "33", "34", "36", "42", "44", "50", "55"})
@@ -365,13 +367,19 @@ def _unit_ids(comps: Sequence[IntArray]) -> list[IntArray]:
     return ids
 
 
-def _assemble(df: pd.DataFrame, levels: tuple[str, ...], comps: list[IntArray], comp_labels: list[ObjArray],
+def _text(labels: Labels, rows: IntArray) -> pa.Array:
+    """Some rows of a component's labels as Arrow text (no Python string per block)."""
+    if isinstance(labels, pd.Series):
+        return pa.array(labels, type=pa.string()).take(pa.array(rows))
+    return pa.array(labels[rows], type=pa.string())
+
+
+def _assemble(df: pd.DataFrame, levels: tuple[str, ...], comps: list[IntArray], comp_labels: list[Labels],
               beta: tuple[Fraction, ...], rule: str) -> Spine:
     """Sort blocks by their path, derive parents, labels and initial γ = β[l]."""
     ids = _unit_ids(comps)
     order = np.lexsort(tuple(reversed(ids)))
     ids = [i[order] for i in ids]
-    comp_labels = [c[order] for c in comp_labels]
     parents: list[IntArray] = [np.array([-1], dtype=np.int64)]
     labels: list[ObjArray] = [np.array([levels[0]], dtype=object)]
     for l in range(1, len(levels)):
@@ -379,7 +387,7 @@ def _assemble(df: pd.DataFrame, levels: tuple[str, ...], comps: list[IntArray], 
         parents.append(ids[l - 1][first].astype(np.int64))
         # "parent label|component label", joined in Arrow (no fixed-width text copies of the block level)
         lab = pa.array(labels[l - 1], type=pa.string()).take(pa.array(parents[l]))
-        sub = pa.array(comp_labels[l - 1][first], type=pa.string())
+        sub = _text(comp_labels[l - 1], order[first])
         labels.append(np.asarray(pc.binary_join_element_wise(lab, sub, "|").to_numpy(zero_copy_only=False),
                                  dtype=object))
     den = math.lcm(*[f.denominator for f in beta])
@@ -390,12 +398,12 @@ def _assemble(df: pd.DataFrame, levels: tuple[str, ...], comps: list[IntArray], 
 
 
 def _standard_components(df: pd.DataFrame, cfg: SpineConfig, obg: bool,
-                         tract_group: IntArray | None) -> tuple[list[IntArray], list[ObjArray]]:
+                         tract_group: IntArray | None) -> tuple[list[IntArray], list[Labels]]:
     """Per-level component codes/labels for the (AIAN) spine; OBGs if ``obg`` else standard BGs."""
     aian = (_in_aian(_aian(df), cfg.aian_ranges) & cfg.aian_split).astype(np.int64)
-    st_lab = (df["ST"] + np.where(aian == 1, "A", "N")).to_numpy().astype(object)
+    st_lab = df["ST"] + np.where(aian == 1, "A", "N")
     comps: list[IntArray] = []
-    labs: list[ObjArray] = []
+    labs: list[Labels] = []
     root_is_state = cfg.levels[0] == "state"
     if not root_is_state:
         comps.append(_codes(st_lab))
@@ -403,36 +411,36 @@ def _standard_components(df: pd.DataFrame, cfg: SpineConfig, obg: bool,
     elif df["ST"].nunique() > 1:
         raise InputError("a PR/state-rooted spine needs the blocks of exactly one state")
     comps.append(_codes(df["CTY"]))
-    labs.append(df["CTY"].to_numpy().astype(object))
+    labs.append(df["CTY"])
     if cfg.kind == "dhc":
         return _dhc_components(df, cfg, comps, labs, obg)
     if cfg.tract_groups:
         tg = tract_group if tract_group is not None else _codes(df["TRACT"])
         comps.append(tg)
-        labs.append(np.char.add("TG", tg.astype(str)).astype(object))
+        labs.append(np.char.add("TG", tg.astype(str)))
     comps.append(_codes(df["TRACT"]))
-    labs.append(df["TRACT"].to_numpy().astype(object))
+    labs.append(df["TRACT"])
     if obg:
         tract_uid = _unit_ids(comps)[-1]
         cell = _codes(_membership(df, cfg))
         sub = _group_within(tract_uid, cell, cfg.fanout_cutoff)
         code = _codes(sub)
         comps.append(code)
-        labs.append(np.char.add("G", code.astype(str)).astype(object))
+        labs.append(np.char.add("G", code.astype(str)))
     else:
         comps.append(_codes(df["BG"]))
-        labs.append(df["BG"].to_numpy().astype(object))
+        labs.append(df["BG"])
     comps.append(_codes(df["BLK"]))
-    labs.append(df["BLK"].to_numpy().astype(object))
+    labs.append(df["BLK"])
     return comps, labs
 
 
-def _dhc_components(df: pd.DataFrame, cfg: SpineConfig, comps: list[IntArray], labs: list[ObjArray],
-                    obg: bool) -> tuple[list[IntArray], list[ObjArray]]:
+def _dhc_components(df: pd.DataFrame, cfg: SpineConfig, comps: list[IntArray], labs: list[Labels],
+                    obg: bool) -> tuple[list[IntArray], list[Labels]]:
     """DHC: prim (E&P place ∩ county, else remainder), tract subset groups (tract subsets of a prim in chunks
     of ≤ √n + cutoff, GEOID order), tract subsets (tract ∩ prim ∩ AIAN side), OBGs by (SD, CBG)."""
     comps.append(_codes(df["PRIM"]))
-    labs.append(df["PRIM"].to_numpy().astype(object))
+    labs.append(df["PRIM"])
     prim_uid = _unit_ids(comps)[-1]
     tract_code = _codes(df["TRACT"])
     # items = tract subsets; chunk them within the prim
@@ -443,20 +451,20 @@ def _dhc_components(df: pd.DataFrame, cfg: SpineConfig, comps: list[IntArray], l
     ts_chunk = _chunk(ts_parent, _cap(n_par, cfg.fanout_cutoff))
     tsg = ts_chunk[ts_key]
     comps.append(tsg.astype(np.int64))
-    labs.append(np.char.add("TSG", tsg.astype(str)).astype(object))
+    labs.append(np.char.add("TSG", tsg.astype(str)))
     comps.append(tract_code)
-    labs.append(df["TRACT"].to_numpy().astype(object))
+    labs.append(df["TRACT"])
     if obg:
         ts_uid = _unit_ids(comps)[-1]
         cell = _codes(_membership(df, cfg))
         code = _codes(_group_within(ts_uid, cell, cfg.fanout_cutoff))
         comps.append(code)
-        labs.append(np.char.add("G", code.astype(str)).astype(object))
+        labs.append(np.char.add("G", code.astype(str)))
     else:
         comps.append(_codes(df["BG"]))
-        labs.append(df["BG"].to_numpy().astype(object))
+        labs.append(df["BG"])
     comps.append(_codes(df["BLK"]))
-    labs.append(df["BLK"].to_numpy().astype(object))
+    labs.append(df["BLK"])
     return comps, labs
 
 
