@@ -217,10 +217,15 @@ class Spine:
 # input normalisation
 # ----------------------------------------------------------------------------------------------------------
 
-def _col(df: pd.DataFrame, name: str, default: str) -> npt.NDArray[np.str_]:
+def _col(df: pd.DataFrame, name: str, default: str) -> pd.Series | npt.NDArray[np.str_]:
+    """A block column as text (the default where the table has no such column; a missing value reads "nan"),
+    by position: the column's own text array when it has no missing value (no copy per block)."""
     if name not in df.columns:
         return np.full(len(df), default, dtype=object).astype(str)
-    return df[name].astype(str).to_numpy().astype(str)
+    text = df[name].astype(str)
+    if not bool(text.isna().any()):
+        return pd.Series(text.array)
+    return text.to_numpy().astype(str)
 
 
 def normalise_blocks(blocks: pd.DataFrame, source: str = "<blocks>") -> pd.DataFrame:
@@ -243,19 +248,20 @@ def normalise_blocks(blocks: pd.DataFrame, source: str = "<blocks>") -> pd.DataF
     if bad.size:
         raise InputError(f"block GEOID {geoid[bad[0]]!r} is not 15 digits", file=source, row=int(bad[0]) + 2,
                          column="GEOID")
-    s = pd.Series(geoid)
+    s = pd.Series(geoid)  # one text column, sliced below (15 digits each: checked above)
+    del geoid
     dup = np.flatnonzero(s.duplicated().to_numpy())
     if dup.size:
-        raise InputError(f"duplicate block GEOID {geoid[dup[0]]!r}: one row per block (a person or unit "
+        raise InputError(f"duplicate block GEOID {s.iloc[dup[0]]!r}: one row per block (a person or unit "
                          "table cannot be a spine input)", file=source, row=int(dup[0]) + 2, column="GEOID")
     out = pd.DataFrame({
         "ROW": np.arange(len(blocks), dtype=np.int64),
-        "GEOID": geoid,
-        "ST": np.char.ljust(geoid, 2).astype("U2"),
-        "CTY": pd.Series(geoid).str[2:5],
-        "TRACT": pd.Series(geoid).str[5:11],
-        "BG": pd.Series(geoid).str[11:12],
-        "BLK": pd.Series(geoid).str[11:15],
+        "GEOID": s,
+        "ST": s.str[:2],
+        "CTY": s.str[2:5],
+        "TRACT": s.str[5:11],
+        "BG": s.str[11:12],
+        "BLK": s.str[11:15],
         "AIANNHCE": _col(blocks, "AIANNHCE", "9999"),
         "PLACEFP": _col(blocks, "PLACEFP", "99999"),
         "COUSUBFP": _col(blocks, "COUSUBFP", "99999"),
