@@ -299,26 +299,34 @@ def _in_aian(codes: pd.Series, ranges: Sequence[tuple[int, int]]) -> npt.NDArray
     return m
 
 
+def _tagged(df: pd.DataFrame, ok: npt.NDArray[np.bool_], tag: str, columns: Sequence[str], outside: str
+            ) -> pd.Series:
+    """``tag`` + the columns' text joined where ``ok``, else ``outside`` (Arrow kernels, no Python string
+    per block)."""
+    joined = pc.binary_join_element_wise(tag, *(pa.array(df[c], type=pa.string()) for c in columns), "")
+    text = pc.if_else(pa.array(ok), joined, outside)
+    return pd.Series(pd.array(text, dtype=df["ST"].dtype), index=df.index)
+
+
 def ose_codes(df: pd.DataFrame, category: Category, aian_ranges: Sequence[tuple[int, int]]) -> pd.Series:
     """Per-block OSE code of one category; every block is in exactly one OSE of each category ('outside' is
     itself an OSE, as in the paper). MCD/place follow [EXT] I1: MCD iff strong-MCD state and outside AIAN."""
     in_aian = _in_aian(_aian(df), aian_ranges)
     if category == "AIAN":
-        return pd.Series(np.where(in_aian, "A" + df["AIANNHCE"].to_numpy(), "A-out"), index=df.index)
+        return _tagged(df, in_aian, "A", ["AIANNHCE"], "A-out")
     if category == "GQ":
         return "G" + df["GQ_TYPES"]
     strong = df["ST"].isin(STRONG_MCD_STATES).to_numpy()
     mcd_case = strong & ~in_aian
     if category == "MCD":
         ok = mcd_case & (df["COUSUBFP"] != "99999").to_numpy()
-        return pd.Series(np.where(ok, "M" + (df["ST"] + df["CTY"] + df["COUSUBFP"]).to_numpy(), "M-out"),
-                         index=df.index)
+        return _tagged(df, ok, "M", ["ST", "CTY", "COUSUBFP"], "M-out")
     if category == "PLACE":
         ok = ~mcd_case & (df["PLACEFP"] != "99999").to_numpy()
-        return pd.Series(np.where(ok, "P" + (df["ST"] + df["PLACEFP"]).to_numpy(), "P-out"), index=df.index)
+        return _tagged(df, ok, "P", ["ST", "PLACEFP"], "P-out")
     if category == "SD":
         ok = (df["SDUNI"] != "99999").to_numpy()
-        return pd.Series(np.where(ok, "S" + (df["ST"] + df["SDUNI"]).to_numpy(), "S-out"), index=df.index)
+        return _tagged(df, ok, "S", ["ST", "SDUNI"], "S-out")
     if category == "CBG":
         return "C" + df["ST"] + df["CTY"] + df["TRACT"] + df["BG"]
     raise InputError(f"unknown OSE category {category!r}")
