@@ -1,0 +1,114 @@
+"""TopDown's public spine at national size (issue #20 item 2): CPU and peak RSS of reading GRF-C and building the
+optimised spine, before and after a change, side by side.
+
+    .venv/bin/python benchmarks/topdown_spine.py [--persons 331.4e6] [--before-tree DIR] [--out FILE]
+
+The public block geography of the 50 states and DC (the synthetic census's GRF-C, no persons: ≈ 8.1 M blocks at
+331.4 M persons) is written once; then, per code tree, a fresh process reads it as ``public_inputs`` does and
+builds the spine of the demo's TopDown config (``TopDown.spine``: AIAN spine, optimised block groups, OSED,
+Pareto move), then lists the measurement segments and post-processing parts. Every TopDown process of a release
+(validation, preprocess, measure, post-processing workers, release) builds this spine, so its peak is a floor
+under every one of them. ``DIR`` holds the code before the change (``git archive d0a62d6 | tar -x -C DIR``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_geography(path: Path, persons: int, seed: int = 2020) -> int:
+    """The GRF-C of every state at ``persons`` (apportioned as the synthetic census does); its block count."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    from dasflow.synth.dataset import apportion
+    from dasflow.synth.geography import build_state_geography
+    from dasflow.synth.reference import states
+    from dasflow.synth.writers import grfc_columns
+
+    nation = [s for s in sorted(states()) if s != "72"]
+    per = apportion(persons, nation)
+    table = pa.concat_tables([pa.table(grfc_columns(build_state_geography(s, per[s], seed))) for s in nation])
+    pacsv.write_csv(table, path, pacsv.WriteOptions(delimiter="|", quoting_style="none"))
+    return int(table.num_rows)
+
+
+def child(path: str) -> None:
+    """In a fresh process (the tree under test first on ``sys.path``): read, build, plan; one JSON line."""
+    import io
+    import resource
+    import time
+    from importlib import resources
+
+    import pandas as pd
+
+    from dasflow.products.topdown.partitioned import PartitionedTopDown
+    from dasflow.products.topdown.plugin import parse_topdown_config
+    from dasflow.products.topdown.product import TopDown
+    from dasflow.products.topdown.spine import GEOGRAPHY_COLUMNS
+
+    def peak() -> int:
+        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+    text = resources.files("dasflow.demo_data").joinpath("topdown-config.json").read_text()
+    cfg = parse_topdown_config(json.loads(text))
+    out: dict[str, Any] = {"start_mb": peak()}
+    t = time.process_time()
+    grfc = pd.read_csv(io.BytesIO(Path(path).read_bytes()), sep="|", dtype=str)
+    blocks = grfc[[c for c in grfc.columns if c in GEOGRAPHY_COLUMNS]]
+    del grfc
+    out.update(read_cpu_s=round(time.process_time() - t, 1), read_peak_mb=peak())
+    product = TopDown(cfg)
+    t = time.process_time()
+    sp = product.spine({"blocks": blocks})
+    out.update(spine_cpu_s=round(time.process_time() - t, 1), spine_peak_mb=peak(),
+               units=[sp.n_units(level) for level in range(sp.n_levels)])
+    t = time.process_time()
+    steps = PartitionedTopDown(product).post_steps({"blocks": blocks, "spine": sp})
+    out.update(plan_cpu_s=round(time.process_time() - t, 1), segments=len(product.segmentation(sp).ids),
+               post_parts=max(len(s.parts) for s in steps), peak_mb=peak())
+    print(json.dumps(out))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--persons", type=float, default=331.4e6)
+    ap.add_argument("--before-tree", default=None)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        sys.path.insert(0, os.environ["DASFLOW_TREE"])
+        child(args.child)
+        return
+    sys.path.insert(0, str(REPO))
+    trees = {"after": str(REPO)}
+    if args.before_tree:
+        trees = {"before": str(Path(args.before_tree).resolve()), **trees}
+    row: dict[str, Any] = {"persons": int(args.persons)}
+    with tempfile.TemporaryDirectory(prefix="td-spine-") as tmp:
+        path = Path(tmp) / "GRF-C.txt"
+        row["blocks"] = write_geography(path, int(args.persons))
+        for mode, tree in trees.items():
+            env = {**os.environ, "DASFLOW_TREE": tree, "PYTHONPATH": tree}
+            done = subprocess.run([sys.executable, __file__, "--child", str(path)], capture_output=True, text=True,
+                                  env=env)
+            if done.returncode:
+                raise SystemExit(f"{mode}: {done.stderr[-2000:]}")
+            row[mode] = json.loads(done.stdout.splitlines()[-1])
+            print(mode, json.dumps(row[mode]), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps({"benchmark": "topdown_spine", **row}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
