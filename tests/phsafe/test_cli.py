@@ -145,7 +145,17 @@ def test_r16_output_validator_catches_tampering(data: Path, tmp_path: Path) -> N
     with pytest.raises(DasflowError):
         validate_output(out, cfg)
     p.write_text(original)
-    (out / "PH8_num.csv").unlink()
+    ph8 = out / "PH8_num.csv"  # its owner cell (2) sums two PH7 cells: twice the level's variance, not once
+    ph8_original = ph8.read_text()
+    frame = pd.read_csv(ph8, sep="|", dtype=str, keep_default_na=False)
+    for cell, factor in (("2", 0.5), ("3", 2.0)):
+        row = int(frame.index[frame["PH8_NUM_DATA_CELL"] == cell][0]) + 2
+        _edit(ph8, row, "VARIANCE", repr(float(frame["VARIANCE"].iloc[row - 2]) * factor))
+        with pytest.raises(DasflowError, match=f"row {row}, column VARIANCE"):
+            validate_output(out, cfg)
+        ph8.write_text(ph8_original)
+    validate_output(out, cfg)
+    ph8.unlink()
     with pytest.raises(DasflowError, match="missing"):
         validate_output(out, cfg)
 

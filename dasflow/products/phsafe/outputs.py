@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from dasflow.errors import DasflowError
@@ -99,11 +100,11 @@ def expected_variances(config: PHSafeConfig) -> dict[str, dict[tuple[str, str], 
     return out
 
 
-def _derived_variance(table: str, cell: int, base: float) -> float:
-    """PH8_num owner sums two PH7 cells, so its variance is twice the level's."""
-    if table == "PH8_num" and cell == 2:
-        return base + base
-    return base
+def _derived_variance(table: str, cell: npt.NDArray[np.int64], base: npt.NDArray[np.float64]
+                      ) -> npt.NDArray[np.float64]:
+    """Per row: PH8_num owner (cell 2) sums two PH7 cells, so its variance is twice the level's."""
+    out: npt.NDArray[np.float64] = np.where((table == "PH8_num") & (cell == 2), base + base, base)
+    return out
 
 
 def validate_output(output_path: str | Path, config: PHSafeConfig) -> None:
@@ -170,13 +171,21 @@ def validate_output(output_path: str | Path, config: PHSafeConfig) -> None:
         if not ok_count.all():
             i = int(np.flatnonzero(~ok_count.to_numpy())[0])
             raise DasflowError(f"{path}: row {i + 2}, column COUNT: not an integer: {df['COUNT'].iloc[i]!r}")
+        # the planned variance of each row's (region type, iteration level), looked up per distinct pair
         vmap = variances[table]
-        it_level = df["ITERATION_CODE"].map(_iteration_level) if has_iteration(table) else "*"
-        base = [vmap[(rt, il)] for rt, il in zip(df["REGION_TYPE"],
-                                                 it_level if not isinstance(it_level, str)
-                                                 else [it_level] * len(df), strict=True)]
-        expect = np.array([_derived_variance(table, int(c), b)
-                           for c, b in zip(df[cell_col], base, strict=True)])
+        if has_iteration(table):
+            codes = df["ITERATION_CODE"]
+            it_level = codes.map({c: _iteration_level(c) for c in pd.unique(codes)})
+        else:
+            it_level = pd.Series("*", index=df.index)
+        planned = pd.MultiIndex.from_tuples(list(vmap), names=["REGION_TYPE", "LEVEL"])
+        at = planned.get_indexer(pd.MultiIndex.from_arrays([df["REGION_TYPE"], it_level]))
+        if (at < 0).any():
+            i = int(np.flatnonzero(at < 0)[0])
+            raise DasflowError(f"{path}: row {i + 2}, column REGION_TYPE: no planned variance for "
+                               f"{df['REGION_TYPE'].iloc[i]!r}")
+        base = np.array(list(vmap.values()), dtype=np.float64)[at]
+        expect = _derived_variance(table, pd.to_numeric(df[cell_col]).to_numpy(np.int64), base)
         got_v = df["VARIANCE"].astype(float).to_numpy()
         bad_v = got_v != expect
         if bad_v.any():
