@@ -484,10 +484,11 @@ def _dhc_components(df: pd.DataFrame, cfg: SpineConfig, comps: list[IntArray], l
 
 def _membership(df: pd.DataFrame, cfg: SpineConfig) -> pd.Series:
     """The OSE membership vector of every block (one code per category), as one string key."""
-    key = pd.Series([""] * len(df), index=df.index)
-    for cat in cfg.ose_categories:
-        key = key + "/" + ose_codes(df, cat, cfg.aian_ranges)
-    return key
+    codes = [pa.array(ose_codes(df, cat, cfg.aian_ranges), type=pa.string()) for cat in cfg.ose_categories]
+    if not codes:
+        return pd.Series([""] * len(df), index=df.index)
+    key = pc.binary_join_element_wise("", *codes, "/")  # "/code1/code2/…", one Arrow kernel
+    return pd.Series(pd.array(key, dtype=df["ST"].dtype), index=df.index)
 
 
 # ----------------------------------------------------------------------------------------------------------
