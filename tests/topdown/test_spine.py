@@ -347,3 +347,15 @@ def test_s24_diagnostics_and_cache(geo: pd.DataFrame, tmp_path) -> None:  # type
     fresh = build_spine(geo, cfg)
     assert [g.tolist() for g in fresh.gamma_num] == [g.tolist() for g in sp.gamma_num]
     assert sp.geounit_table()["GAMMA"].map(Fraction).ge(0).all()
+
+
+def test_a_process_builds_the_same_geography_once(geo: pd.DataFrame) -> None:
+    """Every TopDown stage reads the public geography again: equal blocks and settings give the spine built
+    before (by content, not by object); other blocks or settings build anew."""
+    cfg = preset("pl94_persons", BETA6, 2)
+    first = build_spine(geo.copy(deep=True), cfg)
+    assert build_spine(geo.copy(deep=True), cfg) is first
+    fewer = build_spine(geo.iloc[:-1].copy(), cfg)
+    assert fewer is not first and fewer.block_geoid.size == first.block_geoid.size - 1
+    other = build_spine(geo.copy(deep=True), preset("pl94_persons", BETA6, 3))
+    assert other is not first and other.input_hash != first.input_hash

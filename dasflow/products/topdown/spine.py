@@ -739,6 +739,29 @@ def build_spine(blocks: pd.DataFrame, cfg: SpineConfig, *, source: str = "<block
             cached: Spine = pickle.load(fh)
         check_privacy_invariant(cached)
         return cached
+    spine = _BUILT.get(key)  # the same public geography and settings, already built in this process
+    if spine is None:
+        spine = _build(blocks, cfg, key, source)
+        _BUILT.clear()  # one spine kept (≈ 0.3 GB per 1 M blocks): a process works on one release's geography
+        _BUILT[key] = spine
+    if cache_path is not None:
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache_path.parent, prefix=".spine-", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(spine, fh)
+        os.replace(tmp, cache_path)
+    return spine
+
+
+#: the last spine built in this process, by the SHA-256 of its block geography and settings (``_hash_inputs``):
+#: every TopDown stage of a release reads the public geography again, so a process running several of them
+#: (the flow process) builds the spine once (≈ 100 CPU-s at national size). Spines are not changed after
+#: ``build_spine`` returns, so sharing one is safe; the key covers every input it is a function of.
+_BUILT: dict[str, Spine] = {}
+
+
+def _build(blocks: pd.DataFrame, cfg: SpineConfig, key: str, source: str) -> Spine:
+    """``build_spine``'s computation (no cache)."""
     df = normalise_blocks(blocks, source)
     # the "before" spine: AIAN spine with standard block groups (and one tract per tract group); only its
     # OSEDs are kept (each intermediate is dropped once used: at national size every block-level array counts)
@@ -777,12 +800,6 @@ def build_spine(blocks: pd.DataFrame, cfg: SpineConfig, *, source: str = "<block
                               "OSED_BEFORE": _align(osed_before, names_before, oses.names),
                               "OSED_AFTER": osed_after}),
     }
-    if cache_path is not None:
-        cache_path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cache_path.parent, prefix=".spine-", suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump(spine, fh)
-        os.replace(tmp, cache_path)
     return spine
 
 
