@@ -150,18 +150,22 @@ def average_estimates(frames: Mapping[str, pd.DataFrame], spec: AverageDef, leve
     num = frames[spec.numerator]
     den = frames[spec.denominator]
     index = pd.MultiIndex.from_frame(den[list(KEYS)].drop_duplicates())
+    sums = [(*_sums(num, spec.numerator, num_cells, index, spec.name),
+             *_sums(den, spec.denominator, den_cells, index, spec.name), np.full(len(index), float(lower)))
+            for _, num_cells, den_cells, lower in spec.cells]
+    # one posterior call for every output cell (each cell's result is its own: element-wise, per-row sums)
+    zn, vn, zd, vd, lo = (np.concatenate(column) for column in zip(*sums, strict=True))
+    post = ratio_posterior(zn, vn, zd, vd, lo=lo, hi=KAPPA, d_min=1.0, level=level)
     parts = []
-    for cell, num_cells, den_cells, lower in spec.cells:
-        zn, vn = _sums(num, spec.numerator, num_cells, index, spec.name)
-        zd, vd = _sums(den, spec.denominator, den_cells, index, spec.name)
-        post = ratio_posterior(zn, vn, zd, vd, lo=lower, hi=KAPPA, d_min=1.0, level=level)
+    for i, (cell, *_) in enumerate(spec.cells):
+        rows = slice(i * len(index), (i + 1) * len(index))
         part = index.to_frame(index=False)
         part[cell_column(spec.name)] = cell
-        part["ESTIMATE"] = post.mean
-        part["LOWER_90"] = post.lower
-        part["UPPER_90"] = post.upper
-        part["NUMERATOR_ESTIMATE"] = post.numerator_mean
-        part["DENOMINATOR_ESTIMATE"] = post.denominator_mean
+        part["ESTIMATE"] = post.mean[rows]
+        part["LOWER_90"] = post.lower[rows]
+        part["UPPER_90"] = post.upper[rows]
+        part["NUMERATOR_ESTIMATE"] = post.numerator_mean[rows]
+        part["DENOMINATOR_ESTIMATE"] = post.denominator_mean[rows]
         part["_order"] = np.arange(len(part))
         parts.append(part)
     out = pd.concat(parts, ignore_index=True).sort_values(["_order", cell_column(spec.name)], kind="stable")
