@@ -73,7 +73,7 @@ def _read_release(root: Path) -> dict[str, pd.DataFrame]:
         if not p.is_file() or "/" not in rel:  # CERTIFICATE.md, ledger.csv, MANIFEST.json are not tables
             continue
         if p.suffix == ".parquet":
-            out[rel] = pd.read_parquet(p).astype(str)
+            out[rel] = pd.read_parquet(p)  # as text in ``validate_outputs``, missing values kept missing
         elif p.suffix in (".csv", ".txt"):
             out[rel] = pd.read_csv(p, sep="|", dtype=str, keep_default_na=False)
     return out
@@ -83,6 +83,14 @@ def _planned_variances(plan_record: Mapping[str, Any], product: str) -> set[floa
     vs = {float(Fraction(e["variance"])) if "/" in str(e["variance"]) else float(e["variance"])
           for e in plan_record.get("entries", []) if e["product"] == product}
     return vs | {a + b for a in vs for b in vs}
+
+
+def _as_text(frame: pd.DataFrame) -> pd.DataFrame:
+    """A release table's values as text for the expectations, a missing value (NaN/None in a frame, an empty
+    field in a file) kept missing, so that the not-null expectation sees it (``astype(str)`` alone would turn
+    NaN into the text "nan")."""
+    text = frame.astype(str)
+    return text.mask(frame.isna().to_numpy() | (text == "").to_numpy())
 
 
 def _file_checks(plugin: OutputPlugin | None, rel: str, frame: pd.DataFrame) -> list[gx.Check]:
@@ -140,7 +148,7 @@ def validate_outputs(release: str | Path | Mapping[str, pd.DataFrame], plan_reco
     error: InputError | None = None
     files: dict[str, int] = {}
     plugins = {rel.partition("/")[0]: _plugin(rel.partition("/")[0]) for rel in frames}
-    text = {rel: frame.astype(str) for rel, frame in frames.items()}
+    text = {rel: _as_text(frame) for rel, frame in frames.items()}
     suites = {rel: _file_checks(plugins[rel.partition("/")[0]], rel, frame) for rel, frame in text.items()}
     passed = _passing_groups(text, suites)
     for rel, frame in sorted(text.items()):
@@ -160,7 +168,11 @@ def validate_outputs(release: str | Path | Mapping[str, pd.DataFrame], plan_reco
         if error is None and not out.success:
             bad = next(r for r in out.rows if not r.success)
             row = None
-            if bad.column is not None and out.first_failure and out.first_failure[2]:
+            if bad.column is not None and bad.expectation in ("expect_column_values_to_not_be_null",
+                                                              "ExpectColumnValuesToNotBeNull"):
+                hit = np.flatnonzero(frame[bad.column].isna().to_numpy())
+                row = int(hit[0]) + 2 if hit.size else None
+            elif bad.column is not None and out.first_failure and out.first_failure[2]:
                 hit = np.flatnonzero(frame[bad.column].to_numpy() == str(out.first_failure[2][0]))
                 row = int(hit[0]) + 2 if hit.size else None
             error = InputError(f"{bad.expectation} failed ({bad.detail})", file=rel, row=row or 1,

@@ -146,6 +146,26 @@ def test_output_suites_reject_confidential_columns_counts_and_variance() -> None
     assert r.error is not None and r.error.column == "VARIANCE" and "not a planned variance" in str(r.error)
 
 
+def test_a_missing_value_in_a_release_table_names_its_row_and_column(tmp_path: Path) -> None:
+    """NaN in a table written from memory, or an empty field in a release file, fails the not-null expectation
+    (as text, NaN would read "nan" and pass)."""
+    frames = _frames()
+    frames["groupsize/groupsize_state.csv"].loc[1, "STATE"] = np.nan
+    r = validate_outputs(frames, PLAN)
+    assert r.error is not None and (r.error.file, r.error.row, r.error.column) == \
+        ("groupsize/groupsize_state.csv", 3, "STATE"), r.error
+    root = tmp_path / "release"
+    for rel, frame in _frames().items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        frame.to_csv(root / rel, sep="|", index=False)
+    assert validate_outputs(root, PLAN).success
+    text = (root / "phsafe/PH2.csv").read_text().replace("|Gaussian|", "||")
+    (root / "phsafe/PH2.csv").write_text(text)
+    r = validate_outputs(root, PLAN)
+    assert r.error is not None and (r.error.file, r.error.row, r.error.column) == \
+        ("phsafe/PH2.csv", 2, "NOISE_DISTRIBUTION"), r.error
+
+
 def test_results_and_data_docs_are_stored(tmp_path: Path) -> None:
     store = LocalStore(tmp_path)
     r = ValidationResult("phsafe", False, {"rows": {"persons.csv": 3}}, error=InputError("bad", file="persons.csv",
