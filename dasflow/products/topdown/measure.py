@@ -157,13 +157,13 @@ def group_states(codes: Sequence[str], blocks: Sequence[int], max_blocks: int) -
     """Consecutive states (FIPS order) grouped while their blocks sum to at most ``max_blocks``; a state with
     more blocks is a group of its own. Returns the group ids (a lone state's FIPS code, else ``"first-last"``)
     and every state's group index."""
-    starts, of_state = _runs(blocks, max_blocks)
+    starts, of_state = consecutive_runs(blocks, max_blocks)
     ends = [*starts[1:], len(codes)]
     ids = [codes[s] if e - s == 1 else f"{codes[s]}-{codes[e - 1]}" for s, e in zip(starts, ends, strict=True)]
     return ids, of_state
 
 
-def _runs(sizes: Sequence[int], bound: int) -> tuple[list[int], IntArray]:
+def consecutive_runs(sizes: Sequence[int], bound: int) -> tuple[list[int], IntArray]:
     """Consecutive items grouped while their sizes sum to at most ``bound`` (a larger item alone): the first item
     of each group and every item's group index (one step per item: states or counties, public sizes only)."""
     if bound < 1:
@@ -183,8 +183,9 @@ def _runs(sizes: Sequence[int], bound: int) -> tuple[list[int], IntArray]:
 def state_segments(spine: Spine, max_blocks: int = SEGMENT_BLOCKS) -> StateSegments:
     """Each unit's state (the first two digits of its blocks' GEOIDs) at the state level and below, the states
     grouped into segments of at most ``max_blocks`` blocks (:func:`group_states`), and a state with more blocks
-    than that split into chunks of consecutive units of the level below it (:func:`_runs` over their blocks; a
-    state with one such unit stays whole); InputError if a unit there spans two states (public geography only)."""
+    than that split into chunks of consecutive units of the level below it (:func:`consecutive_runs` over their
+    blocks; a state with one such unit stays whole); InputError if a unit there spans two states (public
+    geography only)."""
     if "state" not in spine.levels:
         return StateSegments((), spine.n_levels, (None,) * spine.n_levels)
     top = spine.levels.index("state")
@@ -226,7 +227,7 @@ def state_segments(spine: Spine, max_blocks: int = SEGMENT_BLOCKS) -> StateSegme
             new_ids.append(seg)
             chunk_state.append(-1)
             continue
-        starts, of_chunk = _runs(sub_blocks[units].tolist(), max_blocks)
+        starts, of_chunk = consecutive_runs(sub_blocks[units].tolist(), max_blocks)
         of_state[s] = len(new_ids)
         sub_seg[units] = len(new_ids) + of_chunk
         new_ids.extend(f"{seg}.{c}" for c in range(len(starts)))

@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,7 @@ from dasflow.products.topdown.estimate import (
     estimate_root,
     root_total,
 )
+from dasflow.products.topdown.measure import consecutive_runs
 from dasflow.products.topdown.product import TopDown, group_answers_of, invariant_listing, measurement_key
 from dasflow.products.topdown.spine import Spine
 
@@ -105,16 +106,20 @@ class _Layout:
     key: list[IntArray]
     own: list[IntArray]
     split: bool
+    _parent_part: dict[int, IntArray] = field(default_factory=dict, compare=False, repr=False)
 
     @functools.cached_property
     def index(self) -> dict[str, int]:
         return {n: i for i, n in enumerate(self.names)}
 
     def parent_part(self, level: int) -> IntArray:
-        """Per part of ``level`` (> a + 1), the part of ``level - 1`` holding its parents' families (−1: none)."""
-        out = np.full(len(self.names), -1, dtype=np.int64)
-        out[self.key[level - 1]] = self.own[level - 1]
-        return out
+        """Per part of ``level`` (> a + 1), the part of ``level - 1`` holding its parents' families (−1: none);
+        computed once per level (every part of the level asks)."""
+        if level not in self._parent_part:
+            out = np.full(len(self.names), -1, dtype=np.int64)
+            out[self.key[level - 1]] = self.own[level - 1]
+            self._parent_part[level] = out
+        return self._parent_part[level]
 
 
 def parts_layout(sp: Spine, bound: int) -> _Layout:
@@ -129,14 +134,7 @@ def parts_layout(sp: Spine, bound: int) -> _Layout:
         for s in np.flatnonzero(blocks > bound).tolist():
             children = np.flatnonzero(sp.parent[c] == s)
             if children.size >= 2:
-                of = np.zeros(children.size, dtype=np.int64)
-                held = 0
-                for i, b in enumerate(child_blocks[children].tolist()):
-                    if i and held + b > bound:
-                        of[i], held = of[i - 1] + 1, 0
-                    elif i:
-                        of[i] = of[i - 1]
-                    held += b
+                of = consecutive_runs(child_blocks[children].tolist(), bound)[1]
                 if of[-1] > 0:
                     chunks[s] = (children, of)
     names: list[str] = []
