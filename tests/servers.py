@@ -9,10 +9,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 KEY, SECRET = "dasflowtest", "dasflowtestsecret"
 
@@ -30,10 +32,33 @@ def s3_client(endpoint: str):  # type: ignore[no-untyped-def]
                         region_name="us-east-1")
 
 
+_PUT_LOCK = threading.Lock()
+
+
+def atomic_conditional_puts() -> None:
+    """Make moto's single-object PUT atomic, as S3's is. moto 5.2.5 checks ``If-None-Match: *`` and then writes
+    without a lock, so two racing create-only PUTs on its threaded server can both succeed (seen in CI: 6 slots
+    claimed under a cap of 5). S3 (and SeaweedFS) let exactly one conditional write win; the privacy account's
+    create-only slot chain relies on that, so the emulator must model it. Idempotent."""
+    from moto.s3.responses import S3Response
+
+    put = S3Response.put_object
+    if getattr(put, "_dasflow_atomic", False):
+        return
+
+    def locked(self: S3Response) -> Any:
+        with _PUT_LOCK:
+            return put(self)
+
+    locked._dasflow_atomic = True  # type: ignore[attr-defined]
+    S3Response.put_object = locked  # type: ignore[method-assign]
+
+
 @contextmanager
 def moto_server() -> Iterator[str]:
     from moto.server import ThreadedMotoServer
 
+    atomic_conditional_puts()
     srv = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     srv.start()
     host, port = srv.get_host_and_port()

@@ -202,7 +202,10 @@ def _append(store: ObjectStore, account: Account, build: Any) -> Slot:
         record = {**fields, "amount": str(amount), "seq": seq, "cumulative": str(cumulative),
                   "prev_sha256": chain[-1].sha256 if chain else "", "time": time.time()}
         data = _dumps(record)
-        if store.put_if_absent(_slot_key(account.name, seq), data):
+        # Read back: on a store whose create-only write is not atomic, a racing writer may have replaced the slot;
+        # then this process did not win it and tries again (``require_reserved`` re-checks before any noise).
+        key = _slot_key(account.name, seq)
+        if store.put_if_absent(key, data) and store.get(key) == data:
             return Slot(seq, record["kind"], record["release_id"], amount, cumulative, sha256_bytes(data), record)
     raise LedgerRefusal(f"account {account.name!r}: could not claim a slot after {MAX_ATTEMPTS} attempts")
 

@@ -158,3 +158,56 @@ def test_a_reservation_that_loses_the_race_for_a_slot_checks_the_cap_again(tmp_p
         reserve(store, "loser")
     assert len(calls) == 2  # the failed claim of slot 0 made it re-read the chain
     assert [s.release_id for s in real(store, "cef")] == ["winner"]
+
+
+def test_a_slot_overwritten_by_a_racing_writer_is_not_taken(tmp_path: Path) -> None:
+    """A store whose create-only write is not atomic: both writers are told they created slot 0, the second's
+    bytes replace the first's. The first reads its slot back, sees it lost, and claims slot 1 instead."""
+
+    class LossyCreate(LocalStore):
+        raced = False
+
+        def put_if_absent(self, key: str, data: bytes) -> bool:
+            if key.endswith("/slots/00000000.json") and not self.raced:
+                self.raced = True
+                rival = reserve(LocalStore(tmp_path), "rival")  # wins slot 0 while this write is in flight
+                assert rival.seq == 0
+                return True  # ...and this write is told it succeeded, as a racy server would
+            return super().put_if_absent(key, data)
+
+    account.open_account(LocalStore(tmp_path), "cef", "US", cap_rho=Fraction(3))
+    slot = reserve(LossyCreate(tmp_path), "late")
+    assert slot.seq == 1 and slot.cumulative == 2
+    assert [s.release_id for s in account.read_chain(LocalStore(tmp_path), "cef")] == ["rival", "late"]
+
+
+@pytest.mark.xdist_group("s3servers")
+def test_the_test_s3_server_lets_one_racing_create_only_put_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-process moto server models S3's atomic conditional PUT (``tests.servers.atomic_conditional_puts``):
+    with the write slowed down so that both requests pass moto's existence check first, exactly one wins."""
+    import threading
+    import time
+
+    from moto.s3.models import S3Backend
+
+    slow = S3Backend.put_object
+
+    def delayed(self: S3Backend, *args: object, **kwargs: object) -> object:
+        time.sleep(0.3)
+        return slow(self, *args, **kwargs)
+
+    monkeypatch.setattr(S3Backend, "put_object", delayed)
+    with moto_server() as endpoint:
+        bucket = f"dasflow-{uuid.uuid4().hex[:10]}"
+        make_bucket(endpoint, bucket)
+        results: list[bool] = []
+
+        def create(i: int) -> None:
+            results.append(S3Store(f"s3://{bucket}/x", client=s3_client(endpoint)).put_if_absent("k", b"%d" % i))
+
+        threads = [threading.Thread(target=create, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert sorted(results) == [False, False, False, True]
