@@ -17,15 +17,23 @@ Decisions where the paper is silent ([?] items, also in docs/topdown.md):
 - Alg 2 re-evaluates on a tract-level reduced tree (tract c-values do not depend on tract grouping); pairs are
   visited in (county, u, v) order; the sibling list is rebuilt after each accepted merge.
 - Alg 3 never bypasses the root.
+
+Storage: :func:`spine_bytes` writes a spine as one deterministic ``.npz`` object (int64 arrays, text as UTF-8
+bytes + int64 offsets, a JSON header; no pickle), :func:`spine_from_bytes` reads it back strictly (any
+malformed object is an :class:`~dasflow.errors.IntegrityError`) and re-checks the privacy invariant.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
+import json
+import logging
 import math
 import os
-import pickle
 import tempfile
+import zipfile
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -38,9 +46,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dasflow.errors import DasflowError, InputError
+from dasflow.errors import DasflowError, InputError, IntegrityError
 from dasflow.products.topdown.osed import OsedPairs, leaf_pairs, leximax_le, osed_root, osed_up
 from dasflow.products.topdown.strategy import check_shares, exact_share
+
+log = logging.getLogger(__name__)
 
 IntArray = npt.NDArray[np.int64]
 ObjArray = npt.NDArray[np.object_]
@@ -730,26 +740,51 @@ def build_spine(blocks: pd.DataFrame, cfg: SpineConfig, *, source: str = "<block
                 cache_dir: str | os.PathLike[str] | None = None) -> Spine:
     """Build the optimised spine: AIAN spine → OBGs → (Alg 2) → Alg 3 → S14 check → diagnostics (S24).
 
-    Deterministic; cached under ``cache_dir`` by a SHA-256 of (block geography, config).
+    Deterministic; cached under ``cache_dir`` as ``spine-{key}.npz`` (:func:`spine_bytes`), key = SHA-256 of
+    (block geography, config). A cache file that is unreadable, malformed, fails S14 or holds another key's spine
+    is not used: the spine is rebuilt and the file overwritten.
     """
     key = _hash_inputs(blocks, cfg)
-    cache_path = Path(cache_dir) / f"spine-{key}.pkl" if cache_dir is not None else None
-    if cache_path is not None and cache_path.exists():
-        with cache_path.open("rb") as fh:
-            cached: Spine = pickle.load(fh)
-        check_privacy_invariant(cached)
-        return cached
-    spine = _BUILT.get(key)  # the same public geography and settings, already built in this process
+    cache_path = Path(cache_dir) / f"spine-{key}.npz" if cache_dir is not None else None
+    spine = _BUILT.get(key)  # the same public geography and settings, already built (or read) in this process
+    write = False
+    if cache_path is not None:
+        if spine is None:
+            spine = _read_cached(cache_path, key)
+        write = spine is None or not cache_path.exists()
     if spine is None:
         spine = _build(blocks, cfg, key, source)
+    if _BUILT.get(key) is not spine:
         _BUILT.clear()  # one spine kept (≈ 0.3 GB per 1 M blocks): a process works on one release's geography
         _BUILT[key] = spine
-    if cache_path is not None:
+    if cache_path is not None and write:
+        data = spine_bytes(spine)
         cache_path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=cache_path.parent, prefix=".spine-", suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump(spine, fh)
-        os.replace(tmp, cache_path)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, cache_path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return spine
+
+
+def _read_cached(path: Path, key: str) -> Spine | None:
+    """The spine cached at ``path`` if it is there, well formed, passes S14 and was built for ``key``; else None."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        spine = spine_from_bytes(data, str(path))
+    except (IntegrityError, PrivacyInvariantError) as exc:
+        log.warning("spine cache not used, rebuilding: %s", exc)
+        return None
+    if spine.input_hash != key:
+        log.warning("spine cache not used, rebuilding: %s holds the spine of inputs %s", path, spine.input_hash)
+        return None
     return spine
 
 
@@ -806,3 +841,263 @@ def _build(blocks: pd.DataFrame, cfg: SpineConfig, key: str, source: str) -> Spi
 def _align(values: IntArray, names_from: ObjArray, names_to: ObjArray) -> IntArray:
     m = dict(zip(names_from.tolist(), values.tolist(), strict=True))
     return np.array([m.get(n, 0) for n in names_to.tolist()], dtype=np.int64)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# storage: one self-describing, deterministic object per spine (no pickle)
+# ----------------------------------------------------------------------------------------------------------
+
+#: the format tag in every stored spine's header; a reader refuses any other
+SPINE_FORMAT = "dasflow-topdown-spine-v1"
+_HEADER_KEYS = frozenset({"format", "levels", "denominator", "beta", "privacy_rule", "bypassed", "input_hash",
+                          "diagnostics", "osed"})
+#: pandas dtypes an ``osed`` column may have (text columns are stored as text, the rest as int64)
+_OSED_DTYPES = ("str", "object", "int64")
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed member timestamps: equal spines give equal bytes
+_LOAD_ERRORS = (ValueError, OSError, EOFError, KeyError, NotImplementedError, RuntimeError, zipfile.BadZipFile,
+                zlib.error)
+U8Array = npt.NDArray[np.uint8]
+
+
+def spine_bytes(spine: Spine) -> bytes:
+    """``spine`` as one uncompressed ``.npz`` object: every integer array as int64, every text array as UTF-8
+    bytes (uint8) + int64 offsets, and a JSON header (``header``: format tag, levels, β as fraction strings,
+    denominator, rule, bypass counts, input hash, diagnostics; the ``osed`` table as typed columns).
+
+    Deterministic (fixed zip timestamps, fixed member order); never pickles. Raises ``ValueError`` for a spine
+    the format cannot hold exactly (an integer array not int64, a missing label, diagnostics not JSON).
+    """
+    diag = dict(spine.diagnostics)
+    osed = diag.get("osed")
+    if "osed" in diag:
+        diag["osed"] = None  # keeps the key's place; the table is stored as arrays
+    header: dict[str, Any] = {
+        "format": SPINE_FORMAT, "levels": list(spine.levels), "denominator": int(spine.denominator),
+        "beta": [str(Fraction(b)) for b in spine.beta], "privacy_rule": spine.privacy_rule,
+        "bypassed": [int(b) for b in spine.bypassed], "input_hash": spine.input_hash, "diagnostics": diag,
+        "osed": None,
+    }
+    arrays: dict[str, npt.NDArray[Any]] = {}
+    for l in range(spine.n_levels):
+        arrays[f"parent_{l}"] = _int64(spine.parent[l], f"parent[{l}]")
+        arrays[f"gamma_num_{l}"] = _int64(spine.gamma_num[l], f"gamma_num[{l}]")
+        arrays[f"labels_{l}_data"], arrays[f"labels_{l}_offsets"] = _text_arrays(spine.labels[l], f"labels[{l}]")
+    arrays["block_geoid_data"], arrays["block_geoid_offsets"] = _text_arrays(spine.block_geoid, "block_geoid")
+    arrays["block_source_row"] = _int64(spine.block_source_row, "block_source_row")
+    if isinstance(osed, pd.DataFrame):
+        if not osed.index.equals(pd.RangeIndex(len(osed))):
+            raise ValueError("spine_bytes: the osed table must have a default index")
+        columns = []
+        for i, (name, col) in enumerate(osed.items()):
+            dtype = str(col.dtype)
+            if not isinstance(name, str) or dtype not in _OSED_DTYPES:
+                raise ValueError(f"spine_bytes: osed column {name!r} of dtype {dtype} cannot be stored")
+            if dtype == "int64":
+                arrays[f"osed_{i}"] = col.to_numpy(dtype=np.int64)
+            else:
+                arrays[f"osed_{i}_data"], arrays[f"osed_{i}_offsets"] = _text_arrays(col, f"osed {name}")
+            columns.append([name, dtype])
+        header["osed"] = {"rows": len(osed), "columns": columns}
+    elif osed is not None:
+        raise ValueError("spine_bytes: diagnostics['osed'] must be a DataFrame")
+    try:
+        text = json.dumps(header, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except TypeError as exc:
+        raise ValueError(f"spine_bytes: the header is not JSON: {exc}") from exc
+    if _diagnostics_from_json(json.loads(text)["diagnostics"]) != diag:
+        raise ValueError("spine_bytes: the diagnostics do not survive JSON exactly")
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name, arr in {"header": np.frombuffer(text.encode(), dtype=np.uint8), **arrays}.items():
+            with zf.open(zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_TIME), "w", force_zip64=True) as fh:
+                np.lib.format.write_array(fh, np.ascontiguousarray(arr), allow_pickle=False)
+    return out.getvalue()
+
+
+def spine_from_bytes(data: bytes, source: str) -> Spine:
+    """The spine :func:`spine_bytes` wrote, equal in every field. Reads with ``allow_pickle=False``, checks the
+    structure strictly (format tag, array set, dtypes, lengths, parent ranges, text offsets, UTF-8) and then the
+    privacy invariant. Raises :class:`IntegrityError` naming ``source`` for a malformed object and
+    :class:`PrivacyInvariantError` for a spine whose γ path sums are off."""
+    arrays = _read_npz(data, source)
+    header = _header(arrays, source)
+    levels: list[str] = header["levels"]
+    n = len(levels)
+    osed_spec = header["osed"]
+    want = {"header", "block_geoid_data", "block_geoid_offsets", "block_source_row"}
+    for l in range(n):
+        want |= {f"parent_{l}", f"gamma_num_{l}", f"labels_{l}_data", f"labels_{l}_offsets"}
+    if osed_spec is not None:
+        for i, (_, dtype) in enumerate(osed_spec["columns"]):
+            want |= {f"osed_{i}"} if dtype == "int64" else {f"osed_{i}_data", f"osed_{i}_offsets"}
+    if set(arrays) != want:
+        missing, extra = sorted(want - set(arrays)), sorted(set(arrays) - want)
+        raise IntegrityError(f"{source}: spine object has missing arrays {missing} / unexpected arrays {extra}")
+    parent = [_int_array(arrays, f"parent_{l}", source) for l in range(n)]
+    gamma = [_int_array(arrays, f"gamma_num_{l}", source) for l in range(n)]
+    if parent[0].tolist() != [-1]:
+        raise IntegrityError(f"{source}: level 0 ({levels[0]}) must be one root unit with parent -1")
+    for l in range(1, n):
+        p, above = parent[l], parent[l - 1].shape[0]
+        if p.size == 0 or p[0] != 0 or p[-1] != above - 1 or ((np.diff(p) < 0) | (np.diff(p) > 1)).any():
+            bad = p[(p < 0) | (p >= above)]
+            what = f"parent index {int(bad[0])} out of range [0, {above})" if bad.size else \
+                "parents not in order or a unit above without children"
+            raise IntegrityError(f"{source}: level {levels[l]}: {what}")
+    for l in range(n):
+        if gamma[l].shape != parent[l].shape:
+            raise IntegrityError(f"{source}: level {levels[l]}: {gamma[l].size} γ for {parent[l].size} units")
+    labels = [_text_from(arrays, f"labels_{l}", parent[l].size, source) for l in range(n)]
+    nb = parent[-1].size
+    block_geoid = _text_from(arrays, "block_geoid", nb, source)
+    block_source_row = _int_array(arrays, "block_source_row", source)
+    if block_source_row.size != nb:
+        raise IntegrityError(f"{source}: {block_source_row.size} block source rows for {nb} blocks")
+    diagnostics = _diagnostics_from_json(header["diagnostics"], source)
+    if osed_spec is not None:
+        cols: dict[str, Any] = {}
+        for i, (name, dtype) in enumerate(osed_spec["columns"]):
+            if dtype == "int64":
+                values: npt.NDArray[Any] = _int_array(arrays, f"osed_{i}", source)
+                if values.size != osed_spec["rows"]:
+                    raise IntegrityError(f"{source}: osed column {name!r} has {values.size} rows, not "
+                                         f"{osed_spec['rows']}")
+            else:
+                values = _text_from(arrays, f"osed_{i}", osed_spec["rows"], source)
+            cols[name] = pd.Series(values, dtype=dtype)
+        diagnostics["osed"] = pd.DataFrame(cols) if cols else pd.DataFrame(index=pd.RangeIndex(osed_spec["rows"]))
+    spine = Spine(levels=tuple(levels), parent=parent, gamma_num=gamma, denominator=header["denominator"],
+                  labels=labels, block_geoid=block_geoid, block_source_row=block_source_row,
+                  beta=tuple(Fraction(b) for b in header["beta"]), privacy_rule=header["privacy_rule"],
+                  bypassed=list(header["bypassed"]), diagnostics=diagnostics, input_hash=header["input_hash"])
+    check_privacy_invariant(spine)
+    return spine
+
+
+def _int64(arr: npt.NDArray[Any], what: str) -> IntArray:
+    if arr.dtype != np.int64 or arr.ndim != 1:
+        raise ValueError(f"spine_bytes: {what} is {arr.dtype} with {arr.ndim} dimensions, not a 1-D int64 array")
+    return arr
+
+
+def _text_arrays(values: npt.NDArray[Any] | pd.Series, what: str) -> tuple[U8Array, IntArray]:
+    """Strings as (concatenated UTF-8 bytes, int64 offsets: string i = bytes[off[i]:off[i+1]]), via Arrow."""
+    arr = pa.array(values, type=pa.large_string())
+    if arr.null_count:
+        raise ValueError(f"spine_bytes: {what} holds a missing value")
+    _, off_buf, data_buf = arr.buffers()
+    off = np.frombuffer(off_buf, dtype=np.int64)[arr.offset: arr.offset + len(arr) + 1]
+    data = np.frombuffer(data_buf, dtype=np.uint8)[int(off[0]): int(off[-1])]
+    return data, off - off[0]
+
+
+def _read_npz(data: bytes, source: str) -> dict[str, Any]:
+    """Every member of an npz object, read without pickle."""
+    try:
+        loaded = np.load(io.BytesIO(data), allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise IntegrityError(f"{source}: not a spine object (a single array, not an npz archive)")
+        with loaded as z:
+            if len(set(z.files)) != len(z.files):
+                raise IntegrityError(f"{source}: spine object repeats a member name")
+            return {name: z[name] for name in z.files}
+    except _LOAD_ERRORS as exc:
+        raise IntegrityError(f"{source}: not a readable spine object: {type(exc).__name__}: {exc}") from exc
+
+
+def _array(arrays: Mapping[str, Any], name: str, dtype: type[np.generic], source: str) -> npt.NDArray[Any]:
+    a = arrays.get(name)
+    if a is None:
+        raise IntegrityError(f"{source}: spine object has no array {name!r}")
+    if not isinstance(a, np.ndarray) or a.dtype != np.dtype(dtype) or a.ndim != 1:
+        got = f"{a.dtype} with shape {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+        raise IntegrityError(f"{source}: array {name!r} is {got}, not a 1-D {np.dtype(dtype)} array")
+    return a
+
+
+def _int_array(arrays: Mapping[str, Any], name: str, source: str) -> IntArray:
+    out: IntArray = _array(arrays, name, np.int64, source)
+    return out
+
+
+def _text_from(arrays: Mapping[str, Any], name: str, n: int, source: str) -> ObjArray:
+    """``n`` strings from ``{name}_data`` + ``{name}_offsets`` as an object array of str (offsets and UTF-8
+    checked)."""
+    data = _array(arrays, f"{name}_data", np.uint8, source)
+    off = _int_array(arrays, f"{name}_offsets", source)
+    if off.size != n + 1:
+        raise IntegrityError(f"{source}: {name}: {off.size - 1} strings for {n} units")
+    if off[0] != 0 or off[-1] != data.size or (np.diff(off) < 0).any():
+        raise IntegrityError(f"{source}: {name}: text offsets are not monotone within [0, {data.size}]")
+    text = pa.LargeStringArray.from_buffers(n, pa.py_buffer(off), pa.py_buffer(data))
+    try:
+        text.validate(full=True)
+    except pa.ArrowInvalid as exc:
+        raise IntegrityError(f"{source}: {name}: {exc}") from exc
+    return np.asarray(text.to_numpy(zero_copy_only=False), dtype=object)
+
+
+def _header(arrays: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The JSON header, its every field type-checked."""
+    raw = _array(arrays, "header", np.uint8, source)
+    try:
+        h: Any = json.loads(raw.tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise IntegrityError(f"{source}: spine header is not JSON: {exc}") from exc
+    fmt = h.get("format") if isinstance(h, dict) else None
+    if fmt != SPINE_FORMAT:
+        raise IntegrityError(f"{source}: not a {SPINE_FORMAT} object (format {fmt!r})")
+    if set(h) != _HEADER_KEYS:
+        raise IntegrityError(f"{source}: spine header fields {sorted(h)} are not {sorted(_HEADER_KEYS)}")
+
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    levels, beta, osed = h["levels"], h["beta"], h["osed"]
+    problems = [
+        (isinstance(levels, list) and len(levels) > 0 and all(isinstance(v, str) for v in levels), "levels"),
+        (is_int(h["denominator"]) and h["denominator"] > 0, "denominator"),
+        (isinstance(beta, list) and all(isinstance(b, str) and _is_fraction(b) for b in beta)
+         and len(beta) == len(levels), "beta"),
+        (h["privacy_rule"] in ("zcdp", "puredp"), "privacy_rule"),
+        (isinstance(h["bypassed"], list) and all(is_int(b) for b in h["bypassed"])
+         and len(h["bypassed"]) in (0, len(levels)), "bypassed"),
+        (isinstance(h["input_hash"], str), "input_hash"),
+        (isinstance(h["diagnostics"], dict), "diagnostics"),
+        (osed is None or (isinstance(osed, dict) and set(osed) == {"rows", "columns"} and is_int(osed["rows"])
+                          and osed["rows"] >= 0 and isinstance(osed["columns"], list)
+                          and all(isinstance(c, list) and len(c) == 2 and isinstance(c[0], str)
+                                  and c[1] in _OSED_DTYPES for c in osed["columns"])
+                          and len({c[0] for c in osed["columns"]}) == len(osed["columns"])
+                          and isinstance(h["diagnostics"], dict) and h["diagnostics"].get("osed", 0) is None),
+         "osed"),
+    ]
+    bad = [name for ok, name in problems if not ok]
+    if bad:
+        raise IntegrityError(f"{source}: malformed spine header field(s) {bad}")
+    out: dict[str, Any] = h
+    return out
+
+
+def _is_fraction(text: str) -> bool:
+    try:
+        return str(Fraction(text)) == text
+    except (ValueError, ZeroDivisionError):
+        return False
+
+
+def _diagnostics_from_json(diag: dict[str, Any], source: str = "spine_bytes") -> dict[str, Any]:
+    """The diagnostics as built: the per-level ``fanout_hist`` keys back to ints (JSON keys are text)."""
+    out = dict(diag)
+    levels = out.get("levels")
+    if isinstance(levels, list):
+        recs = []
+        for rec in levels:
+            if isinstance(rec, dict) and isinstance(rec.get("fanout_hist"), dict):
+                hist = rec["fanout_hist"]
+                if not all(k.isascii() and k.isdigit() and str(int(k)) == k for k in hist):
+                    raise IntegrityError(f"{source}: fanout_hist keys {sorted(hist)[:3]} are not integers")
+                rec = {**rec, "fanout_hist": {int(k): v for k, v in hist.items()}}
+            recs.append(rec)
+        out["levels"] = recs
+    return out
