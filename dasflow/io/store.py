@@ -34,7 +34,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dasflow.errors import DasflowError, InputError
+from dasflow.errors import DasflowError, InputError, IntegrityError
 
 #: threads of a local store's ``put_many`` (each mostly waits for its fsync)
 _PUT_THREADS = 8
@@ -711,6 +711,74 @@ class RestrictedStore(ObjectStore):
 
     def delete(self, key: str) -> None:
         self.inner.delete(self._ok(key))
+
+
+class FrozenStore(ObjectStore):
+    """A view that serves the objects under ``guarded`` prefixes only as frozen: each read is checked against the
+    SHA-256 recorded for its key (``frozen``), and a key under a guarded prefix that was not frozen, or whose bytes
+    changed, raises ``IntegrityError`` naming it. Guarded keys cannot be written or deleted through the view;
+    every other key passes through unchanged."""
+
+    def __init__(self, inner: ObjectStore, frozen: Mapping[str, str], guarded: Iterable[str]) -> None:
+        self.inner = inner
+        self.frozen = dict(frozen)
+        self.guarded = tuple(guarded)
+        self.uri = inner.uri
+
+    def _guarded(self, key: str) -> bool:
+        return any(key.startswith(p) for p in self.guarded)
+
+    def _writable(self, key: str) -> str:
+        if self._guarded(key):
+            raise ForbiddenKey(f"key {key!r} is a frozen input: it is never written after the plan is frozen")
+        return key
+
+    def get(self, key: str) -> bytes:
+        if not self._guarded(key):
+            return self.inner.get(key)
+        want = self.frozen.get(key)
+        if want is None:
+            raise IntegrityError(f"{self.uri}/{key}: not among the inputs frozen with the plan (added later)")
+        if not self.inner.exists(key):
+            raise IntegrityError(f"{self.uri}/{key}: frozen with the plan but no longer in the store (deleted)")
+        data = self.inner.get(key)
+        if sha256_bytes(data) != want:
+            raise IntegrityError(f"{self.uri}/{key}: changed since the plan froze it (its SHA-256 no longer matches)")
+        return data
+
+    def sha256(self, key: str) -> str:
+        if not self._guarded(key):
+            return self.inner.sha256(key)
+        return sha256_bytes(self.get(key))
+
+    def head(self, key: str, size: int) -> bytes:
+        return self.get(key)[:size] if self._guarded(key) else self.inner.head(key, size)
+
+    def reader(self, key: str) -> IO[bytes]:
+        return io.BytesIO(self.get(key)) if self._guarded(key) else self.inner.reader(key)
+
+    def exists(self, key: str) -> bool:
+        return self.inner.exists(key)
+
+    def list(self, prefix: str = "") -> list[str]:
+        return self.inner.list(prefix)
+
+    def put(self, key: str, data: bytes) -> str:
+        return self.inner.put(self._writable(key), data)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        return self.inner.put_if_absent(self._writable(key), data)
+
+    def put_many(self, items: Mapping[str, bytes]) -> dict[str, str]:
+        for key in items:
+            self._writable(key)
+        return self.inner.put_many(items)
+
+    def writer(self, key: str) -> ObjectWriter:
+        return self.inner.writer(self._writable(key))
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(self._writable(key))
 
 
 def open_store(uri: str | os.PathLike[str], *, endpoint_url: str | None = None) -> ObjectStore:

@@ -13,7 +13,7 @@ from typing import Any
 import dasflow
 from dasflow.config import ReleaseConfig, parse_release_config
 from dasflow.errors import InputError, IntegrityError
-from dasflow.io.store import ObjectStore, StoreError, open_store, sha256_bytes
+from dasflow.io.store import FrozenStore, ObjectStore, StoreError, open_store, sha256_bytes
 from dasflow.pipeline.inputs import InputLayout, input_layout, inputs_digest, object_hashes
 from dasflow.privacy.ledger import Cap, Ledger
 from dasflow.products.plugin import ProductPlugin
@@ -70,12 +70,55 @@ class RunContext:
 
     def post_public(self, name: str) -> Any:
         """The product's public inputs read through the post-processing view, once per context (the parts a
-        worker runs share them, and the product objects' caches keyed by them: TopDown's spine)."""
+        worker runs share them, and the product objects' caches keyed by them: TopDown's spine).
+
+        Once the plan is frozen, every public object is read as frozen (:meth:`public_store`) and the product's
+        stored derived objects are loaded (``ProductPlugin.load_derived``) instead of being rebuilt."""
         key = f"public:{name}"
         if key not in self._cache:
-            self._cache[key] = self.plugin(name).public_inputs(self.post_store(), self.config.inputs,
-                                                                  self.product_config(name))
+            plugin, cfg = self.plugin(name), self.product_config(name)
+            view = self.public_store(self.post_store())
+            public = plugin.public_inputs(view, self.config.inputs, cfg)
+            record = self.public_record()
+            prefix = self.derived_prefix(name)
+            derived = {k[len(prefix):]: view.get(k) for k in sorted((record or {}).get("derived", {}))
+                       if k.startswith(prefix)}
+            self._cache[key] = plugin.load_derived(public, derived, cfg) if derived else public
         return self._cache[key]
+
+    def derived_prefix(self, name: str) -> str:
+        """Where the plan stage stores a product's derived public objects (``ProductPlugin.derived_public``)."""
+        return f"{self.root}/derived/{name}/"
+
+    def public_digests(self) -> dict[str, str]:
+        """SHA-256 of every object under the release's public inputs, read through the post-processing view
+        (which cannot resolve a confidential key)."""
+        return object_hashes(self.post_store(), self.layout.public, require=False)
+
+    def public_record(self) -> dict[str, Any] | None:
+        """The public objects frozen with the plan: ``{"inputs": {key: sha256}, "derived": {key: sha256}}``;
+        ``None`` before the plan is frozen. A frozen plan without the record is refused (``IntegrityError``)."""
+        if "public_record" not in self._cache:
+            plan_key = f"{self.ledger.root}/plan.json"
+            if not self.store.exists(plan_key):
+                return None
+            record = self.ledger.plan_record().get("public")
+            if not isinstance(record, dict) or not isinstance(record.get("inputs"), dict) \
+                    or not isinstance(record.get("derived"), dict):
+                raise IntegrityError(f"{self.store.uri}/{plan_key}: records no public-input digests (frozen by an "
+                                     "older dasflow, or edited); start a new release id")
+            self._cache["public_record"] = record
+        found: dict[str, Any] | None = self._cache["public_record"]
+        return found
+
+    def public_store(self, base: ObjectStore) -> ObjectStore:
+        """``base`` seen with its public inputs and derived objects frozen: once the plan is frozen, a public
+        object that was added or changed since raises ``IntegrityError`` naming it when read."""
+        record = self.public_record()
+        if record is None:
+            return base
+        guarded = [*self.layout.public.values(), f"{self.root}/derived/"]
+        return FrozenStore(base, {**record["inputs"], **record["derived"]}, guarded)
 
     @property
     def layout(self) -> InputLayout:

@@ -99,15 +99,55 @@ def plan_stage(ctx: RunContext) -> PlanTotal:
     for p in ctx.config.products:
         if manifest_if_current(ctx, "validate", p.name, inputs) is None:
             raise InputError(f"{p.name}: inputs have not passed validation for this config; nothing frozen")
+    public = freeze_public(ctx)
     specs: list[MeasurementSpec] = []
     for p in ctx.config.products:
         specs.extend(product_specs(ctx, p.name))
+    public = store_derived(ctx, public)
     faults.point("stage:plan:before-freeze")
-    total = ctx.ledger.freeze_plan(specs, ctx.cap)
+    total = ctx.ledger.freeze_plan(specs, ctx.cap, public=public)
     account.reserve_for_release(ctx.store, ctx.config.account, release_id=ctx.release_id,  # before any noise
                                 universe=ctx.config.universe, config_sha256=ctx.config_sha256, specs=specs)
     verify_release(ctx, deep=False)  # a resume goes on only from an intact chain (NMFs are checked as loaded)
     return total
+
+
+def freeze_public(ctx: RunContext) -> dict[str, Any]:
+    """The public objects the plan is made from: the SHA-256 of every public input now, held in the context so
+    that the plan's own reads are checked against them (``RunContext.public_store``). On a resumed plan stage
+    they must equal the frozen ones (a changed public input raises ``IntegrityError`` naming it); the frozen
+    derived objects are then reused, not rebuilt."""
+    inputs = ctx.public_digests()
+    frozen = ctx.public_record()
+    if frozen is not None:
+        for key in sorted(set(inputs) | set(frozen["inputs"])):
+            if inputs.get(key) != frozen["inputs"].get(key):
+                what = "added" if key not in frozen["inputs"] else "removed" if key not in inputs else "changed"
+                raise IntegrityError(f"{ctx.store.uri}/{key}: public input {what} since the plan was frozen")
+        return frozen
+    record: dict[str, Any] = {"inputs": inputs, "derived": {}}
+    for key in [k for k in ctx._cache if k.startswith("public:")]:
+        del ctx._cache[key]  # read before these digests were taken: read again, checked against them
+    ctx._plans.clear()
+    ctx._cache["public_record"] = record
+    return record
+
+
+def store_derived(ctx: RunContext, public: dict[str, Any]) -> dict[str, Any]:
+    """Store each product's derived public objects (``ProductPlugin.derived_public``: TopDown's spine) under
+    ``runs/{id}/derived/{product}/`` and add their SHA-256 to the record frozen with the plan. Before the
+    freeze nothing trusts them, so a leftover of an interrupted plan stage is simply replaced."""
+    derived = dict(public["derived"])
+    for p in ctx.config.products:
+        prefix = ctx.derived_prefix(p.name)
+        if any(k.startswith(prefix) for k in derived):
+            continue  # frozen with the plan already (a resumed plan stage)
+        objects = ctx.plugin(p.name).derived_public(ctx.post_public(p.name), ctx.product_config(p.name))
+        for name, data in sorted(objects.items()):
+            derived[prefix + name] = ctx.store.put(prefix + name, data)
+    record = {"inputs": public["inputs"], "derived": derived}
+    ctx._cache["public_record"] = record
+    return record
 
 
 def validate_stage(ctx: RunContext, product: str) -> dict[str, Any]:
@@ -158,7 +198,7 @@ def preprocess_stage(ctx: RunContext, product: str) -> dict[str, Any]:
         raise InputError(f"{product}: inputs have not passed validation for this release; run validate first")
     plugin = ctx.plugin(product)
     cfg = ctx.product_config(product)
-    public = plugin.public_inputs(ctx.store, ctx.config.inputs, cfg)
+    public = ctx.post_public(product)  # read as frozen with the plan, with the stored derived objects
     parts = plugin.partitions(ctx.store, ctx.config.inputs, public, cfg)
     if parts is None:
         confidential = plugin.confidential_inputs(ctx.store, ctx.config.inputs, cfg)

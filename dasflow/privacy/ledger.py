@@ -167,8 +167,11 @@ class Ledger:
         self._traces: dict[str, str] | None = None
 
     # ----------------------------------------------------------------------------------------------- plan
-    def freeze_plan(self, specs: Sequence[MeasurementSpec], cap: Cap) -> PlanTotal:
+    def freeze_plan(self, specs: Sequence[MeasurementSpec], cap: Cap,
+                    public: Mapping[str, Any] | None = None) -> PlanTotal:
         """Check the plan against the cap and freeze it (create-only); on resume, verify it is unchanged.
+        ``public`` (the pipeline's): the SHA-256 of every public input and stored derived object the plan was
+        made from, frozen with it (later stages read them only as frozen: ``io.store.FrozenStore``).
 
         Raises ``LedgerRefusal`` for an over-cap plan, duplicate keys, or a plan that differs from the frozen one.
         """
@@ -181,6 +184,8 @@ class Ledger:
             "binding": {k: self.binding[k] for k in ("config_sha256", "rng_mode") if k in self.binding},
             "audit": relations.audit_record(list(specs)),  # per key: relation, whole-vector sensitivity, noise
         }
+        if public is not None:
+            record["public"] = dict(public)
         data = _dumps(record)
         key = f"{self.root}/plan.json"
         if not self.store.put_if_absent(key, data):

@@ -155,6 +155,16 @@ class ProductPlugin(ABC, Generic[C]):
     def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: C) -> dict[str, Any]:
         """Public inputs (geography, code lists): may be read by every stage, including post-processing."""
 
+    def derived_public(self, public: Mapping[str, Any], config: C) -> dict[str, bytes]:
+        """Objects derived from the public inputs alone that every later process should load instead of
+        rebuilding (TopDown: its spine). The plan stage stores them and freezes their SHA-256 with the plan;
+        :meth:`load_derived` gets them back verified. Must be deterministic and hold nothing confidential."""
+        return {}
+
+    def load_derived(self, public: Mapping[str, Any], derived: Mapping[str, bytes], config: C) -> dict[str, Any]:
+        """The public inputs with the stored derived objects (verified against the frozen plan) put to use."""
+        return dict(public)
+
     @abstractmethod
     def confidential_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: C) -> dict[str, Any]:
         """Confidential inputs: read only by validate, preprocess and measure."""
@@ -247,9 +257,10 @@ class ProductPlugin(ABC, Generic[C]):
         return {}
 
     def truth(self, store: ObjectStore, inputs: Mapping[str, str], config: C,
-              universe: str) -> dict[str, pd.DataFrame] | None:
+              universe: str, public: Mapping[str, Any] | None = None) -> dict[str, pd.DataFrame] | None:
         """The ground-truth twin of the release files (file -> key columns + COUNT), or None if the product has
-        none. Reads confidential inputs: called only for seeded test releases on synthetic data."""
+        none. Reads confidential inputs: called only for seeded test releases on synthetic data. ``public``: the
+        product's public inputs as the pipeline loaded them (frozen with the plan, derived objects included)."""
         return None
 
     def consistency(self, files: Mapping[str, pd.DataFrame], public: Mapping[str, Any],

@@ -515,8 +515,9 @@ class LazyTruth(Mapping[str, Mapping[str, pd.DataFrame]]):
         if product not in self._products:
             raise KeyError(product)
         ctx = self._ctx
-        frames = ctx.plugin(product).truth(ctx.store, ctx.config.inputs, ctx.product_config(product),
-                                           ctx.config.universe)
+        frames = ctx.plugin(product).truth(ctx.public_store(ctx.store), ctx.config.inputs,
+                                           ctx.product_config(product), ctx.config.universe,
+                                           public=ctx.post_public(product))
         return {} if frames is None else frames
 
     def __iter__(self) -> Iterator[str]:
@@ -538,8 +539,9 @@ def truth_frames(ctx: RunContext) -> dict[str, dict[str, pd.DataFrame]]:
                            "for it (its accuracy report shows expected MOEs only)")
     out: dict[str, dict[str, pd.DataFrame]] = {}
     for p in ctx.config.products:
-        frames = ctx.plugin(p.name).truth(ctx.store, ctx.config.inputs, ctx.product_config(p.name),
-                                          ctx.config.universe)
+        frames = ctx.plugin(p.name).truth(ctx.public_store(ctx.store), ctx.config.inputs,
+                                          ctx.product_config(p.name), ctx.config.universe,
+                                          public=ctx.post_public(p.name))
         if frames is not None:
             out[p.name] = frames
     return out

@@ -184,7 +184,7 @@ class GroupSizePlugin(ProductPlugin[GroupSizeConfig]):
                 "MAF; held invariant by the product)"]
 
     def truth(self, store: ObjectStore, inputs: Mapping[str, str], config: GroupSizeConfig,
-              universe: str) -> dict[str, pd.DataFrame]:
+              universe: str, public: Mapping[str, Any] | None = None) -> dict[str, pd.DataFrame]:
         """Group sizes by exact tabulation: households per (geography, size) in the release layout."""
         public = self.public_inputs(store, inputs, config)
         households = self.confidential_inputs(store, inputs, config)["households"]

@@ -89,7 +89,7 @@ class MatrixPlugin(ProductPlugin[MatrixConfig]):
         return f"{table}.csv"
 
     def truth(self, store: ObjectStore, inputs: Mapping[str, str], config: MatrixConfig,
-              universe: str) -> dict[str, pd.DataFrame]:
+              universe: str, public: Mapping[str, Any] | None = None) -> dict[str, pd.DataFrame]:
         """The workload tables of the true histogram (the product's own tabulation): attribute codes + COUNT per
         cell, in the release layout (``{level}_{table}``)."""
         conf = self.confidential_inputs(store, inputs, config)

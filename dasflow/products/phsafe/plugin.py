@@ -161,7 +161,7 @@ class PHSafePlugin(ProductPlugin[PHSafeConfig]):
                 for name, frame in sorted(phsafe_estimates(frames).items())}
 
     def truth(self, store: ObjectStore, inputs: Mapping[str, str], config: PHSafeConfig,
-              universe: str) -> dict[str, pd.DataFrame]:
+              universe: str, public: Mapping[str, Any] | None = None) -> dict[str, pd.DataFrame]:
         """PHSafe's non-private twin (no noise, no truncation: phsafe.md §3 implementation notes)."""
         public = self.public_inputs(store, inputs, config)
         conf = self.confidential_inputs(store, inputs, config)

@@ -229,7 +229,7 @@ class SafeTabPPlugin(ProductPlugin[SafeTabPConfig]):
         return ["safetab-p: none (every count is noisy; no totals are held invariant)"]
 
     def truth(self, store: ObjectStore, inputs: Mapping[str, str], config: SafeTabPConfig,
-              universe: str) -> dict[str, pd.DataFrame]:
+              universe: str, public: Mapping[str, Any] | None = None) -> dict[str, pd.DataFrame]:
         """SafeTab-P's ground-truth twin: every tabulated level at infinite budget (no noise, same adaptivity)."""
         cfg = ground_truth_config(config)
         public = self.public_inputs(store, inputs, cfg)

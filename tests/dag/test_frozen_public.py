@@ -1,0 +1,146 @@
+"""Public inputs and the stored TopDown spine are frozen with the plan.
+
+The plan stage records the SHA-256 of every public input and stores each product's derived public objects
+(TopDown's spine) with their SHA-256 in ``plan.json``. Every later stage, in any process, reads them only as
+frozen (``io.store.FrozenStore``): a changed, added or removed public file and an edited stored spine are refused
+with ``IntegrityError`` naming the object, and no later process builds the spine again.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dasflow.config import parse_release_config
+from dasflow.errors import IntegrityError
+from dasflow.io.store import ForbiddenKey, FrozenStore, LocalStore, sha256_bytes
+from dasflow.pipeline import stages
+from dasflow.pipeline.run import freeze_config, open_run
+from dasflow.products.topdown import spine as spine_module
+from dasflow.release.stage import release_stage
+from tests.dag.helpers import release_files, topdown_release
+
+RID = "frozen"
+SPINE_KEY = f"runs/{RID}/derived/topdown/spine.npz"
+GRFC_KEY = "public/topdown/GRF-C.txt"
+
+
+@pytest.fixture(scope="module")
+def planned_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A TopDown release validated and planned (nothing measured), shared read-only by the tests."""
+    tmp = tmp_path_factory.mktemp("frozen")
+    ctx = freeze_config(parse_release_config(topdown_release(tmp, RID)), LocalStore(tmp / "store"))
+    for p in ctx.config.products:
+        stages.validate_stage(ctx, p.name)
+    stages.plan_stage(ctx)
+    return tmp / "store"
+
+
+def _copy(src: Path, tmp: Path) -> Path:
+    dst = tmp / "store"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _no_rebuild(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Building a spine in this process fails: every stage must load the stored one."""
+    monkeypatch.setattr(spine_module, "_BUILT", {})
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the spine was built again instead of loaded from the store")
+
+    monkeypatch.setattr(spine_module, "_build", refuse)
+
+
+def test_the_plan_freezes_every_public_input_and_the_stored_spine(planned_store: Path) -> None:
+    store = LocalStore(planned_store)
+    plan = json.loads(store.get(f"runs/{RID}/ledger/plan.json"))
+    public = plan["public"]
+    assert set(public["inputs"]) == {f"public/topdown/{n}" for n in ("GRF-C.txt", "block_facts.csv",
+                                                                      "invariants.json")}
+    assert all(public["inputs"][k] == store.sha256(k) for k in public["inputs"])
+    assert public["derived"] == {SPINE_KEY: store.sha256(SPINE_KEY)}
+    assert not any("confidential" in k for k in public["inputs"])
+
+
+def test_later_processes_load_the_stored_spine_and_release_the_same_bytes(planned_store: Path, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each stage in a fresh context with spine building disabled gives the release a single process gives
+    (where the plan stage's own spine is reused)."""
+    one = _copy(planned_store, tmp_path / "one")
+    ctx = open_run(RID, str(one))
+    for stage in (stages.preprocess_stage, stages.measure_stage, stages.postprocess_stage):
+        stage(ctx, "topdown")
+    release_stage(ctx)
+    many = _copy(planned_store, tmp_path / "many")
+    _no_rebuild(monkeypatch)
+    for stage in (stages.preprocess_stage, stages.measure_stage, stages.postprocess_stage):
+        stage(open_run(RID, str(many)), "topdown")
+    release_stage(open_run(RID, str(many)))
+    stages.plan_stage(open_run(RID, str(many)))  # a resumed plan stage reuses the frozen spine too
+    assert release_files(one, RID) == release_files(many, RID)
+    cert = release_files(many, RID)["CERTIFICATE.md"].decode()
+    assert sha256_bytes((many / GRFC_KEY).read_bytes()) in cert  # the certificate lists the frozen digests
+
+
+@pytest.mark.parametrize("edit", ["changed", "added", "removed"])
+def test_a_public_input_edited_after_the_freeze_is_refused(planned_store: Path, tmp_path: Path, edit: str) -> None:
+    store_dir = _copy(planned_store, tmp_path)
+    if edit == "changed":  # one block moved to another tract: same size, same columns
+        text = (store_dir / GRFC_KEY).read_text().splitlines(keepends=True)
+        text[1] = text[1].replace("|", "|9", 1)
+        (store_dir / GRFC_KEY).write_text("".join(text))
+        with pytest.raises(IntegrityError, match=r"GRF-C\.txt: changed since the plan froze it"):
+            stages.preprocess_stage(open_run(RID, str(store_dir)), "topdown")
+    elif edit == "added":
+        (store_dir / "public/topdown/extra.csv").write_text("a\n1\n")
+    else:
+        (store_dir / "public/topdown/block_facts.csv").unlink()
+    with pytest.raises(IntegrityError, match=f"public input {edit} since the plan was frozen"):
+        stages.plan_stage(open_run(RID, str(store_dir)))
+
+
+def test_an_edited_stored_spine_is_refused(planned_store: Path, tmp_path: Path) -> None:
+    store_dir = _copy(planned_store, tmp_path)
+    data = bytearray((store_dir / SPINE_KEY).read_bytes())
+    data[len(data) // 2] ^= 1
+    (store_dir / SPINE_KEY).write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match=r"spine\.npz: changed since the plan froze it"):
+        stages.preprocess_stage(open_run(RID, str(store_dir)), "topdown")
+    (store_dir / SPINE_KEY).unlink()
+    with pytest.raises(IntegrityError, match=r"spine\.npz: frozen with the plan but no longer in the store"):
+        stages.postprocess_stage(open_run(RID, str(store_dir)), "topdown")
+
+
+def test_a_plan_frozen_without_public_digests_is_refused(planned_store: Path, tmp_path: Path) -> None:
+    store_dir = _copy(planned_store, tmp_path)
+    key = store_dir / f"runs/{RID}/ledger/plan.json"
+    plan = json.loads(key.read_text())
+    del plan["public"]
+    key.write_text(json.dumps(plan, sort_keys=True, indent=1) + "\n")
+    with pytest.raises(IntegrityError, match="records no public-input digests"):
+        stages.preprocess_stage(open_run(RID, str(store_dir)), "topdown")
+
+
+def test_frozen_store_view(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    store.put("pub/a", b"A")
+    store.put("pub/b", b"B")
+    store.put("other/c", b"C")
+    view = FrozenStore(store, {"pub/a": sha256_bytes(b"A"), "pub/b": sha256_bytes(b"b")}, ["pub/"])
+    assert view.get("pub/a") == b"A" and view.reader("pub/a").read() == b"A" and view.head("pub/a", 0) == b""
+    assert view.sha256("pub/a") == sha256_bytes(b"A") and view.get("other/c") == b"C"
+    with pytest.raises(IntegrityError, match="pub/b: changed since the plan froze it"):
+        view.get("pub/b")
+    store.put("pub/new", b"N")
+    with pytest.raises(IntegrityError, match="pub/new: not among the inputs frozen"):
+        view.sha256("pub/new")
+    with pytest.raises(ForbiddenKey):
+        view.put("pub/a", b"x")
+    with pytest.raises(ForbiddenKey):
+        view.delete("pub/a")
+    view.put("other/d", b"D")
+    assert sorted(view.list("pub/")) == ["pub/a", "pub/b", "pub/new"]
