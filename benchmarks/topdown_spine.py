@@ -1,7 +1,7 @@
 """TopDown's public spine at national size (issue #20 item 2): CPU and peak RSS of reading GRF-C and building the
 optimised spine, before and after a change, side by side.
 
-    .venv/bin/python benchmarks/topdown_spine.py [--persons 331.4e6] [--before-tree DIR] [--out FILE]
+    .venv/bin/python benchmarks/topdown_spine.py [--persons 331.4e6] [--before-tree DIR] [--stored] [--out FILE]
 
 The public block geography of the 50 states and DC (the synthetic census's GRF-C, no persons: ≈ 8.1 M blocks at
 331.4 M persons) is written once; then, per code tree, a fresh process reads it as ``public_inputs`` does and
@@ -9,6 +9,9 @@ builds the spine of the demo's TopDown config (``TopDown.spine``: AIAN spine, op
 Pareto move), then lists the measurement segments and post-processing parts. Every TopDown process of a release
 (validation, preprocess, measure, post-processing workers, release) builds this spine, so its peak is a floor
 under every one of them. ``DIR`` holds the code before the change (``git archive d0a62d6 | tar -x -C DIR``).
+
+``--stored``: the plan stage stores the spine it built and every later TopDown process loads it
+(``spine_from_bytes``, privacy invariant re-checked) instead of building it; the "loaded" row is such a process.
 """
 
 from __future__ import annotations
@@ -42,8 +45,10 @@ def write_geography(path: Path, persons: int, seed: int = 2020) -> int:
     return int(table.num_rows)
 
 
-def child(path: str) -> None:
-    """In a fresh process (the tree under test first on ``sys.path``): read, build, plan; one JSON line."""
+def child(path: str, stored: str | None = None, load: bool = False) -> None:
+    """In a fresh process (the tree under test first on ``sys.path``): read, build (or ``load`` the spine stored
+    at ``stored``, as every stage after the plan does), plan; one JSON line. With ``stored`` and not ``load``: also
+    time writing the built spine there (``spine_bytes``, what the plan stage stores)."""
     import io
     import resource
     import time
@@ -69,9 +74,22 @@ def child(path: str) -> None:
     out.update(read_cpu_s=round(time.process_time() - t, 1), read_peak_mb=peak())
     product = TopDown(cfg)
     t = time.process_time()
-    sp = product.spine({"blocks": blocks})
+    if load:
+        from dasflow.products.topdown.spine import spine_from_bytes
+
+        sp = product.spine({"blocks": blocks, "spine": spine_from_bytes(Path(str(stored)).read_bytes(), "spine")})
+    else:
+        sp = product.spine({"blocks": blocks})
     out.update(spine_cpu_s=round(time.process_time() - t, 1), spine_peak_mb=peak(),
                units=[sp.n_units(level) for level in range(sp.n_levels)])
+    if stored and not load:
+        from dasflow.products.topdown.spine import spine_bytes
+
+        t = time.process_time()
+        data = spine_bytes(sp)
+        Path(stored).write_bytes(data)
+        out.update(store_cpu_s=round(time.process_time() - t, 1), stored_mb=round(len(data) / 2**20, 1))
+        del data
     t = time.process_time()
     steps = PartitionedTopDown(product).post_steps({"blocks": blocks, "spine": sp})
     out.update(plan_cpu_s=round(time.process_time() - t, 1), segments=len(product.segmentation(sp).ids),
@@ -84,11 +102,15 @@ def main() -> None:
     ap.add_argument("--persons", type=float, default=331.4e6)
     ap.add_argument("--before-tree", default=None)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--stored", action="store_true",
+                    help="also store the built spine and load it in a further fresh process (as later stages do)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--spine-file", help=argparse.SUPPRESS)
+    ap.add_argument("--load", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         sys.path.insert(0, os.environ["DASFLOW_TREE"])
-        child(args.child)
+        child(args.child, args.spine_file, args.load)
         return
     sys.path.insert(0, str(REPO))
     trees = {"after": str(REPO)}
@@ -98,10 +120,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="td-spine-") as tmp:
         path = Path(tmp) / "GRF-C.txt"
         row["blocks"] = write_geography(path, int(args.persons))
-        for mode, tree in trees.items():
+        runs = [(mode, tree, []) for mode, tree in trees.items()]
+        if args.stored:
+            spine_file = str(Path(tmp) / "spine.npz")
+            runs[-1] = ("after", str(REPO), ["--spine-file", spine_file])
+            runs.append(("loaded", str(REPO), ["--spine-file", spine_file, "--load"]))
+        for mode, tree, extra in runs:
             env = {**os.environ, "DASFLOW_TREE": tree, "PYTHONPATH": tree}
-            done = subprocess.run([sys.executable, __file__, "--child", str(path)], capture_output=True, text=True,
-                                  env=env)
+            done = subprocess.run([sys.executable, __file__, "--child", str(path), *extra], capture_output=True,
+                                  text=True, env=env)
             if done.returncode:
                 raise SystemExit(f"{mode}: {done.stderr[-2000:]}")
             row[mode] = json.loads(done.stdout.splitlines()[-1])
