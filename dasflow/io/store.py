@@ -740,7 +740,7 @@ class FrozenStore(ObjectStore):
         if want is None:
             raise IntegrityError(f"{self.uri}/{key}: not among the inputs frozen with the plan (added later)")
         if not self.inner.exists(key):
-            raise IntegrityError(f"{self.uri}/{key}: frozen with the plan but no longer in the store (deleted)")
+            raise self._deleted(key)
         data = self.inner.get(key)
         if sha256_bytes(data) != want:
             raise IntegrityError(f"{self.uri}/{key}: changed since the plan froze it (its SHA-256 no longer matches)")
@@ -757,11 +757,24 @@ class FrozenStore(ObjectStore):
     def reader(self, key: str) -> IO[bytes]:
         return io.BytesIO(self.get(key)) if self._guarded(key) else self.inner.reader(key)
 
+    def _deleted(self, key: str) -> IntegrityError:
+        return IntegrityError(f"{self.uri}/{key}: frozen with the plan but no longer in the store (deleted)")
+
     def exists(self, key: str) -> bool:
-        return self.inner.exists(key)
+        """A frozen object that is gone is an ``IntegrityError``, not a missing optional input."""
+        found = self.inner.exists(key)
+        if not found and key in self.frozen and self._guarded(key):
+            raise self._deleted(key)
+        return found
 
     def list(self, prefix: str = "") -> list[str]:
-        return self.inner.list(prefix)
+        """The inner listing; a frozen object under ``prefix`` that is gone is an ``IntegrityError``."""
+        keys = self.inner.list(prefix)
+        present = set(keys)
+        gone = sorted(k for k in self.frozen if k.startswith(prefix) and self._guarded(k) and k not in present)
+        if gone:
+            raise self._deleted(gone[0])
+        return keys
 
     def put(self, key: str, data: bytes) -> str:
         return self.inner.put(self._writable(key), data)

@@ -144,3 +144,17 @@ def test_frozen_store_view(tmp_path: Path) -> None:
         view.delete("pub/a")
     view.put("other/d", b"D")
     assert sorted(view.list("pub/")) == ["pub/a", "pub/b", "pub/new"]
+    assert view.exists("pub/a") and view.exists("pub/new") and not view.exists("pub/never")
+    store.delete("pub/a")  # a frozen object deleted: never read as an absent optional input
+    for read in (lambda: view.exists("pub/a"), lambda: view.list("pub/"), lambda: view.get("pub/a")):
+        with pytest.raises(IntegrityError, match="pub/a: frozen with the plan but no longer in the store"):
+            read()
+
+
+def test_deleted_optional_block_facts_are_refused_not_skipped(planned_store: Path, tmp_path: Path) -> None:
+    """TopDown's block facts are optional when structural zeros are off: deleted after the freeze, they are an
+    integrity error, not an absent file."""
+    store_dir = _copy(planned_store, tmp_path)
+    (store_dir / "public/topdown/block_facts.csv").unlink()
+    with pytest.raises(IntegrityError, match=r"block_facts\.csv: frozen with the plan but no longer in the store"):
+        stages.preprocess_stage(open_run(RID, str(store_dir)), "topdown")
