@@ -279,6 +279,27 @@ def scaling(runs: list[dict[str, Any]], baseline: int) -> dict[str, Any]:
             "goal_wall_s": GOAL_WALL_S, "goal_peak_rss_gb": GOAL_RSS_BYTES / 2**30}
 
 
+def combine(files: list[Path], out: Path | None) -> int:
+    """Scaling exponents and extrapolation across the sizes of earlier result files (e.g. one size per session);
+    each file's own date and code are what they were: say so wherever the figures are quoted."""
+    results = [json.loads(f.read_text()) for f in files]
+    runs = sorted((r for res in results for r in res["runs"]), key=lambda r: r["persons"])
+    baseline = min(res["interpreter_peak_rss_bytes"] for res in results)
+    sc = scaling(runs, baseline)
+    for pair in sc["pairs"]:
+        print(f"{pair['from']:,} -> {pair['to']:,}: release CPU exponent {pair['release_cpu_exponent']}")
+        for s in pair["steps"]:
+            print(f"  {s['stage']:<11} {s['product']:<10} exp CPU {s['cpu_exponent']} RSS {s['rss_exponent']}")
+    print(f"affine release at 331 M: {sc.get('affine_release_cpu_s')} CPU-s, peak "
+          f"{sc.get('affine_release_peak_rss_gb')} GB; power law: {sc.get('extrapolated_release_cpu_s')} CPU-s, peak "
+          f"{sc.get('extrapolated_release_peak_rss_gb')} GB (EXTRAPOLATED)")
+    if out:
+        out.write_text(json.dumps({"benchmark": "national-combined", "files": [str(f) for f in files],
+                                   "dates": [res["date"] for res in results], "sizes": [r["persons"] for r in runs],
+                                   "scaling": sc}, indent=1) + "\n")
+    return 0
+
+
 def _worker(argv: list[str]) -> None:
     if argv[0] == "synth":
         out = _synth_step(Path(argv[1]), int(argv[2]))
@@ -304,11 +325,15 @@ def main() -> int:
                     help="a kept size's directory (national-N-…/): re-run only --stages on it with this code")
     ap.add_argument("--stages", default="postprocess,release", help="with --rerun: comma-separated stages")
     ap.add_argument("--products", default="", help="with --rerun: only these products (comma-separated)")
+    ap.add_argument("--combine", default="",
+                    help="comma-separated result files of earlier runs: their sizes' scaling, nothing run")
     ap.add_argument("--worker", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         _worker(args.worker)
         return 0
+    if args.combine:
+        return combine([Path(f) for f in args.combine.split(",")], args.out)
     if args.rerun:
         out = rerun_stages(args.rerun, args.stages.split(","), [p for p in args.products.split(",") if p])
         if args.out:
