@@ -48,7 +48,7 @@ def give_counts_truth(monkeypatch: pytest.MonkeyPatch, fn: TruthFn = counts_trut
     """Give the counts product's plugin a ground-truth twin (its ``truth`` hook) until the test ends."""
 
     def truth(self: Any, store: ObjectStore, inputs: Mapping[str, str], config: Any,
-              universe: str) -> dict[str, pd.DataFrame]:
+              universe: str, public: Mapping[str, Any] | None = None) -> dict[str, pd.DataFrame]:
         return fn(store)
 
     monkeypatch.setattr(type(get_plugin("counts")), "truth", truth)
