@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dasflow import demo
+from dasflow.config import ReleaseConfig
 from dasflow.flows.release import run_release
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import freeze_config
@@ -19,10 +20,20 @@ from tests.dag.helpers import release_files
 
 pytestmark = pytest.mark.slow
 PERSONS = 1000
+#: SafeTab-P is left out of the two releases compared here: its measurement over the full public domain is a third
+#: of a demo's work, and CI's 30-minute budget is thin; its seeded determinism through the flow is the demo
+#: resume test's (tests/dag/test_fault_injection.py), with every product
+LEFT_OUT = "safetab-p"
+
+
+def _demo(root: Path, seed: int) -> ReleaseConfig:
+    cfg = demo.prepare_demo(root, PERSONS, seed)
+    return cfg.model_copy(update={"products": [p for p in cfg.products if p.name != LEFT_OUT],
+                                  "inputs": {k: v for k, v in cfg.inputs.items() if not k.startswith(LEFT_OUT)}})
 
 
 def _stage_functions_release(root: Path, seed: int) -> dict[str, bytes]:
-    cfg = demo.prepare_demo(root, PERSONS, seed)
+    cfg = _demo(root, seed)
     ctx = freeze_config(cfg)
     for p in cfg.products:
         stages.validate_stage(ctx, p.name)
@@ -37,12 +48,12 @@ def _stage_functions_release(root: Path, seed: int) -> dict[str, bytes]:
 
 def test_two_product_lanes_give_the_stage_functions_release_bytes(tmp_path: Path) -> None:
     expected = _stage_functions_release(tmp_path / "stages", 11)
-    cfg = demo.prepare_demo(tmp_path / "flow", PERSONS, 11)
+    cfg = _demo(tmp_path / "flow", 11)
     out = run_release(cfg, product_lanes=2)
-    assert set(out["products"]) == {p.name for p in cfg.products}
+    assert set(out["products"]) == {p.name for p in cfg.products} and len(cfg.products) == 4
     assert all(r["measure"]["drawn_now"] > 0 for r in out["products"].values())  # each measured here, once
     got = release_files(tmp_path / "flow", cfg.release_id)
-    assert {n.split("/", 1)[0] for n in got if "/" in n} >= {p.name for p, _ in demo.demo_plugins()}
+    assert {n.split("/", 1)[0] for n in got if "/" in n} >= {p.name for p, _ in demo.demo_plugins()} - {LEFT_OUT}
     assert got == expected
 
 
