@@ -500,6 +500,12 @@ def accuracy_report(ctx: RunContext, truth: TruthFrames | None = None) -> str:
 
 
 # -------------------------------------------------------------------------------------------- ground truth
+def _truth(ctx: RunContext, product: str) -> dict[str, pd.DataFrame] | None:
+    """The product's ground-truth twin, its public inputs read as frozen with the plan (test releases only)."""
+    return ctx.plugin(product).truth(ctx.public_store(ctx.store), ctx.config.inputs, ctx.product_config(product),
+                                     ctx.config.universe, public=ctx.post_public(product))
+
+
 class LazyTruth(Mapping[str, Mapping[str, pd.DataFrame]]):
     """Ground-truth frames per product, each product's computed when it is accessed and not kept (the report
     holds one product's twin at a time) — TEST releases only (:func:`truth_frames`)."""
@@ -515,9 +521,7 @@ class LazyTruth(Mapping[str, Mapping[str, pd.DataFrame]]):
         if product not in self._products:
             raise KeyError(product)
         ctx = self._ctx
-        frames = ctx.plugin(product).truth(ctx.public_store(ctx.store), ctx.config.inputs,
-                                           ctx.product_config(product), ctx.config.universe,
-                                           public=ctx.post_public(product))
+        frames = _truth(ctx, product)
         return {} if frames is None else frames
 
     def __iter__(self) -> Iterator[str]:
@@ -539,9 +543,7 @@ def truth_frames(ctx: RunContext) -> dict[str, dict[str, pd.DataFrame]]:
                            "for it (its accuracy report shows expected MOEs only)")
     out: dict[str, dict[str, pd.DataFrame]] = {}
     for p in ctx.config.products:
-        frames = ctx.plugin(p.name).truth(ctx.public_store(ctx.store), ctx.config.inputs,
-                                          ctx.product_config(p.name), ctx.config.universe,
-                                          public=ctx.post_public(p.name))
+        frames = _truth(ctx, p.name)
         if frames is not None:
             out[p.name] = frames
     return out

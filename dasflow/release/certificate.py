@@ -44,7 +44,10 @@ def input_digests(ctx: RunContext) -> dict[str, str]:
     Never a digest of a confidential input: a SHA-256 of a small confidential file lets anyone who knows all
     records but one test candidates for the last, voiding the DP guarantee. The confidential inputs' digests
     stay on the confidential side (the stage manifests and NMF bindings under ``runs/``)."""
-    post = ctx.public_store(ctx.post_store())  # as frozen with the plan: a changed or added file is refused
+    record = ctx.public_record()
+    if record is not None:  # the digests frozen with the plan (every stage read the files checked against them)
+        return dict(sorted(record["inputs"].items()))
+    post = ctx.post_store()
     out: dict[str, str] = {}
     for _name, prefix in sorted(ctx.layout.public.items()):
         for key in post.list(prefix):
