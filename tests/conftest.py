@@ -10,6 +10,9 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 if "PREFECT_HOME" not in os.environ:
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="dasflow-prefect-home-")
+# the temporary Prefect servers of the commands the tests run seed their fresh databases from one migrated
+# template (dasflow.flows.prefect_server), kept for the tests apart from the user's own cache
+os.environ.setdefault("DASFLOW_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"dasflow-test-cache-{os.getuid()}"))
 
 # Property-based tests are deterministic in CI: hypothesis derives its examples from the test's name
 # (derandomize), so a run either always passes or always fails; no example database is written.

@@ -105,9 +105,9 @@ def _spawn(port: int) -> subprocess.Popen[bytes]:
     assert spec is not None and spec.submodule_search_locations is not None
     app_dir = Path(next(iter(spec.submodule_search_locations))).parent
     env = SERVER_DEFAULTS | dict(os.environ) | SERVER_ENV
-    return subprocess.Popen([sys.executable, "-m", "uvicorn", "--app-dir", str(app_dir), "--factory",
-                             "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
-                             "--log-level", "error", "--lifespan", "on"], env=env)
+    return subprocess.Popen([sys.executable, "-m", "dasflow.flows.prefect_server", "--app-dir", str(app_dir),
+                             "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
+                             "--port", str(port), "--log-level", "error", "--lifespan", "on"], env=env)
 
 
 def launch() -> TemporaryApi | None:
