@@ -19,6 +19,7 @@ from dasflow.flows import temporary_api
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import RunContext, candidate_context, open_run
 from dasflow.privacy.ledger import check_plan
+from dasflow.validation import gx
 
 
 class _NoTracebacks(logging.Filter):
@@ -80,6 +81,7 @@ def run_command(args: argparse.Namespace, api_ready: Callable[[], object]) -> in
 
     cfg = _execution(load_release_config(args.config), args)
     _reach(cfg)
+    gx.warm_up()  # a new release validates first: GX's import overlaps the wait for the Prefect server
     api_ready()
     t0 = time.perf_counter()
     run_release(cfg)
@@ -130,6 +132,7 @@ def demo_command(args: argparse.Namespace, api_ready: Callable[[], object]) -> i
 
     t0 = time.perf_counter()
     cfg = prepare_demo(Path(args.store), persons=args.persons, seed=args.seed)
+    gx.warm_up()  # validation is the flow's first stage: GX's import overlaps the wait for the Prefect server
     api_ready()
     run_release(cfg, product_lanes=os.cpu_count() or 1)
     ctx = open_run(cfg.release_id, cfg.store)

@@ -22,7 +22,8 @@ from dasflow.config import ReleaseConfig, load_release_config, parse_release_con
 from dasflow.errors import DasflowError, InputError
 from dasflow.flows.approval import approval_gate, end_stale_release_runs, exit_with_worker, release_slot
 from dasflow.io.store import LocalStore, open_store
-from dasflow.pipeline.run import candidate_context, code_version, freeze_config
+from dasflow.pipeline import stages
+from dasflow.pipeline.run import candidate_context, code_version, freeze_config, open_run
 from dasflow.tasks.stages import (
     measure_task,
     plan_task,
@@ -124,13 +125,14 @@ def release_flow(config: dict[str, Any], require_approval: bool = False) -> dict
     ``require_approval`` (every deployment run) the flow pauses after planning until an operator approves the
     plan in the UI (``flows/approval.py``); nothing is drawn before.
 
-    The products' subflows are submitted to the flow's task runner, in config order: as many run at a time as
-    it has threads (one by default, so that one product's data is in memory at a time, as a national run
-    needs; ``run_release(product_lanes=...)``). They are independent once the plan is frozen: each measures
-    only its own planned keys, each key under its own create-only ledger entries, with noise that depends on no
-    other draw (the OS CSPRNG, or in test mode a generator derived from seed and key alone), so the release
-    bytes do not depend on how many run at once. After a failure no further product starts (those running
-    finish, all of it resumable) and the first failure (in config order) is raised."""
+    The products' subflows are submitted to the flow's task runner, largest plan first (``largest_first``): as
+    many run at a time as it has threads (one by default, so that one product's data is in memory at a time,
+    as a national run needs; ``run_release(product_lanes=...)``). They are independent once the plan is
+    frozen: each measures only its own planned keys, each key under its own create-only ledger entries, with
+    noise that depends on no other draw (the OS CSPRNG, or in test mode a generator derived from seed and key
+    alone), so the release bytes do not depend on how many run at once, or in which order. After a failure no
+    further product starts (those running finish, all of it resumable) and the first failure (in start order)
+    is raised."""
     cfg = parse_release_config(config)
     store_uri = candidate_context(cfg).store.uri  # an existing release must have this very config
     # validation before freezing: a refused input leaves the release id reusable, and nothing is planned on it
@@ -141,9 +143,11 @@ def release_flow(config: dict[str, Any], require_approval: bool = False) -> dict
           f"(epsilon at delta=1e-10: {plan['epsilon_at_delta']})")
     if require_approval:
         approval_gate(cfg.release_id, store_uri)
-    futures = {p.name: product_task.submit(config, store_uri, p.name) for p in cfg.products}
-    _no_start_after_a_failure(list(futures.values()))
-    products = {name: future.result() for name, future in futures.items()}  # the first failure, in order
+    started = {name: product_task.submit(config, store_uri, name)  # the largest first: they end the release
+               for name in stages.largest_first(open_run(cfg.release_id, store_uri))}
+    _no_start_after_a_failure(list(started.values()))
+    done = {name: future.result() for name, future in started.items()}  # the first failure, in start order
+    products = {p.name: done[p.name] for p in cfg.products}
     released = release_task(cfg.release_id, store_uri)
     return {"release_id": cfg.release_id, "store": store_uri, "plan": plan, "validate": validated,
             "products": products, "release": released}

@@ -112,6 +112,17 @@ def plan_stage(ctx: RunContext) -> PlanTotal:
     return total
 
 
+def largest_first(ctx: RunContext) -> list[str]:
+    """The release's products by their frozen plan's cells, most first (ties in config order): the order to
+    start them in when several run side by side, so that the longest products do not start last. Only start
+    order: each product measures its own keys, whatever runs beside it."""
+    cells: dict[str, int] = {}
+    for entry in ctx.ledger.plan().values():
+        cells[entry["product"]] = cells.get(entry["product"], 0) + int(entry["cells"])
+    names = [p.name for p in ctx.config.products]
+    return sorted(names, key=lambda name: (-cells.get(name, 0), names.index(name)))
+
+
 def freeze_public(ctx: RunContext) -> dict[str, Any]:
     """The public objects the plan is made from: the SHA-256 of every public input now, held in the context so
     that the plan's own reads are checked against them (``RunContext.public_store``). On a resumed plan stage

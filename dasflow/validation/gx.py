@@ -1,8 +1,11 @@
 """Great Expectations 1.x, code-defined and ephemeral: suites are plain data (:class:`Check` lists) versioned
 in this repository and turned into ``gx.ExpectationSuite`` objects only when validated.
 
-GX is imported lazily (the import costs seconds) and each suite is validated as one batch (per-expectation
-validation costs ~0.4 s each; field notes §3). One ephemeral context per process is reused.
+GX is imported lazily (the import costs seconds; :func:`warm_up` starts it in the background) and each suite is
+validated as one batch (per-expectation validation costs ~0.4 s each; field notes §3). One ephemeral context per
+process is reused, by one thread at a time: its batch definition takes the frame to validate as a batch
+parameter, so every use of the context (creating it, registering a suite, one validation) holds ``_LOCK`` —
+products validated side by side overlap their reading and checks, never their GX runs.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +26,7 @@ from dasflow.validation.result import ExpectationRow
 SUITE_VERSION = "1"
 
 _STATE: dict[str, Any] = {}
+_LOCK = threading.RLock()
 
 
 @dataclass(frozen=True)
@@ -44,7 +49,20 @@ class SuiteOutcome:
     first_failure: tuple[Check, list[Any], list[Any]] | None  # check, partial unexpected indexes, values
 
 
+def warm_up() -> threading.Thread:
+    """Import GX and create the context in a daemon thread now (a command that will validate calls this while
+    it waits for something else); the first :func:`validate` waits for it to finish."""
+    thread = threading.Thread(target=_context, name="gx-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
 def _context() -> Any:
+    with _LOCK:
+        return _create()
+
+
+def _create() -> Any:
     if "ctx" not in _STATE:
         os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
         import great_expectations as gx
@@ -62,6 +80,11 @@ def _context() -> Any:
 
 def build_suite(name: str, checks: Sequence[Check]) -> Any:
     """The GX suite of ``checks`` (cached per name; registered in the ephemeral context)."""
+    with _LOCK:
+        return _build_suite(name, checks)
+
+
+def _build_suite(name: str, checks: Sequence[Check]) -> Any:
     st = _context()
     suites: dict[str, Any] = st["suites"]
     digest = hashlib.sha256(repr([(c.expectation, sorted(c.kwargs.items())) for c in checks]).encode()).hexdigest()
@@ -92,11 +115,14 @@ def validate(name: str, checks: Sequence[Check], frame: pd.DataFrame) -> SuiteOu
     Result format BASIC first (≈ 40 % cheaper than SUMMARY: no partial unexpected index lists); its results hold
     every field a passing suite's rows are made of (success, unexpected count, observed value). A suite that
     fails is run again with SUMMARY, so its rows and first failure (indexes and values) are exactly as before."""
-    st = _context()
-    suite = build_suite(name, checks)
-    res = st["bd"].get_batch(batch_parameters={"dataframe": frame}).validate(suite, result_format="BASIC")
-    if not res.success or any(r.exception_info and r.exception_info.get("raised_exception") for r in res.results):
-        res = st["bd"].get_batch(batch_parameters={"dataframe": frame}).validate(suite, result_format="SUMMARY")
+    with _LOCK:
+        st = _context()
+        suite = build_suite(name, checks)
+        res = st["bd"].get_batch(batch_parameters={"dataframe": frame}).validate(suite, result_format="BASIC")
+        if not res.success or any(r.exception_info and r.exception_info.get("raised_exception")
+                                  for r in res.results):
+            res = st["bd"].get_batch(batch_parameters={"dataframe": frame}).validate(suite,
+                                                                                     result_format="SUMMARY")
     by_key = {(c.expectation, c.column): c for c in checks}
     rows: list[ExpectationRow] = []
     first: tuple[Check, list[Any], list[Any]] | None = None

@@ -7,6 +7,7 @@ raised."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -67,15 +68,24 @@ def test_after_a_failed_product_no_further_product_starts(tmp_path: Path, monkey
 
     def preprocess(ctx, product):  # type: ignore[no-untyped-def]
         started.append(product)
-        if product == "phsafe":
-            raise Boom("phsafe preprocessing failed")
+        if product == "safetab-p":
+            raise Boom("safetab-p preprocessing failed")
         return real(ctx, product)
 
     monkeypatch.setattr(stages, "preprocess_stage", preprocess)
     cfg = demo.prepare_demo(tmp_path / "store", PERSONS, 3)
-    with pytest.raises(Boom, match="phsafe preprocessing failed"):
+    assert cfg.products[0].name != "safetab-p"  # started first as the largest plan, not as the first in config
+    with pytest.raises(Boom, match="safetab-p preprocessing failed"):
         run_release(cfg, product_lanes=1)
-    assert started == ["phsafe"]  # the first product failed: none of the four others started
+    assert started == ["safetab-p"]  # the first product started failed: none of the four others started
     manifests = tmp_path / "store" / "runs" / cfg.release_id / "manifests"
     assert (manifests / "validate").exists() and not (manifests / "measure").exists()
     assert not (manifests / "release").exists()
+
+
+def test_products_start_largest_plan_first_ties_in_config_order() -> None:
+    entries = [("a", 10), ("b", 7), ("b", 7), ("c", 100), ("d", 14), ("e", 0)]
+    plan = {f"k{i}": {"product": name, "cells": cells} for i, (name, cells) in enumerate(entries)}
+    ctx = SimpleNamespace(ledger=SimpleNamespace(plan=lambda: plan),
+                          config=SimpleNamespace(products=[SimpleNamespace(name=n) for n in "abcdef"]))
+    assert stages.largest_first(ctx) == ["c", "b", "d", "a", "e", "f"]  # type: ignore[arg-type]

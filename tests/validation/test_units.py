@@ -5,6 +5,7 @@ VARIANCE), Data Docs and stored results."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -228,3 +229,29 @@ def test_output_files_with_one_schema_are_checked_together_and_failures_still_na
     assert r.error is not None and (r.error.file, r.error.row, r.error.column) == ("other/b.csv", 4, "COUNT")
     failed = [(row.suite, row.column) for row in r.rows if not row.success]
     assert failed == [("other/b.csv", "COUNT")]
+
+
+def test_gx_validations_from_several_threads_each_see_their_own_frame() -> None:
+    """Products validated side by side share one GX context, whose batch definition takes the frame as a batch
+    parameter: each validation holds the context's lock, so every thread's outcome is its own frame's (a
+    failing frame in one thread never passes, a passing one in another never fails), as run one at a time."""
+    checks = [gx.Check("ExpectColumnValuesToBeBetween", {"column": "x", "min_value": 0, "max_value": 9})]
+    good = pd.DataFrame({"x": list(range(10)) * 500})
+    bad = pd.DataFrame({"x": [0] * 4999 + [99]})
+    warm = gx.warm_up()  # the first validations wait for the context the warm-up creates: one context
+    outcomes: dict[int, list[bool]] = {}
+
+    def run(i: int) -> None:
+        frame = bad if i % 2 else good
+        outcomes[i] = [gx.validate(f"threads.{i % 2}", checks, frame).success for _ in range(3)]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    warm.join()
+    assert outcomes == {0: [True] * 3, 1: [False] * 3, 2: [True] * 3, 3: [False] * 3}
+    context = gx._context()["ctx"]
+    gx.warm_up().join()
+    assert gx._context()["ctx"] is context  # a later warm-up keeps the process's one context
