@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dasflow.flows import prefect_server  # standard library only at import: Prefect is imported by its process
+
 #: uvicorn's exit code when the port is taken (Prefect retries on another port too)
 _PORT_TAKEN = 3
 #: launches tried (a port taken between choosing it and binding it)
@@ -105,7 +107,7 @@ def _spawn(port: int) -> subprocess.Popen[bytes]:
     assert spec is not None and spec.submodule_search_locations is not None
     app_dir = Path(next(iter(spec.submodule_search_locations))).parent
     env = SERVER_DEFAULTS | dict(os.environ) | SERVER_ENV
-    return subprocess.Popen([sys.executable, "-m", "dasflow.flows.prefect_server", "--app-dir", str(app_dir),
+    return subprocess.Popen([sys.executable, "-m", prefect_server.__name__, "--app-dir", str(app_dir),
                              "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
                              "--port", str(port), "--log-level", "error", "--lifespan", "on"], env=env)
 
