@@ -10,6 +10,7 @@ products validated side by side overlap their reading and checks, never their GX
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -51,8 +52,15 @@ class SuiteOutcome:
 
 def warm_up() -> threading.Thread:
     """Import GX and create the context in a daemon thread now (a command that will validate calls this while
-    it waits for something else); the first :func:`validate` waits for it to finish."""
-    thread = threading.Thread(target=_context, name="gx-warm-up", daemon=True)
+    it waits for something else); the first :func:`validate` waits for it to finish. Only a head start: any
+    failure here is dropped (no traceback on the operator's console), and the first validation creates the
+    context itself and reports what fails."""
+
+    def start() -> None:
+        with contextlib.suppress(Exception):
+            _context()
+
+    thread = threading.Thread(target=start, name="gx-warm-up", daemon=True)
     thread.start()
     return thread
 

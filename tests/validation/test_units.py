@@ -255,3 +255,21 @@ def test_gx_validations_from_several_threads_each_see_their_own_frame() -> None:
     context = gx._context()["ctx"]
     gx.warm_up().join()
     assert gx._context()["ctx"] is context  # a later warm-up keeps the process's one context
+
+
+def test_a_failed_warm_up_is_silent_and_the_first_validation_creates_the_context(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    raised: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", raised.append)  # an uncaught thread error would land here
+    monkeypatch.setattr(gx, "_STATE", {})
+    real = gx._create
+
+    def broken() -> None:
+        raise ImportError("concurrent import")
+
+    monkeypatch.setattr(gx, "_create", broken)
+    gx.warm_up().join()
+    assert raised == [] and gx._STATE == {}
+    monkeypatch.setattr(gx, "_create", real)
+    checks = [gx.Check("ExpectColumnValuesToBeBetween", {"column": "x", "min_value": 0, "max_value": 9})]
+    assert gx.validate("warm", checks, pd.DataFrame({"x": [1, 2]})).success
