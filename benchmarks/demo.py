@@ -9,6 +9,12 @@ Two modes:
     naming the code version left out) so that two checkouts' releases can be compared byte for byte.
 ``cli``
     ``dasflow demo`` as a user runs it (fresh store, fresh ``PREFECT_HOME``), timed from outside.
+``server``
+    the temporary Prefect server's start on a fresh Prefect home: template off, first start, seeded.
+``threads``
+    SafeTab-P and TopDown through the stage functions, one after the other and in two plain threads (what two
+    product lanes could reach without Prefect), and the largest NMF's Parquet encode with and without text-column
+    statistics.
 
     .venv/bin/python benchmarks/demo.py --seed 7 --out /tmp/demo-after.json
     .venv/bin/python benchmarks/demo.py --mode cli
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import re
@@ -152,6 +159,107 @@ def cli_run(persons: int) -> dict[str, Any]:
             "cpu": round(ru.ru_utime + ru.ru_stime, 2), "log": str(tmp / "demo.log"), "log_tail": log[-3000:]}
 
 
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def server_start() -> dict[str, Any]:
+    """The temporary Prefect server's start on a fresh Prefect home (``dasflow.flows.temporary_api``), wall to
+    healthy and the server process's CPU: template off, then a first start on an empty template cache (Prefect's
+    migrations, template saved), then a start seeded from the cached template."""
+    from dasflow.flows import temporary_api
+
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # as the CLI sets it
+    cache = tempfile.mkdtemp(prefix="dasflow-bench-cache-")
+    rows = []
+    for case, switch in (("template off", "0"), ("first start (migrate, save)", "1"), ("seeded", "1")):
+        saved = {k: os.environ.get(k) for k in ("PREFECT_HOME", "DASFLOW_CACHE_DIR", "DASFLOW_PREFECT_DB_TEMPLATE")}
+        os.environ.update(PREFECT_HOME=tempfile.mkdtemp(prefix="dasflow-bench-home-"), DASFLOW_CACHE_DIR=cache,
+                          DASFLOW_PREFECT_DB_TEMPLATE=switch)
+        os.environ.pop("PREFECT_API_URL", None)
+        c0, w0 = _children_cpu(), time.perf_counter()
+        api = temporary_api.launch()
+        assert api is not None
+        url = api.wait(180)
+        wall = time.perf_counter() - w0
+        api.stop()
+        rows.append({"case": case, "healthy": url is not None, "wall": round(wall, 2),
+                     "server_cpu": round(_children_cpu() - c0, 2), "load": os.getloadavg()[0]})
+        print(f"  {case:<30} {rows[-1]['wall']:6.2f} s to healthy, {rows[-1]['server_cpu']:6.2f} CPU-s", flush=True)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return {"mode": "server", "runs": rows}
+
+
+def _planned_demo(persons: int) -> Any:
+    from dasflow import demo
+    from dasflow.pipeline import stages
+    from dasflow.pipeline.run import freeze_config
+
+    root = Path(tempfile.mkdtemp(prefix="dasflow-demo-threads-")) / "store"
+    ctx = freeze_config(demo.prepare_demo(root, persons, None))
+    for p in ctx.config.products:
+        stages.validate_stage(ctx, p.name)
+    stages.plan_stage(ctx)
+    return ctx
+
+
+def two_products(persons: int, names: tuple[str, ...] = ("safetab-p", "topdown")) -> dict[str, Any]:
+    """The demo's two largest products (preprocess -> measure -> post-process through the stage functions, no
+    Prefect, production randomness), one after the other and then in two plain threads of one process, each on
+    a fresh demo release: what the flow's two product lanes could reach. Then the Parquet encode of the largest
+    NMF with column statistics on every column and on numeric columns only (``encode_nmf``)."""
+    import threading
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dasflow.pipeline import stages
+
+    def run(ctx: Any, name: str, walls: dict[str, float]) -> None:
+        t0 = time.perf_counter()
+        stages.preprocess_stage(ctx, name)
+        stages.measure_stage(ctx, name)
+        stages.postprocess_stage(ctx, name)
+        walls[name] = round(time.perf_counter() - t0, 2)
+
+    out: dict[str, Any] = {"mode": "threads", "persons": persons, "products": list(names)}
+    for how in ("one after the other", "two threads"):
+        ctx = _planned_demo(persons)
+        walls: dict[str, float] = {}
+        load0, c0, w0 = os.getloadavg()[0], _cpu(), time.perf_counter()
+        if how == "two threads":
+            threads = [threading.Thread(target=run, args=(ctx, n, walls)) for n in names]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        else:
+            for n in names:
+                run(ctx, n, walls)
+        out[how] = {"wall": round(time.perf_counter() - w0, 2), "cpu": round(_cpu() - c0, 2), "products": walls,
+                    "load": load0}
+        print(f"  {how:<22} {out[how]['wall']:6.2f} s wall {out[how]['cpu']:6.2f} CPU-s {walls}", flush=True)
+        nmfs = Path(ctx.store.local_path(f"runs/{ctx.release_id}/measurements/safetab-p"))
+    table = pq.read_table(max(nmfs.rglob("*.parquet"), key=lambda p: p.stat().st_size))
+    numeric = [f.name for f in table.schema if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)]
+    encode: dict[str, float] = {}
+    for label, stats in (("statistics on every column", True), ("numeric columns only", numeric)):
+        best = float("inf")
+        for _ in range(3):
+            c0 = _cpu()
+            pq.write_table(table, io.BytesIO(), compression="lz4", write_statistics=stats)
+            best = min(best, _cpu() - c0)
+        encode[label] = round(best, 3)
+    out["largest_nmf_encode_cpu"] = {"rows": table.num_rows, **encode}
+    print(f"  largest NMF ({table.num_rows} rows) encode, best of 3: {encode}", flush=True)
+    return out
+
+
 def compare(a_path: str, b_path: str) -> int:
     a, b = (json.loads(Path(p).read_text()) for p in (a_path, b_path))
     diff = sorted(k for k in set(a["files"]) | set(b["files"]) if a["files"].get(k) != b["files"].get(k))
@@ -170,7 +278,7 @@ def compare(a_path: str, b_path: str) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", choices=("stages", "cli", "topdown"), default="stages")
+    ap.add_argument("--mode", choices=("stages", "cli", "topdown", "server", "threads"), default="stages")
     ap.add_argument("--cutoffs", type=int, nargs="+", default=[8, 12, 16])
     ap.add_argument("--persons", type=int, default=20_000)
     ap.add_argument("--seed", type=int, default=7)
@@ -179,8 +287,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.compare:
         return compare(*args.compare)
-    if args.mode == "topdown":
-        result = topdown_cutoffs(args.persons, args.seed, args.cutoffs)
+    if args.mode in ("topdown", "server", "threads"):
+        result = topdown_cutoffs(args.persons, args.seed, args.cutoffs) if args.mode == "topdown" else \
+            server_start() if args.mode == "server" else two_products(args.persons)
         if args.out:
             Path(args.out).write_text(json.dumps(result, indent=1))
         return 0

@@ -609,7 +609,8 @@ def encode_nmf(m: NoisyMeasurement, spec: MeasurementSpec | None = None,
     # LZ4 with dictionary pages: ~4x faster to read back than zstd for the multi-million-row SafeTab-P NMFs, at
     # ~2.4x the size (measured on the demo's largest NMF: 9.3 M rows, 49 MB vs 20 MB). Column statistics only
     # for numeric columns: min/max of the text (dictionary) columns was over half of the encode (demo's 6.8 M-row
-    # NMF: 1.56 -> 0.67 CPU-s), and no reader prunes an NMF's row groups by them (NMFs are read whole)
+    # NMF: 1.69 -> 0.87 CPU-s, benchmarks/demo.py --mode threads), and no reader prunes an NMF's row groups by
+    # them (NMFs are read whole)
     numeric = [f.name for f in table.schema if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)]
     pq.write_table(table, buf, compression="lz4", write_statistics=numeric)
     return buf.getvalue()
