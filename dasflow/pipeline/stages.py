@@ -19,6 +19,7 @@ import pandas as pd
 from dasflow.errors import InputError, IntegrityError, LedgerRefusal
 from dasflow.io.store import ObjectStore, new_token
 from dasflow.pipeline.inputs import check_not_empty, check_synthetic
+from dasflow.pipeline.measured import Measured
 from dasflow.pipeline.metrics import StageMeter
 from dasflow.pipeline.partitions import Batch, StoredParts, parts_digest, task_waves
 from dasflow.pipeline.prepared import PartitionedPrepared, prepare_partitions, put_frames
@@ -267,8 +268,9 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
     g = base_rng(ctx)
     attempt = new_token()
     drawn = 0
-    done: dict[str, NoisyMeasurement] = {}
     product_obj = plugin.product(ctx.product_config(product))
+    # the earlier keys' measurements an adaptive product reads; none are held for a product that reads none
+    done = Measured(_committed_loader(ctx, product), None if hasattr(product_obj, "measure_adaptive") else 0)
 
     def prepared() -> Mapping[str, pd.DataFrame]:
         if "prepared" not in cache:
@@ -309,7 +311,8 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
             return measure_one(product_obj, prepared(), native, g.spawn(spec.key), done)
 
         measurement, fresh = ctx.ledger.measure_once(spec, draw, attempt=attempt)
-        done[native.key] = dataclasses.replace(measurement, spec=native)
+        done.add(native.key, dataclasses.replace(measurement, spec=native))
+        del measurement
         drawn += int(fresh)
         progress(i + 1, len(pairs), spec.key)
     faults.point(f"stage:measure:{product}:done")
@@ -333,10 +336,36 @@ def measure_one(product: Any, prepared: Mapping[str, pd.DataFrame], spec: Measur
     return result
 
 
+def _committed_loader(ctx: RunContext, product: str) -> Callable[[str], NoisyMeasurement]:
+    """Loads a committed measurement of the product by its own key, verified (``ledger.load``)."""
+    natives = {native.key: (spec, native) for spec, native in planned(ctx, product)}
+
+    def load(key: str) -> NoisyMeasurement:
+        spec, native = natives[key]
+        commit = ctx.ledger.committed(spec.key)
+        if commit is None:
+            raise LedgerRefusal(f"{product}: {spec.key!r} is not measured yet; run the measure stage first")
+        return dataclasses.replace(ctx.ledger.load(spec, commit), spec=native)
+
+    return load
+
+
+def committed_measurements(ctx: RunContext, product: str) -> Measured:
+    """Every committed measurement of the product by its own key, each read from the ledger when first used
+    (held within ``Measured.BUDGET_BYTES``, else reloaded when read again); refuses at once if a key is not
+    committed."""
+    out = Measured(_committed_loader(ctx, product))
+    for spec, native in planned(ctx, product):
+        if ctx.ledger.committed(spec.key) is None:
+            raise LedgerRefusal(f"{product}: {spec.key!r} is not measured yet; run the measure stage first")
+        out.add(native.key)
+    return out
+
+
 def load_measurements(ctx: RunContext, product: str,
                       keys: Sequence[str] | None = None) -> dict[str, NoisyMeasurement]:
-    """The committed measurements of the product (all, or those of the product's own ``keys``); refuses if one
-    of them is not committed."""
+    """The committed measurements of the product (all, or those of the product's own ``keys``), in memory;
+    refuses if one of them is not committed."""
     out: dict[str, NoisyMeasurement] = {}
     pairs = planned(ctx, product)
     if keys is not None:
@@ -402,7 +431,7 @@ def postprocess_stage(ctx: RunContext, product: str, *, force: bool = False) -> 
     split = partitioner(ctx, product)
     estimates: Mapping[str, pd.DataFrame | TableStream | Callable[[], pd.DataFrame]]
     if split is None:
-        estimates = plugin.product(cfg).postprocess(load_measurements(ctx, product), public)
+        estimates = plugin.product(cfg).postprocess(committed_measurements(ctx, product), public)
     else:  # parts not yet computed (by mapped tasks) are computed here, in plan order; all of them if forced
         parts = stored_parts(ctx, product)
         steps = split.post_steps(public)

@@ -25,7 +25,7 @@ def rerun_postprocess(ctx: RunContext) -> dict[str, Any]:
     """
     before = ledger_snapshot(ctx)
     for p in ctx.config.products:
-        stages.load_measurements(ctx, p.name)  # refuses if any planned key is not committed
+        stages.committed_measurements(ctx, p.name)  # refuses if any planned key is not committed (nothing read)
     for p in ctx.config.products:
         stages.postprocess_stage(ctx, p.name, force=True)
     manifest = release_stage(ctx)

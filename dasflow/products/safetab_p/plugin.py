@@ -18,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from dasflow.errors import InputError, IntegrityError
+from dasflow.errors import InputError, IntegrityError, LedgerRefusal
 from dasflow.io.files import input_prefix, local_dir, local_file
 from dasflow.io.store import ObjectStore
 from dasflow.privacy import accounting, relations, rng
@@ -36,7 +36,7 @@ from dasflow.products.plugin import (
 from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, checks, load_public, moe, parse_config
 from dasflow.products.safetab_p import cli as safetab_cli
 from dasflow.products.safetab_p import load_config as load_safetab_config
-from dasflow.products.safetab_p.measure import WithStage1
+from dasflow.products.safetab_p.measure import WithStage1, stage1_key
 from dasflow.products.safetab_p.product import PERSON_DIR, ground_truth_config, person_files, run_universe
 from dasflow.products.safetab_p.records import (
     GRFC_FILE,
@@ -69,9 +69,12 @@ class PipelineSafeTabP(SafeTabP):
 
     def measure_adaptive(self, prepared: Mapping[str, pd.DataFrame], spec: MeasurementSpec, rng: Any,
                          earlier: Mapping[str, NoisyMeasurement]) -> NoisyMeasurement:
-        if int(spec.detail["stage"]) == 2:
-            stage1 = {m.spec.key: m.table for m in earlier.values() if int(m.spec.detail["stage"]) == 1}
-            prepared = WithStage1(prepared, stage1)  # an overlay: the prepared frames are not copied
+        if int(spec.detail["stage"]) == 2:  # reads its own stage-1 key only (the plan measures it earlier)
+            key = stage1_key(spec)
+            if key not in earlier:
+                raise LedgerRefusal(f"{spec.key}: its stage-1 key {key} is not measured before it; refused "
+                                    "before any noise")
+            prepared = WithStage1(prepared, {key: earlier[key].table})  # an overlay: nothing is copied
         return self.measure(prepared, spec, rng)
 
 
