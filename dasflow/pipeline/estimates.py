@@ -39,6 +39,16 @@ class StoredEstimates(Mapping[str, pd.DataFrame]):
     def __len__(self) -> int:
         return len(self._keys)
 
+    def row_groups(self, name: str) -> Iterator[pd.DataFrame]:
+        """The rows of ``name`` one stored row group at a time (a stream's chunks, in order); one empty frame of
+        its schema when it has no row group."""
+        with self._store.reader(self._keys[name]) as fh:
+            pf = pq.ParquetFile(fh)
+            if pf.metadata.num_row_groups == 0:
+                yield pf.schema_arrow.empty_table().to_pandas()
+            for i in range(pf.metadata.num_row_groups):
+                yield pf.read_row_group(i).to_pandas()
+
     def groups(self, name: str, column: str, width: int) -> Iterator[pd.DataFrame]:
         """The rows of ``name`` grouped by the first ``width`` characters of the text ``column``: one frame per
         group in ascending order, its rows in stored order (index reset)."""

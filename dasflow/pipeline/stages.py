@@ -34,7 +34,7 @@ from dasflow.privacy import account, faults, rng
 from dasflow.privacy.composition import PlanTotal
 from dasflow.privacy.ledger import Segment, frac_str, stored_record
 from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
-from dasflow.products.base import SegmentedMeasure
+from dasflow.products.base import SegmentedMeasure, StreamedPostprocess
 from dasflow.products.partition import PartitionedPostprocess, TableStream
 from dasflow.products.plugin import overrides
 from dasflow.validation import run_product_suite, run_streamed_suite, store_results
@@ -431,7 +431,10 @@ def postprocess_stage(ctx: RunContext, product: str, *, force: bool = False) -> 
     split = partitioner(ctx, product)
     estimates: Mapping[str, pd.DataFrame | TableStream | Callable[[], pd.DataFrame]]
     if split is None:
-        estimates = plugin.product(cfg).postprocess(committed_measurements(ctx, product), public)
+        product_obj = plugin.product(cfg)
+        measurements = committed_measurements(ctx, product)
+        estimates = product_obj.postprocess_stream(measurements, public) \
+            if isinstance(product_obj, StreamedPostprocess) else product_obj.postprocess(measurements, public)
     else:  # parts not yet computed (by mapped tasks) are computed here, in plan order; all of them if forced
         parts = stored_parts(ctx, product)
         steps = split.post_steps(public)

@@ -98,3 +98,16 @@ class SegmentedMeasure(Protocol):
 
     def measure_segment(self, prepared: Mapping[str, pd.DataFrame], spec: MeasurementSpec, segment: str,
                         rng: Any) -> NoisyMeasurement: ...
+
+
+@runtime_checkable
+class StreamedPostprocess(Protocol):
+    """Optional: a product whose post-processing in the DAG writes its large estimates as streams
+    (``postprocess_stream``: ``postprocess``'s estimates, some as ``TableStream`` s written one chunk at a time
+    and some as callables computed when reached, in the mapping's order), so the post-processing stage does not
+    hold a national table; its release tables then come from ``table_chunks`` over the stored estimates.
+    Privacy: the same pure post-processing of committed measurements as ``postprocess``."""
+
+    def postprocess_stream(self, measurements: Mapping[str, NoisyMeasurement],
+                           public: Mapping[str, Any]) -> Mapping[str, Any]: ...
+

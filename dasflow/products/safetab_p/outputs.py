@@ -17,7 +17,7 @@ Nothing here reads private data: inputs are NoisyMeasurements and the public con
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from fractions import Fraction
 
 import numpy as np
@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from pandas.api.types import union_categoricals
 
 from dasflow.products.base import NOISY_COLUMN, Estimates, Mechanism, NoisyMeasurement
+from dasflow.products.partition import CombinedEstimates, TableStream
 from dasflow.products.safetab_p.config import SafeTabPConfig
 from dasflow.products.safetab_p.plan import AGE_BINS
 from dasflow.products.safetab_p.regions import UNSUPPRESSED_REGION_TYPES
@@ -169,24 +170,67 @@ def _t1_frame(parts: list[T1Part]) -> pd.DataFrame:
     return out
 
 
+def _final_t1(parts: list[T1Part], cfg: SafeTabPConfig) -> pd.DataFrame:
+    """T1 of every key from the keys' parts: integer counts, clamped at 0 unless negative counts are allowed."""
+    t1 = _t1_frame(parts) if parts else pd.DataFrame(columns=T1_COLUMNS)
+    t1["COUNT"] = t1["COUNT"].astype(np.int64)
+    if not cfg.allow_negative_counts:
+        t1["COUNT"] = t1["COUNT"].clip(lower=0)
+    return t1.reset_index(drop=True)
+
+
+def _final_t2(t2: pd.DataFrame, cfg: SafeTabPConfig) -> pd.DataFrame:
+    """T2 rows of one key (or all): text key columns, integer counts clamped as in :func:`_final_t1`."""
+    t2 = t2.astype({"REGION_ID": str, "REGION_TYPE": str, "ITERATION_CODE": str, "COUNT": np.int64})
+    if not cfg.allow_negative_counts:
+        t2["COUNT"] = t2["COUNT"].clip(lower=0)
+    return t2
+
+
+def _stage2_keys(measurements: Mapping[str, NoisyMeasurement]) -> list[str]:
+    """The stage-2 keys in the tables' key order (stage-1 totals are never published)."""
+    return [key for key in sorted(measurements) if key.endswith("/stage2")]
+
+
 def postprocess(measurements: Mapping[str, NoisyMeasurement], cfg: SafeTabPConfig) -> Estimates:
     """T1 and T2 of a run from its stage-2 measurements (stage-1 totals are never published). T1's rows come in
     the release file's order (``tables`` then finds them sorted); T2's in key order."""
     t1s: list[T1Part] = []
     t2s: list[pd.DataFrame] = []
-    for key in sorted(measurements):
-        if key.endswith("/stage2"):
+    for key in _stage2_keys(measurements):
+        part, t2 = _t1_t2(measurements[key], cfg)
+        t1s.append(part)
+        t2s.append(_final_t2(t2, cfg))
+    t2 = pd.concat(t2s, ignore_index=True) if t2s else _final_t2(pd.DataFrame(columns=T2_COLUMNS), cfg)
+    return {"t1": _final_t1(t1s, cfg), "t2": t2.reset_index(drop=True)}
+
+
+#: T2 as stored by the streamed post-processing (one row group per stage-2 key)
+T2_SCHEMA = pa.schema([("REGION_ID", pa.string()), ("REGION_TYPE", pa.string()), ("ITERATION_CODE", pa.string()),
+                       ("AGESTART", pa.string()), ("AGEEND", pa.string()), ("SEX", pa.int8()),
+                       ("COUNT", pa.int64())])
+
+
+def postprocess_stream(measurements: Mapping[str, NoisyMeasurement], cfg: SafeTabPConfig) -> CombinedEstimates:
+    """:func:`postprocess` with T2 streamed one stage-2 key at a time (``TableStream``: one measurement, its T1
+    part and its T2 rows in memory at a time) and T1 built after it from the keys' T1 parts (a callable reached
+    after the stream). The rows and values are :func:`postprocess`'s."""
+    keys = _stage2_keys(measurements)
+    t1s: list[T1Part] = []
+
+    def t2_chunks() -> Iterator[pa.Table]:
+        t1s.clear()  # a stream read again (a retried write) starts T1 afresh
+        for key in keys:
             part, t2 = _t1_t2(measurements[key], cfg)
             t1s.append(part)
-            t2s.append(t2.astype({"REGION_ID": str, "REGION_TYPE": str, "ITERATION_CODE": str}))
-    t1 = _t1_frame(t1s) if t1s else pd.DataFrame(columns=T1_COLUMNS)
-    t2 = pd.concat(t2s, ignore_index=True) if t2s else pd.DataFrame(columns=T2_COLUMNS)
-    t1["COUNT"] = t1["COUNT"].astype(np.int64)
-    t2["COUNT"] = t2["COUNT"].astype(np.int64)
-    if not cfg.allow_negative_counts:
-        t1["COUNT"] = t1["COUNT"].clip(lower=0)
-        t2["COUNT"] = t2["COUNT"].clip(lower=0)
-    return {"t1": t1.reset_index(drop=True), "t2": t2.reset_index(drop=True)}
+            yield pa.Table.from_pandas(_final_t2(t2, cfg), schema=T2_SCHEMA, preserve_index=False)
+
+    def t1() -> pd.DataFrame:
+        if len(t1s) != len(keys):
+            raise RuntimeError("SafeTab-P T1 read before its T2 stream was written")
+        return _final_t1(t1s, cfg)
+
+    return {"t2": TableStream(T2_SCHEMA, t2_chunks), "t1": t1}
 
 
 def _is_sorted(frame: pd.DataFrame, columns: list[str]) -> bool:
@@ -210,13 +254,17 @@ def _is_sorted(frame: pd.DataFrame, columns: list[str]) -> bool:
     return bool(pc.all(pc.fill_null(ok, False)).as_py())
 
 
-def tables(estimates: Estimates) -> dict[str, pd.DataFrame]:
-    """The release files: t1 and t2 with the production columns, in a stable order (t1 stably sorted by
-    REGION_TYPE, REGION_ID, ITERATION_CODE; skipped when already in that order — a stable sort of sorted rows
-    leaves them as they are)."""
+def release_t1(t1: pd.DataFrame) -> pd.DataFrame:
+    """The t1 file's rows: production columns, stably sorted by REGION_TYPE, REGION_ID, ITERATION_CODE (skipped
+    when already in that order — a stable sort of sorted rows leaves them as they are)."""
     order = ["REGION_TYPE", "REGION_ID", "ITERATION_CODE"]
-    t1 = estimates["t1"][T1_COLUMNS]
+    t1 = t1[T1_COLUMNS]
     if not _is_sorted(t1, order):
         t1 = t1.sort_values(order, kind="stable")
+    return t1.reset_index(drop=True)
+
+
+def tables(estimates: Estimates) -> dict[str, pd.DataFrame]:
+    """The release files: t1 (:func:`release_t1`) and t2 with the production columns, in key order."""
     t2 = estimates["t2"][T2_COLUMNS]
-    return {"t1": t1.reset_index(drop=True), "t2": t2.reset_index(drop=True)}
+    return {"t1": release_t1(estimates["t1"]), "t2": t2.reset_index(drop=True)}

@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from dasflow.errors import InputError
 from dasflow.products.base import Estimates, MeasurementSpec, NoisyMeasurement, Prepared
+from dasflow.products.partition import CombinedEstimates
 from dasflow.products.safetab_p import outputs
 from dasflow.products.safetab_p.config import SafeTabPConfig, load_config, parse_config
 from dasflow.products.safetab_p.iterations import (
@@ -243,9 +244,24 @@ class SafeTabP:
         """T1/T2 from the stage-2 measurements (pure post-processing)."""
         return outputs.postprocess(measurements, public["config"])
 
+    def postprocess_stream(self, measurements: Mapping[str, NoisyMeasurement],
+                           public: Mapping[str, Any]) -> CombinedEstimates:
+        """:meth:`postprocess` with T2 streamed one stage-2 key at a time (the DAG's post-processing)."""
+        return outputs.postprocess_stream(measurements, public["config"])
+
     def tables(self, estimates: Estimates) -> dict[str, pd.DataFrame]:
         """The t1/t2 release files."""
         return outputs.tables(estimates)
+
+    def table_chunks(self, estimates: Mapping[str, pd.DataFrame]) -> Iterator[tuple[str, pd.DataFrame]]:
+        """The release files as ``(table, chunk)`` pairs: t1 whole (it is sorted), then t2 one stored row group
+        (one stage-2 key) at a time when the estimates are read from the store (``row_groups``), else whole;
+        the chunks concatenate to :meth:`tables`' files."""
+        yield "t1", outputs.release_t1(estimates["t1"])
+        row_groups = getattr(estimates, "row_groups", None)
+        chunks = row_groups("t2") if callable(row_groups) else iter([estimates["t2"]])
+        for chunk in chunks:
+            yield "t2", chunk[outputs.T2_COLUMNS].reset_index(drop=True)
 
 
 @dataclasses.dataclass
