@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from dasflow.flows import prefect_server
 from dasflow.io.store import LocalStore
 from dasflow.pipeline.inputs import mark_synthetic
 from tests.dag.helpers import release_dict, release_files, seed_inputs
@@ -46,12 +47,15 @@ FAULT_POINTS = [
 
 @pytest.fixture(scope="session")
 def prefect_api() -> Iterator[dict[str, str]]:
-    """``prefect server start`` on 127.0.0.1 with its own PREFECT_HOME (SQLite); yields the client env."""
+    """``prefect server start`` on 127.0.0.1 with its own PREFECT_HOME (SQLite, seeded from the tests' database
+    template when there is one: ``dasflow.flows.prefect_server``); yields the client env."""
     home = tempfile.mkdtemp(prefix="dasflow-prefect-server-")
     port = free_port()
     env = {**os.environ, "PREFECT_HOME": home, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "PREFECT_UI_ENABLED": "false", "PREFECT_API_URL": ""}
     env.pop("PREFECT_API_URL")
+    # Prefect's empty schema from the suite's template when one was built already (else Prefect migrates)
+    prefect_server.seed(Path(home) / "prefect.db", prefect_server.template_path())
     log = open(Path(home) / "server.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen([str(Path(sys.executable).with_name("prefect")), "server", "start", "--host",
                              "127.0.0.1", "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=env,
