@@ -10,13 +10,18 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from dasflow.config import parse_release_config
+from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.estimates import StoredEstimates
 from dasflow.pipeline.run import freeze_config, manifest_if_current
+from dasflow.pipeline.stages import write_estimates
+from dasflow.privacy import accounting
 from dasflow.products.safetab_p import outputs
+from dasflow.products.safetab_p.config import parse_config
+from dasflow.products.safetab_p.product import SafeTabP
 from dasflow.release.stage import write_product_tables
 from tests.dag.helpers import release_files
-from tests.dag.test_products_in_dag import safetab_release
+from tests.dag.test_products_in_dag import TOY, safetab_release
 
 
 def _csv(frame: pd.DataFrame) -> bytes:
@@ -61,21 +66,10 @@ def test_streamed_t2_gives_the_whole_path_release_bytes(tmp_path: Path) -> None:
 
 def test_an_empty_t2_streams_as_a_header_only_file(tmp_path: Path) -> None:
     """No stage-2 key: the stream writes no row group and the release's t2 is its header (as the whole path)."""
-    from dasflow.io.store import LocalStore
-    from dasflow.pipeline.stages import write_estimates
-    from dasflow.products.safetab_p.config import parse_config
-
-    from dasflow.privacy import accounting
-    from tests.dag.test_products_in_dag import TOY
-
     cfg = parse_config(accounting.load_json_exact((TOY / "input_dir_zcdp" / "config.json").read_text()))
     store = LocalStore(tmp_path)
     outs = write_estimates(store, "post/", outputs.postprocess_stream({}, cfg))
-    chunks = list(outputs_chunks(StoredEstimates(store, outs)))
+    chunks = list(SafeTabP().table_chunks(StoredEstimates(store, outs)))
     assert [n for n, _ in chunks] == ["t1", "t2"] and all(c.empty for _, c in chunks)
     assert _csv(chunks[1][1]) == _csv(outputs.tables(outputs.postprocess({}, cfg))["t2"])
 
-
-def outputs_chunks(estimates: StoredEstimates):  # type: ignore[no-untyped-def]
-    from dasflow.products.safetab_p.product import SafeTabP
-    return SafeTabP().table_chunks(estimates)
