@@ -25,13 +25,16 @@ Load = Callable[[str], NoisyMeasurement]
 
 class Measured(Mapping[str, NoisyMeasurement]):
     """The measurements of the keys added so far (in the order added), by key: tables held while their deep size
-    fits ``budget_bytes`` in all, the others loaded with ``load(key)`` when read (the last one kept)."""
+    fits ``budget_bytes`` in all, the others loaded with ``load(key)`` when read (the last one kept); a segmented
+    key's segments one at a time through ``segments(key)`` (:meth:`segment_loaders`)."""
 
     #: measured tables held in memory up to this deep size in all
     BUDGET_BYTES = 256 << 20
 
-    def __init__(self, load: Load, budget_bytes: int | None = None) -> None:
+    def __init__(self, load: Load, budget_bytes: int | None = None,
+                 segments: Callable[[str], list[Callable[[], NoisyMeasurement]] | None] | None = None) -> None:
         self._load = load
+        self._segments = segments
         self._budget = self.BUDGET_BYTES if budget_bytes is None else budget_bytes
         self._keys: dict[str, None] = {}  # in the order added
         self._held: dict[str, NoisyMeasurement] = {}
@@ -52,6 +55,13 @@ class Measured(Mapping[str, NoisyMeasurement]):
         self._held[key] = measurement
         self._held_bytes += size
         return True
+
+    def segment_loaders(self, key: str) -> list[Callable[[], NoisyMeasurement]] | None:
+        """Loaders of a segmented key's committed segments, in index order, each verified when called (a reader
+        going through a key segment by segment holds one segment); None for a key stored whole."""
+        if key not in self._keys:
+            raise KeyError(key)
+        return None if self._segments is None else self._segments(key)
 
     def __getitem__(self, key: str) -> NoisyMeasurement:
         if key in self._held:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
 from dasflow.io.store import ObjectStore, StoreError
@@ -130,6 +131,30 @@ class PartitionedPrepared(Mapping[str, pd.DataFrame]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys)
+
+    def rows(self, name: str, column: str, low: int, high: int) -> pd.DataFrame:
+        """The rows of ``name`` with ``low <= column < high`` (an integer column), combined over the partitions:
+        each partition's Parquet row groups whose statistics miss the range are not read, so a segment of
+        regions reads only the partitions (states) holding it, one row group at a time."""
+        found = []
+        empty: pd.DataFrame | None = None
+        for key in self._keys[name]:  # KeyError for a name no partition holds
+            with self._store.reader(key) as fh:
+                pf = pq.ParquetFile(fh)
+                if empty is None:
+                    empty = pf.schema_arrow.empty_table().to_pandas()
+                index = pf.schema_arrow.get_field_index(column)
+                for i in range(pf.metadata.num_row_groups):
+                    stats = pf.metadata.row_group(i).column(index).statistics
+                    if stats is not None and stats.has_min_max and (stats.max < low or stats.min >= high):
+                        continue
+                    frame = pf.read_row_group(i).to_pandas()
+                    values = frame[column].to_numpy()
+                    found.append(frame[(values >= low) & (values < high)].reset_index(drop=True))
+        if found:
+            return self._combine(name, found)
+        assert empty is not None  # a name has at least one partition's frame
+        return empty
 
     def partitions(self, parts: Sequence[str]) -> Mapping[str, pd.DataFrame]:
         """The frames of some partitions, each name combined over them when read (partition ids the preprocess

@@ -9,6 +9,7 @@ of a release never spends twice. Post-processing and release see only a store vi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -278,13 +279,28 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
         return cache["prepared"]
 
     held: dict[tuple[str, ...], Mapping[str, pd.DataFrame]] = {}
+    natives = {native.key: (spec, native) for spec, native in pairs}
 
-    def segment_frames(parts: Sequence[str]) -> Mapping[str, pd.DataFrame]:
-        """A segment's counts: its partitions' frames, or the whole input's frames of an unpartitioned
-        preprocess (the product keeps the segment's rows). The last partitions' frames are kept, so the chunks
-        of one large state read its frame once per key, not once per chunk."""
+    def earlier_segment(key: str, segment: str) -> NoisyMeasurement:
+        """One committed segment of a key measured before the current one (an adaptive segmented product)."""
+        if key not in done:
+            raise LedgerRefusal(f"{product}: {key!r} is not measured before the current key; refused before any "
+                                "noise")
+        spec, native = natives[key]
+        commit = ctx.ledger.committed(spec.key)
+        entries = None if commit is None else ctx.ledger.segments(spec, commit)
+        entry = next((e for e in entries or [] if e.segment == segment), None)
+        if entry is None:
+            raise LedgerRefusal(f"{product}: {key!r} has no committed segment {segment!r}; refused before any noise")
+        return dataclasses.replace(ctx.ledger.load_segment(spec, entry), spec=native)
+
+    def segment_frames(parts: Sequence[str] | None) -> Mapping[str, pd.DataFrame]:
+        """A segment's counts: its partitions' frames (``None``: every partition's, the product reading its
+        segment's rows), or the whole input's frames of an unpartitioned preprocess (the product keeps the
+        segment's rows). The last partitions' frames are kept, so the chunks of one large state read its frame
+        once per key, not once per chunk."""
         frames = prepared()
-        if not isinstance(frames, PartitionedPrepared):
+        if not isinstance(frames, PartitionedPrepared) or parts is None:
             return frames
         if tuple(parts) not in held:
             held.clear()
@@ -299,10 +315,15 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
             def draw_segment(segment: str, spec: MeasurementSpec = spec,
                              native: MeasurementSpec = native,
                              segmented: SegmentedMeasure = segmented) -> NoisyMeasurement:
-                return segmented.measure_segment(segment_frames(segmented.segment_parts(native, segment)), native,
-                                                 segment, g.spawn(spec.key))
+                frames = segment_frames(segmented.segment_parts(native, segment))
+                adaptive = getattr(segmented, "measure_segment_adaptive", None)
+                if callable(adaptive):
+                    result: NoisyMeasurement = adaptive(frames, native, segment, g.spawn(spec.key), earlier_segment)
+                    return result
+                return segmented.measure_segment(frames, native, segment, g.spawn(spec.key))
 
             _, fresh_segments = ctx.ledger.measure_segmented(spec, segments, draw_segment, attempt=attempt)
+            done.add(native.key)  # listed (an unsegmented reader would load it whole), never held
             drawn += int(fresh_segments > 0)
             progress(i + 1, len(pairs), spec.key)
             continue
@@ -350,11 +371,34 @@ def _committed_loader(ctx: RunContext, product: str) -> Callable[[str], NoisyMea
     return load
 
 
+def _segment_loaders(ctx: RunContext, product: str) -> Callable[[str], list[Callable[[], NoisyMeasurement]] | None]:
+    """Loaders of a committed key's segments (by the product's own key), from its verified index; None for a key
+    stored whole."""
+    natives = {native.key: (spec, native) for spec, native in planned(ctx, product)}
+
+    def loaders(key: str) -> list[Callable[[], NoisyMeasurement]] | None:
+        spec, native = natives[key]
+        commit = ctx.ledger.committed(spec.key)
+        if commit is None:
+            raise LedgerRefusal(f"{product}: {spec.key!r} is not measured yet; run the measure stage first")
+        entries = ctx.ledger.segments(spec, commit)
+        if entries is None:
+            return None
+        return [functools.partial(_load_segment, ctx, spec, native, entry) for entry in entries]
+
+    return loaders
+
+
+def _load_segment(ctx: RunContext, spec: MeasurementSpec, native: MeasurementSpec,
+                  entry: Segment) -> NoisyMeasurement:
+    return dataclasses.replace(ctx.ledger.load_segment(spec, entry), spec=native)
+
+
 def committed_measurements(ctx: RunContext, product: str) -> Measured:
     """Every committed measurement of the product by its own key, each read from the ledger when first used
-    (held within ``Measured.BUDGET_BYTES``, else reloaded when read again); refuses at once if a key is not
-    committed."""
-    out = Measured(_committed_loader(ctx, product))
+    (held within ``Measured.BUDGET_BYTES``, else reloaded when read again; a segmented key's segments one at a
+    time through ``segment_loaders``); refuses at once if a key is not committed."""
+    out = Measured(_committed_loader(ctx, product), segments=_segment_loaders(ctx, product))
     for spec, native in planned(ctx, product):
         if ctx.ledger.committed(spec.key) is None:
             raise LedgerRefusal(f"{product}: {spec.key!r} is not measured yet; run the measure stage first")

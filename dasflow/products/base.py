@@ -86,15 +86,18 @@ class SegmentedMeasure(Protocol):
     segment's counts at a time.
 
     ``segments(spec)`` lists a key's segment ids from public inputs only (None: drawn whole by ``measure``);
-    ``segment_parts(spec, segment)`` names the preprocessing partitions holding a segment's counts.
+    ``segment_parts(spec, segment)`` names the preprocessing partitions holding a segment's counts (None: every
+    partition, the product reading only its segment's rows — ``PartitionedPrepared.rows``).
     ``measure_segment`` draws one segment from ``prepared`` (those partitions' frames, or all frames of an
-    unpartitioned preprocess). Privacy: the segments partition the key's measured units and each unit's noise is
-    the key's planned mechanism, so the key's spec, budget and sensitivity are those of one ``measure`` call (the
-    ledger commits them as one key)."""
+    unpartitioned preprocess). An adaptive product may also define ``measure_segment_adaptive(prepared, spec,
+    segment, rng, earlier)``, ``earlier(key, segment)`` giving the committed segment of a key measured before
+    this one (the same segment ids). Privacy: the segments partition the key's measured units and each unit's
+    noise is the key's planned mechanism, so the key's spec, budget and sensitivity are those of one ``measure``
+    call (the ledger commits them as one key)."""
 
     def segments(self, spec: MeasurementSpec) -> list[str] | None: ...
 
-    def segment_parts(self, spec: MeasurementSpec, segment: str) -> list[str]: ...
+    def segment_parts(self, spec: MeasurementSpec, segment: str) -> list[str] | None: ...
 
     def measure_segment(self, prepared: Mapping[str, pd.DataFrame], spec: MeasurementSpec, segment: str,
                         rng: Any) -> NoisyMeasurement: ...

@@ -42,9 +42,9 @@ def census(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def raw_config(store_dir: Path, layout: str) -> dict[str, object]:
+def raw_config(store_dir: Path, layout: str, states: list[str] = STATES) -> dict[str, object]:
     cfg = json.loads(resources.files("dasflow.demo_data").joinpath("safetab-p-config.json").read_text())
-    cfg["state_filter_us"] = STATES
+    cfg["state_filter_us"] = states
     cfg["thresholds_p"] = {k: [3, 10, 40] for k in cfg["thresholds_p"]}  # every stage-2 detail level occurs
     return {"release_id": "st", "universe": "US", "store": str(store_dir),
             "inputs": {"safetab-p": f"confidential/synth/{layout}/", "safetab-p_public": "public/safetab-p/"},
@@ -52,7 +52,7 @@ def raw_config(store_dir: Path, layout: str) -> dict[str, object]:
             "rng": {"mode": "test", "seed": 4}}
 
 
-def make_store(census: Path, tmp: Path, layout: str) -> Path:
+def make_store(census: Path, tmp: Path, layout: str, states: list[str] = STATES) -> Path:
     """A store holding the census (``layout``'s person records only) and its public GRF-C; the release config."""
     store_dir = tmp / layout / "store"
     root = store_dir / "confidential/synth"
@@ -61,7 +61,7 @@ def make_store(census: Path, tmp: Path, layout: str) -> Path:
     shutil.copytree(census / layout, root / layout, ignore=shutil.ignore_patterns("GRF-C.txt"))
     (store_dir / "public/safetab-p").mkdir(parents=True)
     shutil.copy(census / layout / "GRF-C.txt", store_dir / "public/safetab-p/GRF-C.txt")
-    (tmp / layout / "release.json").write_text(json.dumps(raw_config(store_dir, layout)))
+    (tmp / layout / "release.json").write_text(json.dumps(raw_config(store_dir, layout, states)))
     return store_dir
 
 

@@ -142,27 +142,72 @@ def _variance_column(v: Fraction | float, n: int) -> npt.NDArray[np.float64]:
     return np.full(n, float(v), dtype=np.float64)
 
 
-def _domain(prepared: Frames, spec: MeasurementSpec) -> tuple[IntArray, IntArray, int]:
-    """(two-stage group ids, TotalOnly group ids, n_groups) over the public domain, in group order."""
+def segment_ids(spec: MeasurementSpec) -> list[str] | None:
+    """The region segments of a key planned with ``segment_regions`` (``r{first}-{end}``: region indices
+    first..end-1, in region order, covering every region once); None for a key measured whole."""
+    per = spec.detail.get("segment_regions")
+    n = int(spec.detail["n_regions"])
+    if not per or n == 0:
+        return None
+    return [f"r{lo}-{min(lo + int(per), n)}" for lo in range(0, n, int(per))]
+
+
+def segment_regions(spec: MeasurementSpec, segment: str) -> tuple[int, int]:
+    """The region index range [first, end) of one of the key's segments (:func:`segment_ids`)."""
+    if segment not in (segment_ids(spec) or []):
+        raise DasflowError(f"safetab-p: {spec.key} has no segment {segment!r}")
+    first, end = segment[1:].split("-")
+    return int(first), int(end)
+
+
+def _domain(prepared: Frames, spec: MeasurementSpec,
+            regions: tuple[int, int] | None = None) -> tuple[IntArray, IntArray, int, int]:
+    """(two-stage group ids, TotalOnly group ids, first group, end group) over the public domain of the key or of
+    a region range [first, end) of it, in group order (group = region · n_iterations + iteration)."""
     d = spec.detail
     total_only = prepared[spec_iterations_key(spec)]["TOTAL_ONLY"].to_numpy(dtype=bool)
-    n_regions = len(prepared[regions_key(d["universe"], d["region_type"])])
     n_it = len(total_only)
-    base = np.arange(n_regions, dtype=np.int64)[:, None] * n_it  # group = region · n_iterations + iteration
+    first, end = (0, len(prepared[regions_key(d["universe"], d["region_type"])])) if regions is None else regions
+    base = np.arange(first, end, dtype=np.int64)[:, None] * n_it
 
     def groups(iterations: IntArray) -> IntArray:
         return (base + iterations.astype(np.int64)[None, :]).ravel()  # in group order
 
-    return groups(np.flatnonzero(~total_only)), groups(np.flatnonzero(total_only)), n_regions * n_it
+    return groups(np.flatnonzero(~total_only)), groups(np.flatnonzero(total_only)), first * n_it, end * n_it
 
 
-def measure_stage1(prepared: Frames, spec: MeasurementSpec, rng: Any) -> NoisyMeasurement:
-    """Noisy totals of every non-TotalOnly group (Alg. 2 line 15), budget γρ_i/s each."""
+def _sparse(prepared: Frames, spec: MeasurementSpec, low: int, high: int, whole: bool) -> pd.DataFrame:
+    """The key's sparse (GROUP, CELL, COUNT) counts with low <= GROUP < high: the whole frame for a key measured
+    whole; for a segment only its rows (``rows`` of a partitioned preprocess reads only the partitions holding
+    them; a whole frame, sorted by GROUP, is sliced)."""
     d = spec.detail
-    two, _, n_groups = _domain(prepared, spec)
-    sparse = prepared[sparse_key(d["universe"], d["region_type"], d["iteration_level"])]
-    totals = group_totals(sparse, n_groups)
-    noisy = totals[two] + draw(spec, spec.noise, len(two), rng)
+    name = sparse_key(d["universe"], d["region_type"], d["iteration_level"])
+    if whole:
+        return prepared[name]
+    rows = getattr(prepared, "rows", None)
+    if callable(rows):
+        part: pd.DataFrame = rows(name, "GROUP", low, high)
+        return part
+    frame = prepared[name]
+    i, j = np.searchsorted(frame["GROUP"].to_numpy(), [low, high])
+    return frame.iloc[i:j].reset_index(drop=True)
+
+
+def _totals(sparse: pd.DataFrame, low: int, high: int) -> IntArray:
+    """True total per group of [low, high) (zeros included), indexed by group − low."""
+    if low == 0:
+        return group_totals(sparse, high)
+    index = sparse["GROUP"].to_numpy() - low
+    return np.bincount(index, weights=sparse["COUNT"].to_numpy(), minlength=high - low).astype(np.int64)
+
+
+def measure_stage1(prepared: Frames, spec: MeasurementSpec, rng: Any,
+                   regions: tuple[int, int] | None = None) -> NoisyMeasurement:
+    """Noisy totals of every non-TotalOnly group (Alg. 2 line 15), budget γρ_i/s each: of the whole key, or of
+    the groups of a region range (one segment of the key)."""
+    two, _, low, high = _domain(prepared, spec, regions)
+    totals = _totals(_sparse(prepared, spec, low, high, regions is None), low, high)
+    noisy = totals[two - low] + draw(spec, spec.noise, len(two), rng)
     table = pd.DataFrame({**_labels(prepared, spec, two), NOISY_COLUMN: noisy,
                           VARIANCE_COLUMN: _variance_column(spec.variance, len(two)),
                           MECHANISM_COLUMN: _constant(spec.mechanism, len(two))}, copy=False)
@@ -182,19 +227,24 @@ def age_ranges(stat: int) -> tuple[IntArray, IntArray]:
     return edges, ends
 
 
-def measure_stage2(prepared: Frames, spec: MeasurementSpec, rng: Any) -> NoisyMeasurement:
-    """Step 2 of Alg. 2 for every group, shapes from the committed stage-1 totals in ``prepared``."""
+def measure_stage2(prepared: Frames, spec: MeasurementSpec, rng: Any, regions: tuple[int, int] | None = None,
+                   stage1: pd.DataFrame | None = None) -> NoisyMeasurement:
+    """Step 2 of Alg. 2 for every group, shapes from the committed stage-1 totals in ``prepared``; or for the
+    groups of a region range (one segment), shapes from ``stage1``, the same segment of the stage-1 key."""
     d = spec.detail
     s1_key = stage1_key(spec)
-    if s1_key not in prepared:
-        raise DasflowError(f"{spec.key} needs the committed stage-1 measurement {s1_key} in prepared "
-                           "(use safetab_p.measure.with_stage1)")
-    stage1 = prepared[s1_key]
-    two, to, n_groups = _domain(prepared, spec)
+    if stage1 is None:
+        if s1_key not in prepared:
+            raise DasflowError(f"{spec.key} needs the committed stage-1 measurement {s1_key} in prepared "
+                               "(use safetab_p.measure.with_stage1)")
+        stage1 = prepared[s1_key]
+    two, to, low, high = _domain(prepared, spec, regions)
     if not np.array_equal(stage1["GROUP"].to_numpy(), two):
-        raise DasflowError(f"stage-1 table {s1_key} does not cover the public group domain of {spec.key}")
-    sparse = prepared[sparse_key(d["universe"], d["region_type"], d["iteration_level"])]
-    totals = group_totals(sparse, n_groups)
+        raise DasflowError(f"stage-1 table {s1_key} does not cover the public group domain of {spec.key}"
+                           + ("" if regions is None else f" in regions {regions[0]}-{regions[1]}"))
+    sparse = _sparse(prepared, spec, low, high, regions is None)
+    totals = _totals(sparse, low, high)
+    two_index, to_index = two - low, to - low
     stat = stat_levels(stage1[NOISY_COLUMN].to_numpy(dtype=np.int64), d["thresholds"])
     names = ("g", "st", "sex", "start", "end", "noisy", "var")
     cols: dict[str, list[npt.NDArray[Any]]] = {k: [] for k in names}
@@ -211,9 +261,9 @@ def measure_stage2(prepared: Frames, spec: MeasurementSpec, rng: Any) -> NoisyMe
         cols["var"].append(np.full(n, float(variance), dtype=np.float64))
 
     # TotalOnly groups: one count with the group's whole budget ρ_i/s
-    part(to, TOTAL_ONLY_STAT, 0, -1, -1, totals[to], d["total_only_noise"], d["total_only_variance"])
-    g0 = two[stat == 0]
-    part(g0, 0, 0, -1, -1, totals[g0], spec.noise, spec.variance)
+    part(to, TOTAL_ONLY_STAT, 0, -1, -1, totals[to_index], d["total_only_noise"], d["total_only_variance"])
+    g0 = stat == 0
+    part(two[g0], 0, 0, -1, -1, totals[two_index[g0]], spec.noise, spec.variance)
     del totals
     for k in (1, 2, 3):
         gk = two[stat == k]

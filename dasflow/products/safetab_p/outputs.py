@@ -217,16 +217,28 @@ def postprocess_stream(measurements: Mapping[str, NoisyMeasurement], cfg: SafeTa
     after the stream). The rows and values are :func:`postprocess`'s."""
     keys = _stage2_keys(measurements)
     t1s: list[T1Part] = []
+    split = getattr(measurements, "segment_loaders", None)
+
+    def pieces(key: str) -> Iterator[NoisyMeasurement]:
+        """A key's measurement, or its segments one at a time (disjoint region ranges: a group's rows are all in
+        one segment, so T1 sums and T2 margins per segment are those of the key)."""
+        loaders = split(key) if callable(split) else None
+        if loaders is None:
+            yield measurements[key]
+        else:
+            for load in loaders:
+                yield load()
 
     def t2_chunks() -> Iterator[pa.Table]:
         t1s.clear()  # a stream read again (a retried write) starts T1 afresh
         for key in keys:
-            part, t2 = _t1_t2(measurements[key], cfg)
-            t1s.append(part)
-            yield pa.Table.from_pandas(_final_t2(t2, cfg), schema=T2_SCHEMA, preserve_index=False)
+            for m in pieces(key):
+                part, t2 = _t1_t2(m, cfg)
+                t1s.append(part)
+                yield pa.Table.from_pandas(_final_t2(t2, cfg), schema=T2_SCHEMA, preserve_index=False)
 
     def t1() -> pd.DataFrame:
-        if len(t1s) != len(keys):
+        if len(t1s) < len(keys):
             raise RuntimeError("SafeTab-P T1 read before its T2 stream was written")
         return _final_t1(t1s, cfg)
 

@@ -53,6 +53,9 @@ AGE_BINS: dict[int, tuple[int, ...]] = {
     3: (5, 10, 15, 18, 20, 21, 22, 25, 30, 35, 40, 45, 50, 55, 60, 62, 65, 67, 70, 75, 80, 85),
 }
 MAX_CELLS_PER_GROUP = 2 * (len(AGE_BINS[3]) + 1)
+#: a key whose public group domain (regions × iterations) exceeds this is measured and post-processed in region
+#: segments of at most this many groups (``segment_regions`` in the plan: frozen with it)
+SEGMENT_GROUPS = 4_000_000
 
 
 def measurement_key(universe: Universe, region_type: str, level: int, stage: int) -> str:
@@ -113,6 +116,8 @@ def plan(cfg: SafeTabPConfig, iterations: IterationIndex, geography: Geography) 
             "gamma": cfg.gamma, "level_budget": rho, "thresholds": cfg.thresholds[(rt, lv)],
             "n_regions": n_regions, "n_iterations": level.n_iterations, "n_total_only_iterations": n_to,
             "iteration_set": iteration_set(rt, cfg.ignore_region_granularity),
+            **({"segment_regions": max(1, SEGMENT_GROUPS // level.n_iterations)}
+               if n_regions * level.n_iterations > SEGMENT_GROUPS else {}),
             "neighbours": "add/remove one person",
             "composition": "generalized parallel composition over <= s groups per person (Lemmas 9/10)",
         }

@@ -10,7 +10,7 @@ plan lists every stage-1 key before any stage-2 key, and every budget is fixed i
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
@@ -36,7 +36,14 @@ from dasflow.products.plugin import (
 from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, checks, load_public, moe, parse_config
 from dasflow.products.safetab_p import cli as safetab_cli
 from dasflow.products.safetab_p import load_config as load_safetab_config
-from dasflow.products.safetab_p.measure import WithStage1, stage1_key
+from dasflow.products.safetab_p.measure import (
+    WithStage1,
+    measure_stage1,
+    measure_stage2,
+    segment_ids,
+    segment_regions,
+    stage1_key,
+)
 from dasflow.products.safetab_p.product import PERSON_DIR, ground_truth_config, person_files, run_universe
 from dasflow.products.safetab_p.records import (
     GRFC_FILE,
@@ -76,6 +83,40 @@ class PipelineSafeTabP(SafeTabP):
                                     "before any noise")
             prepared = WithStage1(prepared, {key: earlier[key].table})  # an overlay: nothing is copied
         return self.measure(prepared, spec, rng)
+
+    # region segments (SegmentedMeasure): a key whose group domain is larger than plan.SEGMENT_GROUPS is drawn
+    # one range of regions at a time, its sparse counts read from the partitions holding the range
+
+    def segments(self, spec: MeasurementSpec) -> list[str] | None:
+        """The key's region segments when its plan entry has ``segment_regions`` (public: region counts of the
+        frozen plan); None for a key drawn whole."""
+        return segment_ids(spec)
+
+    def segment_parts(self, spec: MeasurementSpec, segment: str) -> list[str] | None:
+        """None: every partition; the segment's rows are read by group range (``PartitionedPrepared.rows``
+        skips the partitions whose row groups miss it)."""
+        return None
+
+    def measure_segment(self, prepared: Mapping[str, pd.DataFrame], spec: MeasurementSpec, segment: str,
+                        rng: Any) -> NoisyMeasurement:
+        """Stage 1 of one segment (stage 2 needs its stage-1 segment: :meth:`measure_segment_adaptive`)."""
+        if int(spec.detail["stage"]) != 1:
+            raise LedgerRefusal(f"{spec.key}: stage 2 of a segment needs its stage-1 segment; refused before any "
+                                "noise")
+        return measure_stage1(prepared, spec, rng.spawn(spec.key).spawn(segment), segment_regions(spec, segment))
+
+    def measure_segment_adaptive(self, prepared: Mapping[str, pd.DataFrame], spec: MeasurementSpec,
+                                 segment: str, rng: Any,
+                                 earlier: Callable[[str, str], NoisyMeasurement]) -> NoisyMeasurement:
+        """One segment of a stage-1 key, or of a stage-2 key with its query shapes from the same segment of the
+        committed stage-1 key (the same groups). Generator spawned from the key, then the segment. Privacy:
+        each group's answers get the noise of the plan's budget exactly as in :meth:`measure`; the segments are
+        disjoint region ranges of the one planned key, and stage 2 reads only earlier noisy totals."""
+        if int(spec.detail["stage"]) == 1:
+            return self.measure_segment(prepared, spec, segment, rng)
+        stage1 = earlier(stage1_key(spec), segment).table
+        return measure_stage2(prepared, spec, rng.spawn(spec.key).spawn(segment), segment_regions(spec, segment),
+                              stage1)
 
 
 
