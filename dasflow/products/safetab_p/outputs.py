@@ -181,7 +181,13 @@ def _final_t1(parts: list[T1Part], cfg: SafeTabPConfig) -> pd.DataFrame:
 
 def _final_t2(t2: pd.DataFrame, cfg: SafeTabPConfig) -> pd.DataFrame:
     """T2 rows of one key (or all): text key columns, integer counts clamped as in :func:`_final_t1`."""
-    t2 = t2.astype({"REGION_ID": str, "REGION_TYPE": str, "ITERATION_CODE": str, "COUNT": np.int64})
+    t2 = t2.astype({"COUNT": np.int64})
+    for c in ("REGION_ID", "REGION_TYPE", "ITERATION_CODE"):
+        column = t2[c]
+        if isinstance(column.dtype, pd.CategoricalDtype) and not (column.cat.codes.to_numpy() < 0).any():
+            t2[c] = pd.Series(_as_text(column.array).array, index=t2.index)  # gathered from the category text
+        else:
+            t2[c] = column.astype(str)
     if not cfg.allow_negative_counts:
         t2["COUNT"] = t2["COUNT"].clip(lower=0)
     return t2
