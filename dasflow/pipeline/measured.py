@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dasflow.privacy.measurement import NoisyMeasurement
 
 Load = Callable[[str], NoisyMeasurement]
+#: a segmented key's segments by id, in index order: each loads (and verifies) one segment when called
+SegmentLoaders = Mapping[str, Callable[[], NoisyMeasurement]]
 
 
 class Measured(Mapping[str, NoisyMeasurement]):
@@ -32,7 +34,7 @@ class Measured(Mapping[str, NoisyMeasurement]):
     BUDGET_BYTES = 256 << 20
 
     def __init__(self, load: Load, budget_bytes: int | None = None,
-                 segments: Callable[[str], list[Callable[[], NoisyMeasurement]] | None] | None = None) -> None:
+                 segments: Callable[[str], SegmentLoaders | None] | None = None) -> None:
         self._load = load
         self._segments = segments
         self._budget = self.BUDGET_BYTES if budget_bytes is None else budget_bytes
@@ -49,6 +51,8 @@ class Measured(Mapping[str, NoisyMeasurement]):
             self._hold(key, measurement)
 
     def _hold(self, key: str, measurement: NoisyMeasurement) -> bool:
+        if self._held_bytes >= self._budget:
+            return False  # full (or a budget of 0): no deep size computed over the table's text
         size = int(measurement.table.memory_usage(deep=True).sum())
         if self._held_bytes + size > self._budget:
             return False
@@ -56,8 +60,8 @@ class Measured(Mapping[str, NoisyMeasurement]):
         self._held_bytes += size
         return True
 
-    def segment_loaders(self, key: str) -> list[Callable[[], NoisyMeasurement]] | None:
-        """Loaders of a segmented key's committed segments, in index order, each verified when called (a reader
+    def segment_loaders(self, key: str) -> SegmentLoaders | None:
+        """Loaders of a segmented key's committed segments by id, in index order, each verified when called (a reader
         going through a key segment by segment holds one segment); None for a key stored whole."""
         if key not in self._keys:
             raise KeyError(key)

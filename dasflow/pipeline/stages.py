@@ -20,7 +20,7 @@ import pandas as pd
 from dasflow.errors import InputError, IntegrityError, LedgerRefusal
 from dasflow.io.store import ObjectStore, new_token
 from dasflow.pipeline.inputs import check_not_empty, check_synthetic
-from dasflow.pipeline.measured import Measured
+from dasflow.pipeline.measured import Measured, SegmentLoaders
 from dasflow.pipeline.metrics import StageMeter
 from dasflow.pipeline.partitions import Batch, StoredParts, parts_digest, task_waves
 from dasflow.pipeline.prepared import PartitionedPrepared, prepare_partitions, put_frames
@@ -33,7 +33,7 @@ from dasflow.pipeline.run import (
 )
 from dasflow.privacy import account, faults, rng
 from dasflow.privacy.composition import PlanTotal
-from dasflow.privacy.ledger import Segment, frac_str, stored_record
+from dasflow.privacy.ledger import Commit, Segment, frac_str, stored_record
 from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
 from dasflow.products.base import SegmentedMeasure, StreamedPostprocess
 from dasflow.products.partition import PartitionedPostprocess, TableStream
@@ -271,7 +271,8 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
     drawn = 0
     product_obj = plugin.product(ctx.product_config(product))
     # the earlier keys' measurements an adaptive product reads; none are held for a product that reads none
-    done = Measured(_committed_loader(ctx, product), None if hasattr(product_obj, "measure_adaptive") else 0)
+    done = Measured(_committed_loader(ctx, product), None if hasattr(product_obj, "measure_adaptive") else 0,
+                    segments=_segment_loaders(ctx, product))
 
     def prepared() -> Mapping[str, pd.DataFrame]:
         if "prepared" not in cache:
@@ -279,20 +280,15 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
         return cache["prepared"]
 
     held: dict[tuple[str, ...], Mapping[str, pd.DataFrame]] = {}
-    natives = {native.key: (spec, native) for spec, native in pairs}
 
     def earlier_segment(key: str, segment: str) -> NoisyMeasurement:
-        """One committed segment of a key measured before the current one (an adaptive segmented product)."""
-        if key not in done:
-            raise LedgerRefusal(f"{product}: {key!r} is not measured before the current key; refused before any "
-                                "noise")
-        spec, native = natives[key]
-        commit = ctx.ledger.committed(spec.key)
-        entries = None if commit is None else ctx.ledger.segments(spec, commit)
-        entry = next((e for e in entries or [] if e.segment == segment), None)
-        if entry is None:
-            raise LedgerRefusal(f"{product}: {key!r} has no committed segment {segment!r}; refused before any noise")
-        return dataclasses.replace(ctx.ledger.load_segment(spec, entry), spec=native)
+        """One committed segment of a key measured before the current one (an adaptive segmented product),
+        verified against the key's index."""
+        loaders = done.segment_loaders(key) if key in done else None
+        if loaders is None or segment not in loaders:
+            raise LedgerRefusal(f"{product}: no committed segment {segment!r} of {key!r} measured before the current "
+                                "key; refused before any noise")
+        return loaders[segment]()
 
     def segment_frames(parts: Sequence[str] | None) -> Mapping[str, pd.DataFrame]:
         """A segment's counts: its partitions' frames (``None``: every partition's, the product reading its
@@ -357,34 +353,43 @@ def measure_one(product: Any, prepared: Mapping[str, pd.DataFrame], spec: Measur
     return result
 
 
-def _committed_loader(ctx: RunContext, product: str) -> Callable[[str], NoisyMeasurement]:
-    """Loads a committed measurement of the product by its own key, verified (``ledger.load``)."""
+def _committed_of(ctx: RunContext, product: str) -> Callable[[str], tuple[MeasurementSpec, MeasurementSpec, Commit]]:
+    """(ledger spec, product's own spec, commit) of a committed key of the product, by its own key; refuses a key
+    not committed."""
     natives = {native.key: (spec, native) for spec, native in planned(ctx, product)}
 
-    def load(key: str) -> NoisyMeasurement:
+    def find(key: str) -> tuple[MeasurementSpec, MeasurementSpec, Commit]:
         spec, native = natives[key]
         commit = ctx.ledger.committed(spec.key)
         if commit is None:
             raise LedgerRefusal(f"{product}: {spec.key!r} is not measured yet; run the measure stage first")
+        return spec, native, commit
+
+    return find
+
+
+def _committed_loader(ctx: RunContext, product: str) -> Callable[[str], NoisyMeasurement]:
+    """Loads a committed measurement of the product by its own key, verified (``ledger.load``)."""
+    find = _committed_of(ctx, product)
+
+    def load(key: str) -> NoisyMeasurement:
+        spec, native, commit = find(key)
         return dataclasses.replace(ctx.ledger.load(spec, commit), spec=native)
 
     return load
 
 
-def _segment_loaders(ctx: RunContext, product: str) -> Callable[[str], list[Callable[[], NoisyMeasurement]] | None]:
-    """Loaders of a committed key's segments (by the product's own key), from its verified index; None for a key
-    stored whole."""
-    natives = {native.key: (spec, native) for spec, native in planned(ctx, product)}
+def _segment_loaders(ctx: RunContext, product: str) -> Callable[[str], SegmentLoaders | None]:
+    """Loaders of a committed key's segments by segment id (by the product's own key), from its verified index,
+    in index order; None for a key stored whole."""
+    find = _committed_of(ctx, product)
 
-    def loaders(key: str) -> list[Callable[[], NoisyMeasurement]] | None:
-        spec, native = natives[key]
-        commit = ctx.ledger.committed(spec.key)
-        if commit is None:
-            raise LedgerRefusal(f"{product}: {spec.key!r} is not measured yet; run the measure stage first")
+    def loaders(key: str) -> SegmentLoaders | None:
+        spec, native, commit = find(key)
         entries = ctx.ledger.segments(spec, commit)
         if entries is None:
             return None
-        return [functools.partial(_load_segment, ctx, spec, native, entry) for entry in entries]
+        return {e.segment: functools.partial(_load_segment, ctx, spec, native, e) for e in entries}
 
     return loaders
 

@@ -232,7 +232,7 @@ def postprocess_stream(measurements: Mapping[str, NoisyMeasurement], cfg: SafeTa
         if loaders is None:
             yield measurements[key]
         else:
-            for load in loaders:
+            for load in loaders.values():
                 yield load()
 
     def t2_chunks() -> Iterator[pa.Table]:
