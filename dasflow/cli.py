@@ -17,12 +17,14 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dasflow import registry
-from dasflow.commands.account import add_parser as account_parser
 from dasflow.errors import DasflowError, InputError, LedgerRefusal
-from dasflow.products.plugin import ProductPlugin
+
+if TYPE_CHECKING:  # the plugin base imports pandas and numpy: a flow command's Prefect server starts first
+    from dasflow.flows.temporary_api import TemporaryApi
+    from dasflow.products.plugin import ProductPlugin
 
 EXIT_OK = 0
 EXIT_OTHER = 1
@@ -87,6 +89,8 @@ def _needs_plugins(argv: Sequence[str]) -> bool:
 
 
 def _budget_formats(plugins: Sequence[ProductPlugin[Any]]) -> list[str]:
+    from dasflow.products.plugin import ProductPlugin
+
     return ["auto", "release", *(p.name for p in plugins if type(p).budget_plan is not ProductPlugin.budget_plan)]
 
 
@@ -148,6 +152,8 @@ def _parser(plugins: Sequence[ProductPlugin[Any]] | None = None) -> argparse.Arg
     ex.add_argument("--products", default=None, help="comma-separated subset of the config's products")
     ex.add_argument("--budget-split", action="append", default=[], metavar="PRODUCT:LEVEL=WEIGHT,...",
                     help="a candidate budget split (repeatable): re-weight a product's plan levels, total kept")
+
+    from dasflow.commands.account import add_parser as account_parser
 
     account_parser(sub)
 
@@ -217,11 +223,30 @@ def _dispatch(command: str, handler: Handler, args: argparse.Namespace) -> int:
         return _unexpected(command, exc)
 
 
+def _early_api(argv: Sequence[str]) -> TemporaryApi | None:
+    """A flow command's temporary Prefect server, launched before this process imports pandas, numpy or Prefect
+    (about 1.3 s of the command's start): it starts on the other core meanwhile, and the flow command's
+    :func:`dasflow.flows.temporary_api.launch` takes it over. None for any other command, for help, or when an
+    API is configured."""
+    from dasflow.flows import temporary_api  # standard library only
+
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command not in temporary_api.FLOW_COMMANDS or {"-h", "--help"} & set(argv):
+        return None
+    return temporary_api.launch()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dasflow`` console script: every failure ends in one line on stderr and its exit
     code (0 ok, 1 other, 2 bad input/config, 3 refused by the ledger, 130 interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser(None if _needs_plugins(argv) else []).parse_args(argv)
+    early = _early_api(argv)
+    try:
+        args = _parser(None if _needs_plugins(argv) else []).parse_args(argv)
+    except BaseException:  # a usage error or --help: no flow runs
+        if early is not None:
+            early.stop()
+        raise
     loader = HANDLERS.get(args.command)
     handler: Handler = loader() if loader is not None else args.product_handler
     return _dispatch(args.command, handler, args)

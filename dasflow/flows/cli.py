@@ -142,12 +142,11 @@ def demo_command(args: argparse.Namespace, api_ready: Callable[[], object]) -> i
     return 0
 
 
-#: the commands that run a flow: their temporary Prefect server (when no API is configured) starts first thing
-FLOW_COMMANDS = frozenset({"demo", "run", "resume"})
+FLOW_COMMANDS = temporary_api.FLOW_COMMANDS
 
 
 def run(args: argparse.Namespace) -> int:
-    api = temporary_api.launch() if args.command in FLOW_COMMANDS else None  # before Prefect is imported
+    api = temporary_api.launch() if args.command in FLOW_COMMANDS else None  # before Prefect (or launched earlier)
     quiet_console_tracebacks()
     handlers = {"run": run_command, "resume": resume_command, "validate": validate_command, "demo": demo_command}
     with temporary_api.serving_flows(api) as api_ready:

@@ -44,6 +44,11 @@ _ATTEMPTS = 3
 #: settings of the server process: Prefect's own for its temporary server, and no block registration
 SERVER_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
 SERVER_DEFAULTS = {"PREFECT_API_BLOCKS_REGISTER_ON_START": "false"}
+#: with no block registration, no memo of it either: the memo imports every Prefect collection (prefect-dask and
+#: so distributed) and hashes the block registry on each start, ≈ 1 s of the server's start, to skip nothing
+NO_REGISTRATION = {"PREFECT_MEMOIZE_BLOCK_AUTO_REGISTRATION": "false"}
+#: the commands that run a flow: their temporary Prefect server (when no API is configured) starts first thing
+FLOW_COMMANDS = frozenset({"demo", "run", "resume"})
 
 
 def _free_port() -> int:
@@ -107,19 +112,30 @@ def _spawn(port: int) -> subprocess.Popen[bytes]:
     assert spec is not None and spec.submodule_search_locations is not None
     app_dir = Path(next(iter(spec.submodule_search_locations))).parent
     env = SERVER_DEFAULTS | dict(os.environ) | SERVER_ENV
+    if _disabled(env["PREFECT_API_BLOCKS_REGISTER_ON_START"]):
+        env = NO_REGISTRATION | env
     return subprocess.Popen([sys.executable, "-m", prefect_server.__name__, "--app-dir", str(app_dir),
                              "--factory", "prefect.server.api.server:create_app", "--host", "127.0.0.1",
                              "--port", str(port), "--log-level", "error", "--lifespan", "on"], env=env)
 
 
+_LAUNCHED: list[TemporaryApi] = []
+
+
 def launch() -> TemporaryApi | None:
     """Start the temporary server now, unless the environment configures a Prefect API or disables the
-    temporary server (a profile's settings are checked by :func:`serving_flows`, once Prefect is imported)."""
+    temporary server (a profile's settings are checked by :func:`serving_flows`, once Prefect is imported).
+    A server this process launched earlier and has not stopped is returned instead of a second one (the
+    ``dasflow`` entry point launches it before its own imports)."""
     if os.environ.get("PREFECT_API_URL") or _disabled(os.environ.get("PREFECT_SERVER_EPHEMERAL_ENABLED")):
         return None
+    running = [api for api in _LAUNCHED if api.process is not None]
+    if running:
+        return running[-1]
     port = _free_port()
     api = TemporaryApi(_spawn(port), port)
     atexit.register(api.stop)
+    _LAUNCHED[:] = [api]
     return api
 
 

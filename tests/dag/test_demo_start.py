@@ -90,3 +90,48 @@ def test_with_a_fresh_prefect_home_the_early_server_is_the_flows(tmp_path: Path)
                          check=False)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
     assert "Error logging to API" not in out.stderr and "View at" not in out.stderr
+
+
+_ENTRY = """
+import sys
+import dasflow.cli as cli
+from dasflow.flows import temporary_api
+assert "pandas" not in sys.modules and "prefect" not in sys.modules, "the entry point imports too much"
+assert cli._early_api(["status", "r1"]) is None and cli._early_api(["demo", "--help"]) is None
+api = cli._early_api(["demo", "--store", "x"])
+assert api is not None and api.process is not None
+assert "pandas" not in sys.modules and "prefect" not in sys.modules  # launched before the heavy imports
+assert temporary_api.launch() is api  # the flow command takes the early server over: one server
+process = api.process
+try:
+    cli.main(["demo", "--persons", "many"])  # a usage error: no flow runs, the early server stops
+except SystemExit as exc:
+    assert exc.code == 2
+assert api.process is None and process.wait(timeout=10) is not None
+print("ok")
+"""
+
+
+def test_the_entry_point_launches_a_flow_commands_server_before_its_imports(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_UI_URL")}
+    env["PREFECT_HOME"] = str(tmp_path / "home")
+    out = subprocess.run([sys.executable, "-c", _ENTRY], env=env, capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+def test_without_block_registration_the_server_keeps_no_registration_memo(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[dict[str, str]] = []
+
+    class Popen:
+        def __init__(self, args: list[str], env: dict[str, str]) -> None:
+            seen.append(env)
+
+    monkeypatch.setattr(temporary_api.subprocess, "Popen", Popen)
+    monkeypatch.delenv("PREFECT_API_BLOCKS_REGISTER_ON_START", raising=False)
+    monkeypatch.delenv("PREFECT_MEMOIZE_BLOCK_AUTO_REGISTRATION", raising=False)
+    temporary_api._spawn(9)
+    monkeypatch.setenv("PREFECT_API_BLOCKS_REGISTER_ON_START", "true")  # an operator's choice: memo left alone
+    temporary_api._spawn(9)
+    assert seen[0]["PREFECT_MEMOIZE_BLOCK_AUTO_REGISTRATION"] == "false"
+    assert "PREFECT_MEMOIZE_BLOCK_AUTO_REGISTRATION" not in seen[1]
