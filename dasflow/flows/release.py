@@ -1,12 +1,13 @@
 """The production release flow: validate (all products, before anything is frozen) → freeze config → plan
-against the cap → one subflow per product (preprocess → measure → post-process; products side by side with
-``product_lanes`` > 1) → release."""
+against the cap → one subflow per product (preprocess → measure → post-process → its release files; products
+side by side with ``product_lanes`` > 1) → release (ledger audit, certificate, accuracy report, manifest)."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from dasflow.tasks.stages import (
     postprocess_task,
     postprocess_waves_task,
     preprocess_task,
+    product_release_task,
     release_task,
     validate_task,
 )
@@ -38,7 +40,8 @@ from dasflow.tasks.stages import (
 
 @flow(name="dasflow-product", flow_run_name="{product}-{release_id}", log_prints=True)
 def product_flow(release_id: str, store_uri: str, product: str) -> dict[str, Any]:
-    """One product of a release: preprocess → measure → post-process.
+    """One product of a release: preprocess → measure → post-process → its release files (tables and derived
+    files, in this product's lane rather than one after another in the release stage).
 
     Post-processing runs on the flow's task runner — threads, or the workers of a Dask cluster — never in the
     flow process: the task plan (``postprocess_waves_task``) is made on every worker process at once, so each
@@ -61,7 +64,8 @@ def product_flow(release_id: str, store_uri: str, product: str) -> dict[str, Any
     post = postprocess_task.submit(release_id, store_uri, product).result()
     for plan in plans[1:]:
         plan.wait()
-    return {"preprocess": prepared, "measure": measured, "postprocess": post,
+    files = product_release_task(release_id, store_uri, product)
+    return {"preprocess": prepared, "measure": measured, "postprocess": post, "release_files": files,
             "postprocess_parts": sum(b["parts"] for b in batches), "postprocess_batches": len(batches),
             "part_processes": sorted({b["process"] for b in batches})}
 
@@ -69,11 +73,10 @@ def product_flow(release_id: str, store_uri: str, product: str) -> dict[str, Any
 def _worker_slots() -> tuple[int, list[str | None]]:
     """Parallel task slots of the current flow's task runner — the Dask cluster's worker threads, or this
     machine's cores for threads — and its worker processes (Dask worker addresses; ``[None]``: this process)."""
-    from prefect_dask.task_runners import DaskTaskRunner
-
     runner = getattr(FlowRunContext.get(), "task_runner", None)
-    if isinstance(runner, DaskTaskRunner):
-        nthreads: dict[str, int] = runner.client.nthreads()  # type: ignore[no-untyped-call]
+    dask_runners = sys.modules.get("prefect_dask.task_runners")  # not imported: no Dask runner (≈ 1 s to import)
+    if dask_runners is not None and isinstance(runner, dask_runners.DaskTaskRunner):
+        nthreads: dict[str, int] = runner.client.nthreads()
         return max(1, sum(nthreads.values())), list(sorted(nthreads)) or [None]
     return os.cpu_count() or 1, [None]
 

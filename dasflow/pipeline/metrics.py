@@ -36,8 +36,9 @@ import psutil
 from dasflow.io.store import StoreError
 from dasflow.pipeline.run import RunContext, manifest_key
 
-#: Per-product stage manifests in release order (the release stage has one manifest, product "all").
-_ORDER = ("validate", "preprocess", "measure", "postprocess")
+#: Per-product stage manifests in release order ("tables": a product's release files; the release stage has one
+#: manifest, product "all").
+_ORDER = ("validate", "preprocess", "measure", "postprocess", "tables")
 
 
 def _maxrss_bytes(usage: resource.struct_rusage) -> int:

@@ -1,6 +1,6 @@
-"""The release stage: every product's release files, then its extra outputs in one call — derived files of the
-products (``extra_release_files``: PHSafe's estimates), certificate (Markdown + HTML), accuracy report, and the
-validated manifest last.
+"""The release stage: every product's release files and derived files (``extra_release_files``: PHSafe's
+estimates), each product's as soon as its post-processing is done (:func:`product_release_files`), then the
+certificate (Markdown + HTML), the accuracy report, and the validated manifest last.
 
 Layout under ``runs/{id}/release/``::
 
@@ -68,19 +68,14 @@ def release_tables(ctx: RunContext, product: str) -> dict[str, pd.DataFrame]:
     return out
 
 
-def write_extra_files(ctx: RunContext) -> dict[str, dict[str, Any]]:
-    """Every product's derived release files (its plugin's ``extra_release_files``, computed from its released
+def write_extra_files(ctx: RunContext, product: str) -> dict[str, dict[str, Any]]:
+    """The product's derived release files (its plugin's ``extra_release_files``, computed from its released
     tables only: post-processing) under ``release/{product}/``."""
-    out = {}
-    for p in ctx.config.products:
-        plugin = ctx.plugin(p.name)
-        if not overrides(plugin, "extra_release_files"):  # none: do not read the tables back
-            continue
-        files = plugin.extra_release_files(release_tables(ctx, p.name), ctx.product_config(p.name))
-        for rel, data in sorted(files.items()):
-            key, info = _put(ctx, f"{p.name}/{rel}", data)
-            out[key] = info
-    return out
+    plugin = ctx.plugin(product)
+    if not overrides(plugin, "extra_release_files"):  # none: do not read the tables back
+        return {}
+    files = plugin.extra_release_files(release_tables(ctx, product), ctx.product_config(product))
+    return dict(_put(ctx, f"{product}/{rel}", data) for rel, data in sorted(files.items()))
 
 
 def write_certificate(ctx: RunContext) -> dict[str, dict[str, Any]]:
@@ -97,12 +92,10 @@ def write_accuracy_report(ctx: RunContext, with_truth: bool | None = None) -> di
 
 
 def finalize_release(ctx: RunContext, *, accuracy_truth: bool | None = None) -> dict[str, Any]:
-    """Write the products' derived files, certificate and accuracy report, then validate and write
-    ``MANIFEST.json`` last.
+    """Write the certificate and accuracy report, then validate and write ``MANIFEST.json`` last.
 
-    Call after the product tables are in ``release/`` (:func:`release_stage`). Returns the manifest.
+    Call after every product's files are in ``release/`` (:func:`release_stage`). Returns the manifest.
     """
-    write_extra_files(ctx)
     write_certificate(ctx)
     write_accuracy_report(ctx, accuracy_truth)
     return write_release_manifest(ctx)
@@ -220,10 +213,39 @@ def write_product_tables(ctx: RunContext, product: str, estimates: Mapping[str, 
     return out
 
 
+#: the stage manifest of a product's release files (``manifests/tables/{product}.json``)
+TABLES = "tables"
+
+
+def product_release_files(ctx: RunContext, product: str) -> dict[str, Any]:
+    """A product's part of the release stage, ready to run as soon as its post-processing is done (in its own
+    lane, beside the other products): its release tables, output-validated as they are written, and its derived
+    files, under ``release/{product}/``. Recorded in the stage manifest ``tables/{product}``, whose inputs are
+    the post-processed estimates' hashes; a current record (same estimates, config and code, every file intact)
+    is returned without writing anything. Post-processing only: what is read are the stored estimates (checked
+    against their manifest) and the frozen plan, through the view that cannot read ``confidential/``."""
+    record = manifest_if_current(ctx, "postprocess", product, _measurement_hashes(ctx, product))
+    if record is None:
+        raise InputError(f"{product}: no current post-processed estimates; run postprocess first")
+    inputs = {k: v["sha256"] for k, v in record["outputs"].items()}
+    current = manifest_if_current(ctx, TABLES, product, inputs)
+    if current is not None:
+        return current
+    meter = StageMeter.start()
+    # output validation as the tables are written: schemas, integer counts, VARIANCE as planned, no
+    # confidential column, consistency where a product promises it (validation/outputs.py)
+    out = write_product_tables(ctx, product, StoredEstimates(ctx.post_store(), record["outputs"]),
+                               ctx.ledger.plan_record())
+    out |= write_extra_files(ctx, product)
+    faults.point(f"stage:{TABLES}:{product}:before-manifest")
+    return write_manifest(ctx, TABLES, product, inputs, out, {"metrics": meter.read()})
+
+
 def release_stage(ctx: RunContext) -> dict[str, Any]:
-    """Write every product's release files and the ledger audit, then the products' derived files, the privacy
-    certificate, the accuracy report, and the validated release manifest (last). Its metrics go to the stage
-    manifest under ``manifests/``, never into ``release/``.
+    """Every product's release files (:func:`product_release_files`: already written by each product's lane
+    in a flow, written here otherwise, or again where one no longer matches its record) and the ledger audit,
+    then the privacy certificate, the accuracy report, and the validated release manifest (last). Its metrics
+    go to the stage manifest under ``manifests/``, never into ``release/``.
 
     Memory: one product's tables are produced from its stored estimates (read on demand, TopDown's blocks one
     state at a time) and streamed into the store with their output validation; nothing holds every table."""
@@ -231,19 +253,12 @@ def release_stage(ctx: RunContext) -> dict[str, Any]:
     post = ctx.post_store()
     ctx.ledger.verify(deep=False)  # the NMFs themselves are verified as post-processing loads them
     upstream: dict[str, str] = {}
-    plan_record = ctx.ledger.plan_record()
     for p in ctx.config.products:
-        record = manifest_if_current(ctx, "postprocess", p.name, _measurement_hashes(ctx, p.name))
-        if record is None:
-            raise InputError(f"{p.name}: no current post-processed estimates; run postprocess first")
-        upstream.update({k: v["sha256"] for k, v in record["outputs"].items()})
-        # output validation as the tables are written: schemas, integer counts, VARIANCE as planned, no
-        # confidential column, consistency where a product promises it (validation/outputs.py)
-        write_product_tables(ctx, p.name, StoredEstimates(post, record["outputs"]), plan_record)
+        upstream.update(product_release_files(ctx, p.name)["inputs"])
     audit_key = f"{ctx.root}/release/ledger.csv"
     post.put(audit_key, ledger_csv(ctx).encode())
     faults.point("stage:release:before-manifest")
-    # derived files, certificate (md + html), accuracy report, then output validation and MANIFEST.json last
+    # certificate (md + html), accuracy report, then output validation and MANIFEST.json last
     manifest = finalize_release(ctx)
     key = f"{ctx.root}/release/MANIFEST.json"
     write_manifest(ctx, "release", "all", upstream, {key: {"sha256": post.sha256(key)}}, {"metrics": meter.read()})

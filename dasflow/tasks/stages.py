@@ -22,7 +22,7 @@ from dasflow.io.store import StoreError, StoreUnavailable
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import RunContext, candidate_context, open_run
 from dasflow.release.ledger_archive import archive_ledger
-from dasflow.release.stage import release_stage
+from dasflow.release.stage import product_release_files, release_stage
 from dasflow.tasks.reports import artifact_key, product_validation_artifact, release_reports
 
 
@@ -121,6 +121,13 @@ def postprocess_batch_task(release_id: str, store_uri: str, product: str, batch:
     store and writes its parts there, and returns only a small summary (never tables through the scheduler)."""
     record = stages.postprocess_batch(_shared_run(release_id, store_uri), product, batch)
     return record | {"process": os.getpid()}
+
+
+@task(name="release-files", **TASK_OPTS)
+def product_release_task(release_id: str, store_uri: str, product: str) -> dict[str, Any]:
+    """The product's release tables (output-validated) and derived files, as soon as its post-processing is
+    done; the release stage then only checks them against their record."""
+    return _summary(product_release_files(open_run(release_id, store_uri), product))
 
 
 @task(name="release", **TASK_OPTS)

@@ -1,0 +1,89 @@
+"""A product's release files are written as soon as its post-processing is done (``product_release_files``, the
+``release-files`` task of its lane), recorded in the ``tables`` stage manifest; the release stage then writes
+only the ledger audit, certificate, accuracy report and manifest, and rewrites a product's files only where they
+no longer match their record (an edited file, new estimates). Same bytes either way."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dasflow.errors import InputError
+from dasflow.io.store import LocalStore
+from dasflow.pipeline import stages
+from dasflow.pipeline.metrics import stage_metrics
+from dasflow.pipeline.run import RunContext, freeze_config, manifest_key
+from dasflow.release import stage as release
+from dasflow.release.stage import TABLES, product_release_files, release_stage
+from tests.dag.helpers import local_release, release_files
+
+
+def _postprocessed(tmp: Path) -> RunContext:
+    store, cfg = local_release(tmp, seed=5)
+    ctx = freeze_config(cfg, store)
+    for p in ctx.config.products:
+        stages.validate_stage(ctx, p.name)
+    stages.plan_stage(ctx)
+    for p in ctx.config.products:
+        stages.preprocess_stage(ctx, p.name)
+        stages.measure_stage(ctx, p.name)
+        stages.postprocess_stage(ctx, p.name)
+    return ctx
+
+
+def _tables_written(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+    real = release.write_product_tables
+
+    def counting(ctx: RunContext, product: str, *args: object) -> dict[str, dict[str, object]]:
+        calls.append(product)
+        return real(ctx, product, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(release, "write_product_tables", counting)
+    return calls
+
+
+def test_files_written_early_are_the_release_stages_and_are_not_written_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    whole = _postprocessed(tmp_path / "whole")
+    release_stage(whole)  # the release stage writing every product's files itself
+    early = _postprocessed(tmp_path / "early")
+    calls = _tables_written(monkeypatch)
+    records = {p.name: product_release_files(early, p.name) for p in early.config.products}
+    assert calls == [p.name for p in early.config.products]
+    for product, record in records.items():
+        assert record["stage"] == TABLES and record["outputs"]
+        assert all(key.startswith(f"runs/r1/release/{product}/") for key in record["outputs"])
+        assert record["metrics"]["wall_seconds"] >= 0
+    assert not early.store.exists("runs/r1/release/MANIFEST.json")  # nothing looks complete yet
+    assert product_release_files(early, "counts") == records["counts"]  # current: returned, nothing written
+    release_stage(early)
+    assert calls == [p.name for p in early.config.products]  # the release stage wrote no product file again
+    assert release_files(tmp_path / "early/store", "r1") == release_files(tmp_path / "whole/store", "r1")
+    assert {(r["stage"], r["product"]) for r in stage_metrics(early)} >= {(TABLES, "counts"), ("release", "all")}
+
+
+def test_an_edited_release_file_is_rewritten_from_the_estimates(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = _postprocessed(tmp_path)
+    record = product_release_files(ctx, "counts")
+    key = sorted(record["outputs"])[0]
+    original = ctx.store.get(key)
+    assert isinstance(ctx.store, LocalStore)
+    ctx.store.put(key, original.replace(b"1", b"7", 1) + b"\n")  # an attacker's edit after the files were written
+    calls = _tables_written(monkeypatch)
+    release_stage(ctx)
+    assert calls == ["counts"]  # the record no longer matched: written again, from the stored estimates
+    assert ctx.store.get(key) == original
+    manifest = json.loads(ctx.store.get("runs/r1/release/MANIFEST.json"))
+    assert manifest["files"][key]["sha256"] == record["outputs"][key]["sha256"]
+
+
+def test_release_files_need_current_estimates(tmp_path: Path) -> None:
+    ctx = _postprocessed(tmp_path)
+    ctx.store.delete(manifest_key(ctx, "postprocess", "counts"))
+    with pytest.raises(InputError, match="no current post-processed estimates"):
+        product_release_files(ctx, "counts")
+    assert not ctx.store.exists(manifest_key(ctx, TABLES, "counts"))
