@@ -49,6 +49,11 @@ def _safe(name: str) -> str:
 ROW_GROUP_BYTES = 1 << 20
 
 
+#: Part files up to this size are decoded on the calling thread: for the many small tables of small states
+#: Arrow's thread pool costs more than the decode (≈ 0.48 → 0.34 ms CPU per read of a 6 KB table).
+SMALL_PART_BYTES = 1 << 20
+
+
 def table_bytes(table: pa.Table) -> bytes:
     buf = io.BytesIO()
     per_row = max(1, table.nbytes // max(1, table.num_rows))
@@ -60,8 +65,9 @@ def table_from_bytes(data: bytes, rows: RowRange | None = None) -> pa.Table:
     """A Parquet table; with ``rows`` only the row groups whose statistics overlap the range, then exactly
     the rows in it."""
     pf = pq.ParquetFile(io.BytesIO(data))
+    threads = len(data) > SMALL_PART_BYTES
     if rows is None:
-        return pf.read()
+        return pf.read(use_threads=threads)
     column, lo, hi = rows
     index = pf.schema_arrow.get_field_index(column)
     groups = []
@@ -69,7 +75,7 @@ def table_from_bytes(data: bytes, rows: RowRange | None = None) -> pa.Table:
         stats = pf.metadata.row_group(i).column(index).statistics
         if stats is None or not stats.has_min_max or (stats.min <= hi and stats.max >= lo):
             groups.append(i)
-    table = pf.read_row_groups(groups) if groups else pf.schema_arrow.empty_table()
+    table = pf.read_row_groups(groups, use_threads=threads) if groups else pf.schema_arrow.empty_table()
     values = table.column(column)
     return table.filter(pc.and_(pc.greater_equal(values, lo), pc.less_equal(values, hi)))
 

@@ -161,12 +161,12 @@ def _check_reports(store: LocalStore) -> None:
     assert json.loads(str(arts["validation-gated"].data))[0]["passed"] is True
     timings = json.loads(str(arts["timings-gated"].data))
     tasks = {r["task"].rsplit("-", 1)[0] for r in timings}
-    assert {"validate", "plan-and-freeze", "preprocess", "measure", "postprocess"} <= tasks
+    assert {"validate", "plan-and-freeze", "preprocess", "measure", "postprocess", "release-files"} <= tasks
     assert all(r["seconds"] >= 0 for r in timings)
     metrics = json.loads(str(arts["stage-metrics-gated"].data))
     assert [(r["stage"], r["product"]) for r in metrics] == [("validate", "counts"), ("preprocess", "counts"),
                                                              ("measure", "counts"), ("postprocess", "counts"),
-                                                             ("release", "all")]
+                                                             ("tables", "counts"), ("release", "all")]
     assert all(r["wall s"] >= 0 and r["CPU s"] >= 0 and r["peak RSS MB"] > 0 for r in metrics)
 
 

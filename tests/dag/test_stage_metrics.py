@@ -14,7 +14,7 @@ from tests.dag.helpers import local_release, release_files
 from tests.dag.test_pipeline import run_all
 
 STAGE_KEYS = [("validate", "counts"), ("preprocess", "counts"), ("measure", "counts"), ("postprocess", "counts"),
-              ("release", "all")]
+              ("tables", "counts"), ("release", "all")]
 
 
 def _manifests(store_dir: Path) -> dict[str, bytes]:
