@@ -132,6 +132,7 @@ def demo_command(args: argparse.Namespace, api_ready: Callable[[], object]) -> i
 
     t0 = time.perf_counter()
     cfg = prepare_demo(Path(args.store), persons=args.persons, seed=args.seed)
+    gx.warm_up()  # validation is the flow's first stage: GX's import overlaps the wait for the Prefect server
     api_ready()
     run_release(cfg, product_lanes=os.cpu_count() or 1)
     ctx = open_run(cfg.release_id, cfg.store)
@@ -146,8 +147,6 @@ FLOW_COMMANDS = temporary_api.FLOW_COMMANDS
 
 def run(args: argparse.Namespace) -> int:
     api = temporary_api.launch() if args.command in FLOW_COMMANDS else None  # before Prefect (or launched earlier)
-    if args.command == "demo":  # it validates first: GX's import (≈ 5 s) overlaps Prefect's and the census
-        gx.warm_up()
     quiet_console_tracebacks()
     handlers = {"run": run_command, "resume": resume_command, "validate": validate_command, "demo": demo_command}
     with temporary_api.serving_flows(api) as api_ready:
