@@ -142,11 +142,9 @@ def demo_command(args: argparse.Namespace, api_ready: Callable[[], object]) -> i
     return 0
 
 
-FLOW_COMMANDS = temporary_api.FLOW_COMMANDS
-
-
 def run(args: argparse.Namespace) -> int:
-    api = temporary_api.launch() if args.command in FLOW_COMMANDS else None  # before Prefect (or launched earlier)
+    flow_command = args.command in temporary_api.FLOW_COMMANDS
+    api = temporary_api.launch() if flow_command else None  # before Prefect (or the one launched earlier)
     quiet_console_tracebacks()
     handlers = {"run": run_command, "resume": resume_command, "validate": validate_command, "demo": demo_command}
     with temporary_api.serving_flows(api) as api_ready:

@@ -222,8 +222,10 @@ def product_release_files(ctx: RunContext, product: str) -> dict[str, Any]:
     lane, beside the other products): its release tables, output-validated as they are written, and its derived
     files, under ``release/{product}/``. Recorded in the stage manifest ``tables/{product}``, whose inputs are
     the post-processed estimates' hashes; a current record (same estimates, config and code, every file intact)
-    is returned without writing anything. Post-processing only: what is read are the stored estimates (checked
-    against their manifest) and the frozen plan, through the view that cannot read ``confidential/``."""
+    is returned without writing anything. Before writing, the ledger's frozen chain is checked (plan binding,
+    every commit against its plan entry), as the release stage does. Post-processing only: what is read are the
+    stored estimates (checked against their manifest) and the frozen plan, through the view that cannot read
+    ``confidential/``."""
     record = manifest_if_current(ctx, "postprocess", product, _measurement_hashes(ctx, product))
     if record is None:
         raise InputError(f"{product}: no current post-processed estimates; run postprocess first")
@@ -232,6 +234,7 @@ def product_release_files(ctx: RunContext, product: str) -> dict[str, Any]:
     if current is not None:
         return current
     meter = StageMeter.start()
+    ctx.ledger.verify(deep=False)  # nothing is written under release/ before the frozen chain is checked
     # output validation as the tables are written: schemas, integer counts, VARIANCE as planned, no
     # confidential column, consistency where a product promises it (validation/outputs.py)
     out = write_product_tables(ctx, product, StoredEstimates(ctx.post_store(), record["outputs"]),

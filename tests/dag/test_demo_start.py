@@ -83,12 +83,19 @@ print("ok")
 
 
 @pytest.mark.slow
-def test_with_a_fresh_prefect_home_the_early_server_is_the_flows(tmp_path: Path) -> None:
+def _run_fresh(script: str, tmp_path: Path, timeout: int) -> subprocess.CompletedProcess[str]:
+    """``script`` in a fresh interpreter with no Prefect API configured and a fresh Prefect home; it must print
+    "ok" last."""
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_UI_URL")}
     env["PREFECT_HOME"] = str(tmp_path / "home")
-    out = subprocess.run([sys.executable, "-c", _EARLY], env=env, capture_output=True, text=True, timeout=300,
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=timeout,
                          check=False)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+    return out
+
+
+def test_with_a_fresh_prefect_home_the_early_server_is_the_flows(tmp_path: Path) -> None:
+    out = _run_fresh(_EARLY, tmp_path, 300)
     assert "Error logging to API" not in out.stderr and "View at" not in out.stderr
 
 
@@ -113,11 +120,7 @@ print("ok")
 
 
 def test_the_entry_point_launches_a_flow_commands_server_before_its_imports(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_UI_URL")}
-    env["PREFECT_HOME"] = str(tmp_path / "home")
-    out = subprocess.run([sys.executable, "-c", _ENTRY], env=env, capture_output=True, text=True, timeout=120,
-                         check=False)
-    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+    _run_fresh(_ENTRY, tmp_path, 120)
 
 
 def test_without_block_registration_the_server_keeps_no_registration_memo(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,8 +22,8 @@ from tests.dag.helpers import local_release
 TruthFn = Callable[[ObjectStore], dict[str, pd.DataFrame]]
 
 
-def released_context(tmp: Path, **kw: Any) -> RunContext:
-    """Freeze, plan, validate, preprocess, measure, post-process and release the counts product."""
+def postprocessed_context(tmp: Path, **kw: Any) -> RunContext:
+    """Freeze, plan, validate, preprocess, measure and post-process the counts product (nothing released)."""
     store, cfg = local_release(tmp, **kw)
     ctx = freeze_config(cfg, store)
     for p in ctx.config.products:
@@ -33,6 +33,12 @@ def released_context(tmp: Path, **kw: Any) -> RunContext:
         stages.preprocess_stage(ctx, p.name)
         stages.measure_stage(ctx, p.name)
         stages.postprocess_stage(ctx, p.name)
+    return ctx
+
+
+def released_context(tmp: Path, **kw: Any) -> RunContext:
+    """:func:`postprocessed_context`, then the release stage."""
+    ctx = postprocessed_context(tmp, **kw)
     release_stage(ctx)
     return ctx
 

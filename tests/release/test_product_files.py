@@ -10,27 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from dasflow.errors import InputError
+from dasflow.errors import InputError, IntegrityError
 from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.metrics import stage_metrics
-from dasflow.pipeline.run import RunContext, freeze_config, manifest_key
+from dasflow.pipeline.run import RunContext, manifest_key
 from dasflow.release import stage as release
 from dasflow.release.stage import TABLES, product_release_files, release_stage
-from tests.dag.helpers import local_release, release_files
+from tests.dag.helpers import release_files
+from tests.release.helpers import postprocessed_context
 
 
 def _postprocessed(tmp: Path) -> RunContext:
-    store, cfg = local_release(tmp, seed=5)
-    ctx = freeze_config(cfg, store)
-    for p in ctx.config.products:
-        stages.validate_stage(ctx, p.name)
-    stages.plan_stage(ctx)
-    for p in ctx.config.products:
-        stages.preprocess_stage(ctx, p.name)
-        stages.measure_stage(ctx, p.name)
-        stages.postprocess_stage(ctx, p.name)
-    return ctx
+    return postprocessed_context(tmp, seed=5)
 
 
 def _tables_written(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -86,4 +78,19 @@ def test_release_files_need_current_estimates(tmp_path: Path) -> None:
     ctx.store.delete(manifest_key(ctx, "postprocess", "counts"))
     with pytest.raises(InputError, match="no current post-processed estimates"):
         product_release_files(ctx, "counts")
+    assert not ctx.store.exists(manifest_key(ctx, TABLES, "counts"))
+
+
+def test_a_commit_edited_after_post_processing_stops_the_files_before_any_is_written(tmp_path: Path) -> None:
+    """The lane checks the ledger's frozen chain before it writes under ``release/``, as the release stage does:
+    a commit that no longer matches its plan entry (its hash, which the estimates' record holds, unchanged)."""
+    ctx = _postprocessed(tmp_path)
+    spec = stages.product_specs(ctx, "counts")[0]
+    ckey = f"{ctx.ledger.root}/entries/{spec.key}.committed.json"
+    commit = json.loads(ctx.store.get(ckey))
+    commit["budget"] = "1/1000000"
+    ctx.store.put(ckey, (json.dumps(commit, sort_keys=True, indent=1) + "\n").encode())
+    with pytest.raises(IntegrityError, match="does not match its frozen plan entry"):
+        product_release_files(ctx, "counts")
+    assert ctx.store.list("runs/r1/release/") == []
     assert not ctx.store.exists(manifest_key(ctx, TABLES, "counts"))
