@@ -24,7 +24,9 @@ from tests.servers import KEY, SECRET, free_port, make_bucket, moto_server, s3_c
 
 
 def test_topdown_post_processing_comes_in_parts_per_state_and_level(tmp_path: Path) -> None:
-    raw = topdown_release(tmp_path, "parts")
+    """Parts per level below the partition level: a unit's subtree alone, or consecutive small units packed
+    together up to the ``segment_blocks`` bound (here 12 blocks; the default 25,000 packs a test census whole)."""
+    raw = topdown_release(tmp_path, "parts", segment_blocks=12)
     ctx = freeze_config(parse_release_config(raw), LocalStore(tmp_path / "store"))
     run_all(ctx)
     steps = stages.postprocess_steps(ctx, "topdown")
@@ -32,6 +34,7 @@ def test_topdown_post_processing_comes_in_parts_per_state_and_level(tmp_path: Pa
     assert names[:2] == ["combine", "level-0"] and names[2:] == [f"level-{l}" for l in range(1, len(names) - 1)]
     wide = [s for s in steps if len(s["parts"]) > 1]
     assert wide, "some level is split into independent parts"
+    assert any("-" in p for s in wide for p in s["parts"]), "small units share a part"
     parts = stages.stored_parts(ctx, "topdown")
     for s in steps:
         for p in s["parts"]:
@@ -120,7 +123,7 @@ def test_dask_local_cluster_gives_byte_identical_release_files(tmp_path: Path) -
 
     results = {}
     for runner in ("thread", "dask"):
-        raw = topdown_release(tmp_path / runner, "scale-out") | {"task_runner": runner}
+        raw = topdown_release(tmp_path / runner, "scale-out", segment_blocks=12) | {"task_runner": runner}
         out = run_release(parse_release_config(raw))["products"]["topdown"]
         assert out["postprocess_parts"] >= 4
         # threads run the parts in this process; Dask on the cluster's worker processes
@@ -191,7 +194,7 @@ def test_cli_release_on_an_existing_dask_cluster_with_an_s3_store(tmp_path: Path
     from dasflow.cli import main
     from dasflow.flows.release import WORKER_DASK_CONFIG, WORKER_THREADS, _api_url, run_release
 
-    raw = topdown_release(tmp_path / "t", "ext")
+    raw = topdown_release(tmp_path / "t", "ext", segment_blocks=12)
     run_release(parse_release_config(raw))  # threads, local store: the reference
     expected = release_files(tmp_path / "t" / "store", "ext")
     with moto_server() as endpoint:
@@ -202,7 +205,7 @@ def test_cli_release_on_an_existing_dask_cluster_with_an_s3_store(tmp_path: Path
         for k, v in creds.items():
             monkeypatch.setenv(k, v)
         store = S3Store(f"s3://{bucket}/census", client=s3_client(endpoint))
-        fresh = topdown_release(tmp_path / "s", "ext")  # the same synthetic inputs, uploaded
+        fresh = topdown_release(tmp_path / "s", "ext", segment_blocks=12)  # the same synthetic inputs, uploaded
         _s3_copy(tmp_path / "s" / "store", store)
         config = tmp_path / "release.json"
         config.write_text(json.dumps(fresh | {"store": f"s3://{bucket}/census"}))

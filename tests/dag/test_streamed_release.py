@@ -23,6 +23,7 @@ from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.estimates import StoredEstimates
 from dasflow.pipeline.run import freeze_config
+from dasflow.products.topdown import product as topdown_product
 from dasflow.products.topdown.model import Histogram, consistency_violations
 from dasflow.products.topdown.partitioned import partition_level
 from dasflow.products.topdown.product import STANDARD_LEVELS
@@ -48,18 +49,19 @@ def _whole_tables(product, block: pd.DataFrame) -> dict[str, pd.DataFrame]:  # t
     return out
 
 
-@pytest.mark.parametrize("segment_blocks", [None, 12])
-def test_streamed_combine_and_release_equal_the_whole_concatenation(tmp_path: Path,
-                                                                     segment_blocks: int | None) -> None:
-    """Also with states and their subtrees split into chunks (``segment_blocks`` = 12 blocks) and the levels
-    below the state read per measurement segment (a small bottom-up bound): the parts are computed in their task
-    waves' order, every batch of a wave in reverse, so a part that read another part of its own wave would
-    fail."""
+@pytest.mark.parametrize(("segment_blocks", "chunked"), [(80, False), (12, True)])
+def test_streamed_combine_and_release_equal_the_whole_concatenation(tmp_path: Path, segment_blocks: int,
+                                                                     chunked: bool,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """With small states packed into shared parts (``segment_blocks`` = 80 blocks, above every state's 11–77),
+    and with states and their subtrees split into chunks (12 blocks) and the levels below the state read per
+    measurement segment (a small bottom-up bound): the parts are computed in their task waves' order, every
+    batch of a wave in reverse, so a part that read another part of its own wave would fail."""
     raw = topdown_release(tmp_path, "stream", states=("44", "11", "10", "09", "02", "56", "50", "38", "46"),
                           persons=8000, segment_blocks=segment_blocks,
-                          bottom_up_max_entries=None if segment_blocks is None else 2_000)
+                          bottom_up_max_entries=2_000 if chunked else None)
     ctx = freeze_config(parse_release_config(raw), LocalStore(tmp_path / "store"))
-    if segment_blocks is not None:
+    if chunked:
         for p in ctx.config.products:
             stages.validate_stage(ctx, p.name)
         stages.plan_stage(ctx)
@@ -83,8 +85,8 @@ def test_streamed_combine_and_release_equal_the_whole_concatenation(tmp_path: Pa
     deep = next(s for s in steps if s["step"] == f"level-{sp.n_levels - 1}")
     assert len(deep["parts"]) > 1
     chunks = [p for p in deep["parts"] if "." in p]
-    if segment_blocks is None:
-        assert not chunks
+    if not chunked:  # consecutive small states share a part ("s-t"), none is split
+        assert not chunks and any("-" in p for p in deep["parts"])
     else:  # a large state's subtree in chunks below its counties, which stay in the state's own part
         assert chunks and all(p.split(".")[0] in next(s for s in steps if s["step"] == f"level-{a + 1}")["parts"]
                               for p in chunks)
@@ -126,6 +128,14 @@ def test_streamed_combine_and_release_equal_the_whole_concatenation(tmp_path: Pa
                                              for n in ("block",)})
     for name, frame in product.tables({"block": block}).items():
         pd.testing.assert_frame_equal(frame, product.tables(est)[name])
+    # small states are aggregated together (here one chunk per table): the tables of one state per chunk
+    batched = list(product.table_chunks(est))
+    monkeypatch.setattr(topdown_product, "TABLE_CHUNK_ROWS", 1)
+    per_state = list(product.table_chunks(est))
+    assert len(batched) == len(STANDARD_LEVELS) < len(per_state)
+    for name in dict.fromkeys(n for n, _ in per_state):
+        pd.testing.assert_frame_equal(pd.concat([c for n, c in batched if n == name], ignore_index=True),
+                                      pd.concat([c for n, c in per_state if n == name], ignore_index=True))
 
 
 def test_grouped_reader_gives_complete_groups_in_order_whatever_the_row_groups(tmp_path: Path) -> None:
@@ -164,6 +174,7 @@ def test_a_bad_row_in_a_later_chunk_names_its_row_and_publishes_nothing(tmp_path
             yield name, chunk
 
     monkeypatch.setattr(product_cls, "table_chunks", broken)
+    monkeypatch.setattr(topdown_product, "TABLE_CHUNK_ROWS", 1)  # one state per chunk
     monkeypatch.setattr(release, "VALIDATION_ROWS", 1)  # every chunk validated on its own
     for k in before:
         store.delete(k)

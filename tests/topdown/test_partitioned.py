@@ -24,6 +24,7 @@ from dasflow.pipeline import stages
 from dasflow.pipeline.inputs import mark_synthetic
 from dasflow.pipeline.run import freeze_config, open_run
 from dasflow.products.topdown.measure import group_states, measured_units, state_segments
+from dasflow.products.topdown.partitioned import parts_layout
 from dasflow.products.topdown.plugin import parse_topdown_config
 from dasflow.release.stage import release_stage
 from tests.dag.helpers import release_files, topdown_release
@@ -244,3 +245,34 @@ def test_small_states_share_a_segment_and_both_layouts_draw_it_alike(tmp_path: P
     tables = {k: v for k, v in release_files(tmp_path / "grouped/store", "r1").items() if k.startswith("topdown/")
               and k.endswith(".csv")}
     assert tables and {k: release_files(tmp_path / "flat/store", "r1")[k] for k in tables} == tables
+
+
+def test_small_units_share_a_post_processing_part_within_the_bound(tmp_path: Path) -> None:
+    """The post-processing parts below the partition level a: consecutive level-a units packed while their
+    blocks sum to at most the bound ("s-t"; a unit above it alone, "s", and chunked "s.k" below its children
+    when it has several), each unit in exactly one pack, and every deeper unit's family in its ancestor's part
+    (or a chunk of it)."""
+    probe = topdown_release(tmp_path / "probe", "p", persons=3000)
+    ctx = freeze_config(parse_release_config(probe), LocalStore(tmp_path / "probe/store"))
+    plugin, cfg = ctx.plugin("topdown"), ctx.product_config("topdown")
+    sp = plugin.product(cfg).spine(plugin.public_inputs(ctx.store, ctx.config.inputs, cfg))
+    layouts = {bound: parts_layout(sp, bound) for bound in (1, 12, 40, 25_000)}
+    a = layouts[1].a
+    blocks = np.bincount(layouts[1].anc[-1], minlength=sp.n_units(a))
+    assert layouts[25_000].names == (f"0-{sp.n_units(a) - 1}",)  # the whole test census in one part
+    assert layouts[1].names.count("0") == 1 and not any("-" in n for n in layouts[1].names)
+    for bound, lay in layouts.items():
+        packs = [n for n in lay.names if "." not in n]
+        spans = [tuple(int(x) for x in n.split("-")) if "-" in n else (int(n), int(n)) for n in packs]
+        assert [u for lo, hi in spans for u in range(lo, hi + 1)] == list(range(sp.n_units(a))), bound
+        for n, (lo, hi) in zip(packs, spans, strict=True):
+            held = int(blocks[lo:hi + 1].sum())
+            assert held <= bound or lo == hi, (bound, n)  # above the bound only a unit alone
+            assert (lay.key[a][lo:hi + 1] == lay.index[n]).all()
+            if any(m.startswith(f"{n}.") for m in lay.names):
+                assert lo == hi and held > bound  # only a unit above the bound is chunked
+        for l in range(a + 1, sp.n_levels):  # a unit's family lies in its level-a ancestor's part or a chunk of it
+            home = [lay.names[int(k)] for k in lay.key[a][lay.anc[l]]]
+            got = [lay.names[int(k)] for k in lay.own[l]]
+            assert all(g == h or g.split(".")[0] == h for g, h in zip(got, home, strict=True)), (bound, l)
+    assert any("-" in n for n in layouts[12].names) and any("-" not in n for n in layouts[12].names)

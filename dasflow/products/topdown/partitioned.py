@@ -15,10 +15,13 @@ Steps, in order (``dasflow.pipeline.partitions``):
     one part each: all families of the level (a = the *partition level*, the shallowest level with at least
     ``MIN_PARTS`` units — the states under a national root, the counties under a state root).
 ``level-l`` for l > a
-    one part per unit s of level a (``"s"``): the families whose parents descend from s. Each part reads only
-    its own subtree's parents (the part of the same s one level up) and its own children's answers, so parts
-    run on different machines with memory bounded by one subtree. A unit s with more blocks than the config's
-    ``segment_blocks`` is split below its children: part ``"s"`` solves only its children's families at level
+    one part per pack of consecutive units of level a holding at most the config's ``segment_blocks`` blocks
+    together (``"s"`` for unit s alone, ``"s-t"`` for units s … t; a larger unit alone): the families whose
+    parents descend from the pack. Small states share a part (as they share a measurement segment), so a part's
+    fixed cost (its stored objects, a task) is paid per bound's worth of blocks, not per state. Each part reads
+    only its own subtrees' parents (the part of the same pack one level up) and its own children's answers, so
+    parts run on different machines with memory bounded by the bound or by one subtree. A unit s with more
+    blocks than the bound is split below its children: part ``"s"`` solves only its children's families at level
     a + 1, and from level a + 2 down part ``"s.k"`` holds chunk k of its children's subtrees (consecutive
     children of at most that many blocks together, or one larger child) and reads, one level up, part ``"s"``
     at level a + 1, then its own name (:class:`_Layout`). Memory is then bounded by the bound, or by the largest
@@ -93,12 +96,14 @@ def _ancestors(spine: Spine, a: int) -> list[IntArray]:
 class _Layout:
     """Where every family below the partition level a is solved (public: the spine and a block bound only).
 
-    A part is a level-a unit's subtree (named ``"s"``, s its index) or, for a unit with more blocks than the
-    bound and at least two children with children of their own, a chunk of its children — consecutive in unit
-    order, together at most the bound's blocks, or one larger child alone — and their subtrees (``"s.k"``, k = 0,
-    1, …), from level a + 2 down: the children's own families (parent s) stay in part ``"s"``. ``key[l][u]``
-    (l ≥ a) indexes ``names`` with the part holding the families whose parent is unit u, ``own[l][u]`` (l > a)
-    the part holding unit u's own family, ``split`` says whether any unit was chunked."""
+    A part is the subtrees of a pack of consecutive level-a units with at most the bound's blocks together
+    (named ``"s"`` for unit s alone, s its index, ``"s-t"`` for units s … t), a larger unit's subtree alone, or,
+    for a unit with more blocks than the bound and at least two children with children of their own, a chunk of
+    its children — consecutive in unit order, together at most the bound's blocks, or one larger child alone —
+    and their subtrees (``"s.k"``, k = 0, 1, …), from level a + 2 down: the children's own families (parent s)
+    stay in part ``"s"``. ``key[l][u]`` (l ≥ a) indexes ``names`` with the part holding the families whose
+    parent is unit u, ``own[l][u]`` (l > a) the part holding unit u's own family, ``split`` says whether any
+    unit was chunked."""
 
     a: int
     anc: list[IntArray]
@@ -137,15 +142,17 @@ def parts_layout(sp: Spine, bound: int) -> _Layout:
                 of = consecutive_runs(child_blocks[children].tolist(), bound)[1]
                 if of[-1] > 0:
                     chunks[s] = (children, of)
+    starts = consecutive_runs(blocks.tolist(), bound)[0]  # small units packed, a unit above the bound alone
+    ends = [*starts[1:], n_a]
     names: list[str] = []
     rank = np.zeros(n_a, dtype=np.int64)
     key = [np.zeros(0, dtype=np.int64)] * sp.n_levels
     own = [np.zeros(0, dtype=np.int64)] * sp.n_levels
     first: dict[int, int] = {}
-    for s in range(n_a):
-        rank[s] = len(names)
-        names.append(str(s))
-        if s in chunks:
+    for s, e in zip(starts, ends, strict=True):  # one step per pack
+        rank[s:e] = len(names)
+        names.append(str(s) if e - s == 1 else f"{s}-{e - 1}")
+        if s in chunks:  # above the bound: alone in its pack
             first[s] = len(names)
             names.extend(f"{s}.{k}" for k in range(int(chunks[s][1][-1]) + 1))
     key[a] = rank

@@ -10,7 +10,7 @@ path); Theorem 3 bounds the loss by the path sum of γ, which the spine certifie
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -72,6 +72,10 @@ STANDARD_LEVELS: tuple[tuple[str, int], ...] = (
 
 
 INVARIANT_KINDS = ("total", "state")
+
+#: Block rows the release tables aggregate at least per chunk (whole states; a larger state alone): the per-chunk
+#: fixed cost (a group-by per table, its validation) is paid per this many rows, not per small state.
+TABLE_CHUNK_ROWS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -374,19 +378,20 @@ class TopDown:
                 for name, chunks in parts.items()}
 
     def table_chunks(self, estimates: Mapping[str, pd.DataFrame]) -> Iterator[tuple[str, pd.DataFrame]]:
-        """The published tables one state at a time: ``(table, chunk)`` pairs whose chunks, concatenated per
-        table in the order given, are the table (rows sorted by GEOID then cell; every GEOID below the nation
-        starts with its state's code, so per-state tables concatenate in order). The nation's row per cell is a
-        running integer sum over the states. Blocks come from the estimates' ``groups`` reader when they have
-        one (stored estimates: one state's blocks in memory at a time), else from the ``block`` frame. Every
-        table gets at least one chunk."""
+        """The published tables a run of whole states at a time (consecutive states until ``TABLE_CHUNK_ROWS``
+        block rows, or one larger state): ``(table, chunk)`` pairs whose chunks, concatenated per table in the
+        order given, are the table (rows sorted by GEOID then cell; every GEOID below the nation starts with its
+        state's code, so chunks of whole states in order concatenate in order). The nation's row per cell is a
+        running integer sum over the chunks. Blocks come from the estimates' ``groups`` reader when they have
+        one (stored estimates: one state's blocks read at a time), else from the ``block`` frame. Every table
+        gets at least one chunk."""
         n_cells = int(self.config.strategy.schema.n_cells)
         us = np.zeros(n_cells, dtype=np.int64)
         seen = np.zeros(n_cells, dtype=bool)
         grouped = getattr(estimates, "groups", None)
         states = grouped("block", "GEOID", 2) if callable(grouped) else _state_groups(estimates["block"])
         empty = True
-        for b in states:
+        for b in _batched(states, TABLE_CHUNK_ROWS):
             cells, counts = b["CELL"].to_numpy(np.int64), b["COUNT"].to_numpy(np.int64)
             np.add.at(us, cells, counts)
             seen[cells] = True
@@ -423,6 +428,22 @@ class TopDown:
         if len(self._spines) == 1:
             return next(iter(self._spines.values()))
         raise InputError("topdown: measure() needs the spine of the plan; call plan() with the same product")
+
+
+def _batched(frames: Iterable[pd.DataFrame], rows: int) -> Iterator[pd.DataFrame]:
+    """Consecutive frames concatenated until they hold at least ``rows`` rows (the last batch may hold fewer):
+    small states' blocks aggregated together, so a table's fixed cost per chunk is paid per ``rows``, not per
+    state; memory stays bounded by ``rows`` plus the largest state."""
+    held: list[pd.DataFrame] = []
+    n = 0
+    for frame in frames:
+        held.append(frame)
+        n += len(frame)
+        if n >= rows:
+            yield held[0] if len(held) == 1 else pd.concat(held, ignore_index=True)
+            held, n = [], 0
+    if held:
+        yield held[0] if len(held) == 1 else pd.concat(held, ignore_index=True)
 
 
 def measurement_key(level: str, group: str) -> str:
