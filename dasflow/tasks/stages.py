@@ -8,6 +8,8 @@ outputs there itself, and returns a JSON-sized summary. Retries are for transien
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from typing import Any, cast
 from uuid import UUID
 
@@ -84,11 +86,27 @@ def measure_task(release_id: str, store_uri: str, product: str) -> dict[str, Any
     artifact_id = cast(UUID, create_progress_artifact(progress=0.0, key=_artifact_key("measure", release_id, product),
                                                       description=f"{product}: planned keys measured"))
 
+    return stages.measure_stage(ctx, product, progress_reporter(artifact_id))
+
+
+#: seconds between two updates of a progress artifact (the last key always updates it)
+PROGRESS_SECONDS = 2.0
+
+
+def progress_reporter(artifact_id: UUID | None,
+                      clock: Callable[[], float] = time.monotonic) -> Callable[[int, int, str], None]:
+    """A measure stage's progress callback: updates the artifact at most every ``PROGRESS_SECONDS`` and when the
+    last key is done (each update is an API call and a stored artifact version, so not one per key)."""
+    last = clock()
+
     def progress(done: int, total: int, key: str) -> None:
-        if artifact_id is not None and (done == total or done % max(1, total // 50) == 0):
+        nonlocal last
+        now = clock()
+        if artifact_id is not None and (done == total or now - last >= PROGRESS_SECONDS):
+            last = now
             update_progress_artifact(artifact_id=artifact_id, progress=100.0 * done / total)
 
-    return stages.measure_stage(ctx, product, progress)
+    return progress
 
 
 _CONTEXTS: dict[tuple[str, str, str], RunContext] = {}
