@@ -1,4 +1,5 @@
-"""The accuracy report of a release: a self-contained HTML page with matplotlib plots embedded as base64 PNG.
+"""The accuracy report of a release: a self-contained HTML page with its plots embedded as base64 (SVG charts; a
+test release's observed-error plots as matplotlib PNGs).
 
 Contents:
 
@@ -47,6 +48,7 @@ from dasflow.products.reporting import hierarchy_check
 from dasflow.registry import get_plugin
 from dasflow.release.accuracy_plots import (
     SIZE_LABELS,
+    SVG,
     plot_consistency,
     plot_error_by_size,
     plot_moes,
@@ -380,9 +382,6 @@ def _observed(ctx: RunContext, release: Mapping[str, Mapping[str, pd.DataFrame]]
 def accuracy_blocks(ctx: RunContext, truth: TruthFrames | None) -> list[Block]:
     if truth is not None and not ctx.config.is_test:
         raise TruthRefused("ground truth is only ever used for a test release's accuracy report")
-    import matplotlib
-
-    matplotlib.use("Agg")
     blocks: list[Block] = [Heading(f"Accuracy report: release `{ctx.release_id}`", 1)]
     blocks.append(Bullets((
         f"universe: {ctx.config.universe}; products: {', '.join(p.name for p in ctx.config.products)}",
@@ -400,7 +399,7 @@ def accuracy_blocks(ctx: RunContext, truth: TruthFrames | None) -> list[Block]:
                        "post-processed (consistency, non-negativity, thresholds, truncation), so their error "
                        "can be larger or smaller: it is shown under 'observed error' (test releases) and "
                        "'measured by repeated runs' (an accuracy experiment)."))
-    blocks.append(Image(plot_moes(moes), "Expected 90 % MOE of one noisy cell, per product and level"))
+    blocks.append(Image(plot_moes(moes), "Expected 90 % MOE of one noisy cell, per product and level", SVG))
     per_level = moes.groupby(["product", "level", "mechanism"], sort=False).agg(
         keys=("key", "size"), cells=("cells", "sum"), moe90_min=("moe90", "min"), moe90_max=("moe90", "max"),
         moe95_max=("moe95", "max")).reset_index()
@@ -451,7 +450,7 @@ def accuracy_blocks(ctx: RunContext, truth: TruthFrames | None) -> list[Block]:
     if diag.empty:
         blocks.append(Para("no hierarchical product (group sizes, TopDown) in this release"))
     else:
-        blocks.append(Image(plot_consistency(diag), "Share of cells inconsistent with their children"))
+        blocks.append(Image(plot_consistency(diag), "Share of cells inconsistent with their children", SVG))
         blocks.append(Table(("product", "check", "cells", "inconsistent", "max |difference|"),
                             tuple((*_cells(r, "product", "check", "cells", "inconsistent"),
                                    _fmt(float(r["max_abs_diff"]))) for r in _records(diag))))

@@ -37,10 +37,12 @@ class Table:
 
 @dataclass(frozen=True)
 class Image:
-    """A PNG embedded as base64 (``alt`` is the caption)."""
+    """An image embedded as base64 (``alt`` is the caption; ``mime``: PNG, or SVG for the charts drawn
+    without matplotlib)."""
 
-    png_base64: str
+    data_base64: str
     alt: str
+    mime: str = "image/png"
 
 
 Block = Heading | Para | Bullets | Table | Image
@@ -66,7 +68,7 @@ def to_markdown(blocks: Sequence[Block]) -> str:
             out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
             out.append("")
         else:
-            out += [f"![{b.alt}](data:image/png;base64,{b.png_base64})", ""]
+            out += [f"![{b.alt}](data:{b.mime};base64,{b.data_base64})", ""]
     return "\n".join(out).rstrip("\n") + "\n"
 
 
@@ -108,7 +110,7 @@ def to_html(blocks: Sequence[Block], title: str, banner: str | None = None) -> s
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         else:
             body.append(f'<figure><img class="plot" alt="{html.escape(b.alt)}" '
-                        f'src="data:image/png;base64,{b.png_base64}"><figcaption>{_inline(b.alt)}'
+                        f'src="data:{b.mime};base64,{b.data_base64}"><figcaption>{_inline(b.alt)}'
                         "</figcaption></figure>")
     full_title = (f"{banner} — " if banner else "") + title
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from fractions import Fraction
 from pathlib import Path
+from xml.etree import ElementTree
 
 import numpy as np
 import pandas as pd
@@ -97,10 +98,26 @@ def test_production_release_gets_expected_moes_only(tmp_path: Path) -> None:
     assert "TEST RELEASE" not in page
     assert "expected MOEs and consistency diagnostics only" in page
     assert "Observed error" not in page
+    plots = _plots(page)  # expected MOEs, and consistency when a hierarchical product is released: SVG charts
+    assert plots and all(m == "image/svg+xml" for m, _ in plots)
+    for _, data in plots:
+        _check_svg(data)
+    assert accuracy_report(ctx, None) == page  # the same bytes on a re-run
 
 
-def _plots(page: str) -> list[bytes]:
-    return [base64.b64decode(m) for m in re.findall(r'class="plot"[^>]*src="data:image/png;base64,([^"]+)"', page)]
+def _plots(page: str) -> list[tuple[str, bytes]]:
+    """Every embedded plot: its MIME type and decoded bytes."""
+    return [(mime, base64.b64decode(m)) for mime, m in
+            re.findall(r'class="plot"[^>]*src="data:(image/png|image/svg\+xml);base64,([^"]+)"', page)]
+
+
+def _check_svg(data: bytes) -> None:
+    """A well-formed SVG with a size, and bars that are drawn (positive widths) in at least one colour."""
+    root = ElementTree.fromstring(data)
+    assert root.tag == "{http://www.w3.org/2000/svg}svg" and float(root.get("width", 0)) > 0
+    bars = [r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("fill") != "#ffffff"]
+    assert bars and all(float(r.get("width", -1)) >= 0 for r in bars)
+    assert any(float(r.get("width", 0)) > 0 for r in bars), "no bar drawn"
 
 
 def _chromium() -> str:
@@ -130,9 +147,13 @@ def test_report_opens_in_headless_chromium_and_every_plot_renders(test_release: 
     assert page.startswith("<!DOCTYPE html>") and "<title>TEST RELEASE" in page
     assert "http://" not in page and "https://" not in page and "<script" not in page
     plots = _plots(page)
-    assert len(plots) == 3  # expected MOE, RMSE by size, one scatter for the one product
-    for png in plots:
-        pixels = np.asarray(PILImage.open(io.BytesIO(png)).convert("RGB"), dtype=np.float64)
+    # expected MOE (SVG), RMSE by size and one scatter for the one product (PNG)
+    assert [m for m, _ in plots] == ["image/svg+xml", "image/png", "image/png"]
+    for mime, data in plots:
+        if mime == "image/svg+xml":
+            _check_svg(data)
+            continue
+        pixels = np.asarray(PILImage.open(io.BytesIO(data)).convert("RGB"), dtype=np.float64)
         assert pixels.std() > 10, "a blank plot"
     report = tmp_path / "report.html"
     report.write_text(page, encoding="utf-8")
