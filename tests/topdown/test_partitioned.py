@@ -23,8 +23,9 @@ from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
 from dasflow.pipeline.inputs import mark_synthetic
 from dasflow.pipeline.run import freeze_config, open_run
+from dasflow.products.topdown import partitioned
 from dasflow.products.topdown.measure import group_states, measured_units, state_segments
-from dasflow.products.topdown.partitioned import parts_layout
+from dasflow.products.topdown.partitioned import PACK_BLOCKS, parts_layout
 from dasflow.products.topdown.plugin import parse_topdown_config
 from dasflow.release.stage import release_stage
 from tests.dag.helpers import release_files, topdown_release
@@ -247,7 +248,8 @@ def test_small_states_share_a_segment_and_both_layouts_draw_it_alike(tmp_path: P
     assert tables and {k: release_files(tmp_path / "flat/store", "r1")[k] for k in tables} == tables
 
 
-def test_small_units_share_a_post_processing_part_within_the_bound(tmp_path: Path) -> None:
+def test_small_units_share_a_post_processing_part_within_the_bound(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The post-processing parts below the partition level a: consecutive level-a units packed while their
     blocks sum to at most the bound ("s-t"; a unit above it alone, "s", and chunked "s.k" below its children
     when it has several), each unit in exactly one pack, and every deeper unit's family in its ancestor's part
@@ -267,7 +269,7 @@ def test_small_units_share_a_post_processing_part_within_the_bound(tmp_path: Pat
         assert [u for lo, hi in spans for u in range(lo, hi + 1)] == list(range(sp.n_units(a))), bound
         for n, (lo, hi) in zip(packs, spans, strict=True):
             held = int(blocks[lo:hi + 1].sum())
-            assert held <= bound or lo == hi, (bound, n)  # above the bound only a unit alone
+            assert held <= min(bound, PACK_BLOCKS) or lo == hi, (bound, n)  # above the bound only a unit alone
             assert (lay.key[a][lo:hi + 1] == lay.index[n]).all()
             if any(m.startswith(f"{n}.") for m in lay.names):
                 assert lo == hi and held > bound  # only a unit above the bound is chunked
@@ -276,3 +278,8 @@ def test_small_units_share_a_post_processing_part_within_the_bound(tmp_path: Pat
             got = [lay.names[int(k)] for k in lay.own[l]]
             assert all(g == h or g.split(".")[0] == h for g, h in zip(got, home, strict=True)), (bound, l)
     assert any("-" in n for n in layouts[12].names) and any("-" not in n for n in layouts[12].names)
+    # PACK_BLOCKS caps the packs under a large segment bound (chunks still follow the segment bound)
+    monkeypatch.setattr(partitioned, "PACK_BLOCKS", 40)
+    capped = parts_layout(sp, 25_000)
+    assert [n for n in capped.names if "." not in n] == [n for n in layouts[40].names if "." not in n]
+    assert len(capped.names) > 1 and not any("." in n for n in capped.names)

@@ -15,10 +15,10 @@ Steps, in order (``dasflow.pipeline.partitions``):
     one part each: all families of the level (a = the *partition level*, the shallowest level with at least
     ``MIN_PARTS`` units — the states under a national root, the counties under a state root).
 ``level-l`` for l > a
-    one part per pack of consecutive units of level a holding at most the config's ``segment_blocks`` blocks
-    together (``"s"`` for unit s alone, ``"s-t"`` for units s … t; a larger unit alone): the families whose
-    parents descend from the pack. Small states share a part (as they share a measurement segment), so a part's
-    fixed cost (its stored objects, a task) is paid per bound's worth of blocks, not per state. Each part reads
+    one part per pack of consecutive units of level a holding at most ``PACK_BLOCKS`` (or the config's smaller
+    ``segment_blocks``) blocks together (``"s"`` for unit s alone, ``"s-t"`` for units s … t; a larger unit
+    alone): the families whose parents descend from the pack. Tiny states share a part, so a part's fixed cost
+    (its stored objects) is not paid per state of a few blocks. Each part reads
     only its own subtrees' parents (the part of the same pack one level up) and its own children's answers, so
     parts run on different machines with memory bounded by the bound or by one subtree. A unit s with more
     blocks than the bound is split below its children: part ``"s"`` solves only its children's families at level
@@ -72,6 +72,12 @@ BATCH_BLOCKS = 40_000
 #: the combine step's state parts only split stored answers (no solver): this many times ``BATCH_BLOCKS`` a task
 COMBINE_BATCH = 8
 
+#: Consecutive small level-a units share a part up to this many blocks (or ``segment_blocks`` if smaller): a
+#: part's fixed cost (≈ 45 ms of stored objects) is then ≤ 10 % of its solving (≈ 0.25 ms CPU per block). Larger
+#: packs cost more than they save: families solved together share the solver's stopping test, so every family of
+#: a pack iterates as long as its slowest (8 states of ≈ 1 M persons packed: 16.0 → 22.1 CPU-s).
+PACK_BLOCKS = 2_000
+
 IntArray = np.ndarray[Any, np.dtype[np.int64]]
 
 
@@ -96,14 +102,14 @@ def _ancestors(spine: Spine, a: int) -> list[IntArray]:
 class _Layout:
     """Where every family below the partition level a is solved (public: the spine and a block bound only).
 
-    A part is the subtrees of a pack of consecutive level-a units with at most the bound's blocks together
-    (named ``"s"`` for unit s alone, s its index, ``"s-t"`` for units s … t), a larger unit's subtree alone, or,
-    for a unit with more blocks than the bound and at least two children with children of their own, a chunk of
-    its children — consecutive in unit order, together at most the bound's blocks, or one larger child alone —
-    and their subtrees (``"s.k"``, k = 0, 1, …), from level a + 2 down: the children's own families (parent s)
-    stay in part ``"s"``. ``key[l][u]`` (l ≥ a) indexes ``names`` with the part holding the families whose
-    parent is unit u, ``own[l][u]`` (l > a) the part holding unit u's own family, ``split`` says whether any
-    unit was chunked."""
+    A part is the subtrees of a pack of consecutive level-a units with at most min(bound, ``PACK_BLOCKS``)
+    blocks together (named ``"s"`` for unit s alone, s its index, ``"s-t"`` for units s … t), a larger unit's
+    subtree alone, or, for a unit with more blocks than the bound and at least two children with children of
+    their own, a chunk of its children — consecutive in unit order, together at most the bound's blocks, or one
+    larger child alone — and their subtrees (``"s.k"``, k = 0, 1, …), from level a + 2 down: the children's own
+    families (parent s) stay in part ``"s"``. ``key[l][u]`` (l ≥ a) indexes ``names`` with the part holding
+    the families whose parent is unit u, ``own[l][u]`` (l > a) the part holding unit u's own family, ``split``
+    says whether any unit was chunked."""
 
     a: int
     anc: list[IntArray]
@@ -142,7 +148,7 @@ def parts_layout(sp: Spine, bound: int) -> _Layout:
                 of = consecutive_runs(child_blocks[children].tolist(), bound)[1]
                 if of[-1] > 0:
                     chunks[s] = (children, of)
-    starts = consecutive_runs(blocks.tolist(), bound)[0]  # small units packed, a unit above the bound alone
+    starts = consecutive_runs(blocks.tolist(), min(bound, PACK_BLOCKS))[0]  # small units packed (public sizes)
     ends = [*starts[1:], n_a]
     names: list[str] = []
     rank = np.zeros(n_a, dtype=np.int64)
