@@ -239,7 +239,9 @@ def _early_api(argv: Sequence[str]) -> TemporaryApi | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dasflow`` console script: every failure ends in one line on stderr and its exit
-    code (0 ok, 1 other, 2 bad input/config, 3 refused by the ledger, 130 interrupted)."""
+    code (0 ok, 1 other, 2 bad input/config, 3 refused by the ledger, 130 interrupted). Without ``argv`` (the
+    console script) the command owns its process, which ends with it (``own_process``: see below)."""
+    own_process = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     early = _early_api(argv)
     try:
@@ -250,13 +252,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     loader = HANDLERS.get(args.command)
     handler: Handler = loader() if loader is not None else args.product_handler
+    args.own_process = own_process
     try:
         return _dispatch(args.command, handler, args)
     finally:
-        # the interpreter's last collections at exit scanned everything a run imported and built: ≈ 2.8 s of
-        # the demo's exit after its outputs were complete and its server stopped; frozen objects are simply
-        # released with the process (every output is already written, synced and closed)
-        gc.freeze()
+        if own_process:
+            # the interpreter's last collections at exit scanned everything a run imported and built: ≈ 2.8 s
+            # of the demo's exit after its outputs were complete and its server stopped; frozen objects are
+            # released with the process (every output is already written, synced and closed). Only when the
+            # process ends with the command: a caller of main(argv) keeps its garbage collector as it was
+            gc.freeze()
 
 
 if __name__ == "__main__":

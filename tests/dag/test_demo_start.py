@@ -138,3 +138,17 @@ def test_without_block_registration_the_server_keeps_no_registration_memo(monkey
     temporary_api._spawn(9)
     assert seen[0]["PREFECT_MEMOIZE_BLOCK_AUTO_REGISTRATION"] == "false"
     assert "PREFECT_MEMOIZE_BLOCK_AUTO_REGISTRATION" not in seen[1]
+
+
+def test_only_the_console_script_freezes_the_garbage_collector(tmp_path: Path) -> None:
+    """``gc.freeze()`` (exit-time collections skipped) only when the command owns its process: ``main()`` with
+    the process's argv; a caller of ``main(argv)`` (a test, an embedding program) keeps its collector as it
+    was, even when the command fails (here: refused by the ledger, exit 3)."""
+    store = tmp_path / "store"
+    script = ("import gc, sys\nfrom dasflow import cli\n"
+              f"argv = ['account', 'show', 'nope', '--store', {str(store)!r}]\n"
+              "assert cli.main(argv) == 3 and gc.get_freeze_count() == 0\n"
+              "sys.argv = ['dasflow', *argv]\n"
+              "assert cli.main() == 3 and gc.get_freeze_count() > 0\n"
+              "print('ok')\n")
+    _run_fresh(script, tmp_path, 120)
