@@ -21,6 +21,21 @@ are extrapolations from small runs, not measurements.
 ``--keep`` keeps each size's store (else it is deleted after the size; the bytes written are printed);
 ``--rerun DIR --stages postprocess,release [--products topdown]`` re-runs stages of a kept size with this
 checkout's code (before/after comparisons of one stage on the same measurements).
+
+The national size itself (issue #20 item 5) is run as an agency would run it, within this box's disk and time:
+
+    .venv/bin/python benchmarks/national.py --persons 331e6 --production --lanes 2 --prune-prepared \
+        --out benchmarks/results/national_331m.json
+
+``--production`` makes a production release (OS CSPRNG, charged to the demo's privacy-loss account), whose
+release stage has no ground-truth twin (a test release's accuracy report recomputes every product's truth from
+the confidential inputs, a test-only cost that is not part of a census run). ``--lanes N`` runs N stage processes
+at a time: the five validations, then each product's preprocess → measure → post-process chain, largest plan
+first (what ``dasflow run --product-lanes N`` does in one process); the whole run's elapsed wall time is then the
+figure. ``--prune-prepared`` deletes a product's prepared frames (``runs/{id}/prepared/{product}/``) once its
+measurements are committed: they are needed again only to re-measure, which the ledger never allows twice, and
+at national size they are tens of GB beside ≈ 46 GB of synthetic inputs. The disk in use is sampled every two
+seconds (``disk_peak_bytes``: the filesystem's peak used bytes above the start of the size).
 """
 
 from __future__ import annotations
@@ -37,7 +52,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -89,10 +106,18 @@ def _synth_step(store_dir: Path, persons: int) -> dict[str, Any]:
     return {"formats": list(formats), "totals": manifest.data["totals"]}
 
 
-def release_config(store_dir: Path, persons: int) -> dict[str, Any]:
-    """The demo's seeded release config with each confidential input prefix moved to the per-state layout."""
+def release_config(store_dir: Path, persons: int, production: bool = False) -> dict[str, Any]:
+    """The demo's release config (seeded test mode, or ``production``: CSPRNG, charged to the demo's account,
+    opened here) with each confidential input prefix moved to the per-state layout."""
     from dasflow import demo
-    raw = demo.demo_config(store_dir, persons, SEED).model_dump(mode="json", exclude_none=True)
+    if production:
+        from fractions import Fraction
+
+        from dasflow.io.store import LocalStore
+        from dasflow.privacy.account import open_account
+        open_account(LocalStore(store_dir), demo.DEMO_ACCOUNT, "US", cap_rho=Fraction(demo.DEMO_ACCOUNT_CAP_RHO))
+    cfg = demo.demo_config(store_dir, persons, None if production else SEED)
+    raw = cfg.model_dump(mode="json", exclude_none=True)
     synth_root = demo.SYNTH_ROOT + "/"
     raw["release_id"] = f"national-{persons}"
     raw["inputs"] = {k: synth_root + _relayout(v[len(synth_root):]) if v.startswith(synth_root) else v
@@ -111,6 +136,8 @@ def _stage_step(config_file: Path, stage: str, product: str) -> dict[str, Any]:
     if stage == "plan":
         stages.plan_stage(ctx)
         return {}
+    if stage == "order":
+        return {"order": stages.largest_first(ctx)}
     if stage == "release":
         release_stage(ctx)
         product = "all"
@@ -144,11 +171,56 @@ def _du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def run_size(persons: int, workdir: Path, keep: bool) -> dict[str, Any]:
+class DiskSampler:
+    """The filesystem's used bytes under ``path``, sampled every ``period`` seconds in a thread: the peak above
+    the first sample is what the run needed on disk at once (other writers on the same filesystem count too)."""
+
+    def __init__(self, path: Path, period: float = 2.0) -> None:
+        self.path, self.period = path, period
+        self.start = self.peak = shutil.disk_usage(path).used
+        self.min_free = shutil.disk_usage(path).free
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            self.sample()
+
+    def sample(self) -> None:
+        usage = shutil.disk_usage(self.path)
+        self.peak = max(self.peak, usage.used)
+        self.min_free = min(self.min_free, usage.free)
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+        return {"disk_peak_bytes": self.peak - self.start, "disk_min_free_bytes": self.min_free}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _inputs_of(raw: dict[str, Any], product: str) -> list[str]:
+    """The store prefixes a product reads (its input names: the product's own and ``{product}_*``)."""
+    return [v for k, v in raw["inputs"].items() if k == product or k.startswith(f"{product}_")]
+
+
+def run_size(persons: int, workdir: Path, keep: bool, *, production: bool = False, lanes: int = 1,
+             prune_prepared: bool = False) -> dict[str, Any]:
     store_dir = Path(tempfile.mkdtemp(prefix=f"national-{persons}-", dir=workdir)) / "store"
     store_dir.mkdir(parents=True)
     load0 = os.getloadavg()[0]
     rows: list[dict[str, Any]] = []
+    disk = DiskSampler(store_dir)
 
     def step(stage: str, product: str, args: list[str]) -> dict[str, Any]:
         r = _child(args)
@@ -164,27 +236,42 @@ def run_size(persons: int, workdir: Path, keep: bool) -> dict[str, Any]:
 
     synth_info = step("synth", "all", ["synth", str(store_dir), str(persons)])
     inputs_bytes = _du(store_dir)
-    raw = _child(["config", str(store_dir), str(persons)])["result"]
+    raw = _child(["config", str(store_dir), str(persons), "production" if production else "test"])["result"]
     config_file = store_dir.parent / "config.json"
     config_file.write_text(json.dumps(raw))
     products = [p["name"] for p in raw["products"]]
-    for p in products:
-        step("validate", p, ["stage", str(config_file), "validate", p])
-    step("plan", "all", ["stage", str(config_file), "plan", "all"])
-    for p in products:
-        for stage in ("preprocess", "measure", "postprocess"):
-            step(stage, p, ["stage", str(config_file), stage, p])
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, lanes)) as pool:
+        list(pool.map(lambda p: step("validate", p, ["stage", str(config_file), "validate", p]), products))
+        step("plan", "all", ["stage", str(config_file), "plan", "all"])
+        if lanes > 1:  # the largest plan first, as the release flow starts them
+            products = _child(["stage", str(config_file), "order", "all"])["result"]["order"]
+        root = store_dir / "runs" / raw["release_id"]
+
+        def chain(p: str) -> None:
+            for stage in ("preprocess", "measure", "postprocess"):
+                step(stage, p, ["stage", str(config_file), stage, p])
+                if stage == "measure" and prune_prepared:
+                    shutil.rmtree(root / "prepared" / p, ignore_errors=True)
+
+        list(pool.map(chain, products))
     step("release", "all", ["stage", str(config_file), "release", "all"])
+    elapsed = time.perf_counter() - t0
     written = _du(store_dir)
-    print(f"  bytes written: {written / 1e9:.2f} GB ({inputs_bytes / 1e9:.2f} GB synthetic inputs)", flush=True)
+    space = disk.stop()
+    print(f"  bytes in the store at the end: {written / 1e9:.2f} GB ({inputs_bytes / 1e9:.2f} GB synthetic "
+          f"inputs); disk peak {space['disk_peak_bytes'] / 1e9:.2f} GB above the start, "
+          f"{space['disk_min_free_bytes'] / 1e9:.1f} GB free at least", flush=True)
     if not keep:
         shutil.rmtree(store_dir.parent)
     release = [r for r in rows if r["stage"] != "synth"]
     return {"persons": persons, "load_before": load0, "load_after": os.getloadavg()[0],
-            "synth": synth_info, "bytes_written": written, "input_bytes": inputs_bytes, "steps": rows,
+            "mode": "production" if production else "test", "lanes": lanes, "prune_prepared": prune_prepared,
+            "synth": synth_info, "bytes_written": written, "input_bytes": inputs_bytes, **space, "steps": rows,
             "release_cpu_s": round(sum(r.get("stage_cpu_s", r["process_cpu_s"]) for r in release), 2),
             "release_wall_s": round(sum(r.get("stage_wall_s", r["process_wall_s"]) for r in release), 2),
             "release_process_wall_s": round(sum(r["process_wall_s"] for r in release), 2),
+            "release_elapsed_s": round(elapsed, 2),
             "release_peak_rss_bytes": max(r["peak_rss_bytes"] for r in release),
             "kept": str(store_dir) if keep else None}
 
@@ -304,7 +391,7 @@ def _worker(argv: list[str]) -> None:
     if argv[0] == "synth":
         out = _synth_step(Path(argv[1]), int(argv[2]))
     elif argv[0] == "config":
-        out = release_config(Path(argv[1]), int(argv[2]))
+        out = release_config(Path(argv[1]), int(argv[2]), production=argv[3:] == ["production"])
     elif argv[0] == "baseline":
         from dasflow.pipeline import stages  # noqa: F401  (the interpreter with a stage's imports)
         from dasflow.release import stage  # noqa: F401
@@ -327,6 +414,11 @@ def main() -> int:
     ap.add_argument("--products", default="", help="with --rerun: only these products (comma-separated)")
     ap.add_argument("--combine", default="",
                     help="comma-separated result files of earlier runs: their sizes' scaling, nothing run")
+    ap.add_argument("--production", action="store_true",
+                    help="a production release (CSPRNG, no ground-truth twin in the release stage)")
+    ap.add_argument("--lanes", type=int, default=1, help="stage processes at a time (validations, product chains)")
+    ap.add_argument("--prune-prepared", action="store_true",
+                    help="delete a product's prepared frames once its measurements are committed (disk)")
     ap.add_argument("--worker", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -346,11 +438,13 @@ def main() -> int:
     runs = []
     for n in sizes:
         print(f"{n:,} persons", flush=True)
-        runs.append(run_size(n, args.workdir, args.keep))
+        runs.append(run_size(n, args.workdir, args.keep, production=args.production, lanes=args.lanes,
+                             prune_prepared=args.prune_prepared))
         print(f"  release: {runs[-1]['release_cpu_s']:.1f} CPU-s, {runs[-1]['release_wall_s']:.1f} s wall "
-              f"(stage functions), peak RSS {runs[-1]['release_peak_rss_bytes'] / 2**30:.2f} GB", flush=True)
+              f"(stage functions), {runs[-1]['release_elapsed_s']:.1f} s elapsed on {args.lanes} lane(s), "
+              f"peak RSS {runs[-1]['release_peak_rss_bytes'] / 2**30:.2f} GB", flush=True)
     result = {"benchmark": "national", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-              "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+              "machine": {"cpus": os.cpu_count(), "cpu_model": _cpu_model(), "platform": platform.platform(),
                           "python": platform.python_version()},
               "products": [s["product"] for s in runs[0]["steps"] if s["stage"] == "preprocess"] if runs else [],
               "seed": SEED,
