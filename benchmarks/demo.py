@@ -43,6 +43,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from national import cpu_model  # noqa: E402  (this directory is the script's: first on sys.path)
+
 
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
@@ -294,6 +296,7 @@ def main() -> int:
             Path(args.out).write_text(json.dumps(result, indent=1))
         return 0
     result = stages_run(args.persons, args.seed) if args.mode == "stages" else cli_run(args.persons)
+    result["cpu_model"] = cpu_model()  # runs on different machines differ ≈ 2× in CPU seconds: say which
     print(f"total {result['total_wall']} s wall (load {result['load_before']:.1f} -> {result['load_after']:.1f})")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))

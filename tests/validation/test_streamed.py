@@ -118,6 +118,29 @@ def test_phsafe_duplicate_mafid_split_across_chunks_and_bad_value_in_last_row_of
     assert str(_whole(store2, "phsafe")) == str(r.error)
 
 
+def test_phsafe_duplicate_geo_mafids_are_found_by_the_sorted_geo(tmp_path: Path) -> None:
+    """geo.csv's own duplicates come from the one stable sort of its MAFIDs (no hash table): a MAFID repeated on
+    two later rows counts twice and names the first repeat's row, as the whole-input path does; with the repeat
+    both a unit without geography and a duplicate exist, and the first failed rule in order is the error."""
+    store = corpus_store(tmp_path / "store")
+    geo = tmp_path / "store" / INPUTS["phsafe_geo"] / "geo.csv"
+    lines = _units_lines(geo)
+    sep = "|" if "|" in lines[0] else ","
+    mafid = lines[2].split(sep)[1]
+    for row in (6, 9):  # data rows 6 and 9 (file rows 7 and 10) repeat data row 2's MAFID
+        cells = lines[row].split(sep)
+        cells[1] = mafid
+        lines[row] = sep.join(cells)
+    geo.write_text("".join(lines))
+    whole = _whole(store, "phsafe")
+    assert not isinstance(whole, InputError) and not whole.success
+    for chunk_rows in (2, 10**6):
+        r = _streamed(store, "phsafe", chunk_rows)
+        _same(whole, r)
+        dup = next(f for f in r.summary["cross_file"] if f["rule"] == "unique MAFID" and f["file"] == "geo.csv")
+        assert (int(dup["violations"]), int(dup["first_row"])) == (2, 7)
+
+
 def test_safetab_bad_value_in_the_last_row_of_a_chunk_names_the_file_row(tmp_path: Path) -> None:
     store = corpus_store(tmp_path / "store")
     path = tmp_path / "store" / INPUTS["safetab-p"] / "person-records.txt"

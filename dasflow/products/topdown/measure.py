@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from dasflow.errors import InputError
 from dasflow.privacy import accounting, samplers
@@ -44,17 +46,11 @@ def block_histogram(spine: Spine, persons: pd.DataFrame, schema: Schema, *, sour
     """
     if geoid_column not in persons.columns:
         raise InputError(f"persons: column {geoid_column} missing", file=source, column=geoid_column)
-    geoid = persons[geoid_column].astype(str).to_numpy()
-    blocks = spine.block_geoid.astype(str)
-    srt = np.argsort(blocks)
-    pos = np.searchsorted(blocks[srt], geoid)
-    pos = np.minimum(pos, blocks.size - 1)
-    found = blocks[srt][pos] == geoid
-    bad = np.flatnonzero(~found)
+    block = _block_index(spine, persons[geoid_column])
+    bad = np.flatnonzero(block < 0)
     if bad.size:
         raise InputError("persons: a block that is not in the geography", file=source,
                          row=int(bad[0]) + 2, column=geoid_column)
-    block = srt[pos].astype(np.int64)
     cell = schema.cell_index({a: persons[a].to_numpy() for a in schema.names if a in persons.columns},
                              source)
     if structural is not None:
@@ -70,6 +66,16 @@ def block_histogram(spine: Spine, persons: pd.DataFrame, schema: Schema, *, sour
     key = block * n + cell
     uk, cnt = np.unique(key, return_counts=True)
     return Histogram(uk // n, uk % n, cnt.astype(np.int64))
+
+
+def _block_index(spine: Spine, geoid: pd.Series) -> IntArray:
+    """Each record's block (internal index), −1 where its GEOID (as text) names no block of the spine: Arrow's
+    hash lookup on the GEOIDs as Arrow strings (≈ 20 bytes per record, no Python object per record — a large
+    state's partition holds tens of millions of records)."""
+    text = geoid.astype("string[pyarrow]") if geoid.dtype != "string[pyarrow]" else geoid
+    found = pc.index_in(pa.array(text), value_set=spine.block_geoids)
+    out: IntArray = pc.fill_null(found, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return out
 
 
 def level_histograms(spine: Spine, block_hist: Histogram) -> list[Histogram]:

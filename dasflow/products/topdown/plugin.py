@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dasflow.errors import InputError, IntegrityError
@@ -221,8 +222,8 @@ class TopDownPlugin(ProductPlugin[TopDownConfig]):
             missing = [c for c in (*PERSON_GEO, *names) if c not in table.column_names]
             if missing:
                 raise InputError(f"missing column(s) {', '.join(missing)}", file=key, column=missing[0])
-            state = table.column("TABBLKST").cast(pa.string()).to_numpy(zero_copy_only=False)
-            wrong = np.flatnonzero(np.char.zfill(state.astype(str), 2) != partition)
+            state = pc.utf8_lpad(table.column("TABBLKST").cast(pa.string()), 2, "0")
+            wrong = np.flatnonzero(pc.fill_null(pc.not_equal(state, partition), True).to_numpy(zero_copy_only=False))
             if wrong.size:
                 raise InputError(f"person's TABBLKST is not the state {partition} of its folder", file=key,
                                  row=int(wrong[0]) + 1, column="TABBLKST")
@@ -315,11 +316,14 @@ class TopDownPlugin(ProductPlugin[TopDownConfig]):
 
 
 def _persons(frame: pa.Table, names: Sequence[str]) -> pd.DataFrame:
-    """Person records as ``prepare`` reads them: the block GEOID and the schema attributes."""
-    geo = {c: frame.column(c).to_pandas().astype(str) for c in PERSON_GEO}
-    geoid = (geo["TABBLKST"].str.zfill(2) + geo["TABBLKCOU"].str.zfill(3) + geo["TABTRACTCE"].str.zfill(6)
-             + geo["TABBLK"].str.zfill(4))
-    return pd.DataFrame({"GEOID": geoid, **{n: frame.column(n).to_numpy() for n in names}})
+    """Person records as ``prepare`` reads them: the block GEOID (state, county, tract and block codes
+    zero-filled to 2, 3, 6 and 4 digits and joined, as Arrow strings: no Python object per person) and the
+    schema attributes."""
+    parts = [pc.utf8_lpad(frame.column(c).cast(pa.string()), w, "0") for c, w in zip(PERSON_GEO, (2, 3, 6, 4),
+                                                                                     strict=True)]
+    geoid = pc.binary_join_element_wise(*parts, "")
+    return pd.DataFrame({"GEOID": pd.Series(pd.arrays.ArrowStringArray(geoid), copy=False),
+                         **{n: frame.column(n).to_numpy() for n in names}})
 
 
 def _state_folders(store: ObjectStore, prefix: str) -> dict[str, list[str]] | None:

@@ -25,6 +25,7 @@ malformed object is an :class:`~dasflow.errors.IntegrityError`) and re-checks th
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -181,6 +182,12 @@ class Spine:
 
     def gamma(self, level: int) -> list[Fraction]:
         return [Fraction(int(g), self.denominator) for g in self.gamma_num[level]]
+
+    @functools.cached_property
+    def block_geoids(self) -> pa.Array:
+        """The block GEOIDs (internal order) as one Arrow string array: the value set person records' GEOIDs are
+        looked up in (``pyarrow.compute.index_in``: no Python string per person, built once per spine)."""
+        return pa.array(self.block_geoid.astype(str), type=pa.string())
 
     @property
     def block_unit(self) -> list[IntArray]:

@@ -102,8 +102,8 @@ class Schema:
     def cell_index(self, codes: Mapping[str, npt.ArrayLike], source: str | None = None) -> IntArray:
         """Row-major cell number of records given one integer code array per attribute (validated; an error
         names ``source`` and the 1-based file row, header = row 1)."""
-        arrays = []
-        for a, d in self.attributes:
+        cell: IntArray | None = None
+        for a, d in self.attributes:  # row-major (np.ravel_multi_index's C order), one int64 array in all
             if a not in codes:
                 raise InputError(f"schema: column {a} missing", file=source, column=a)
             try:
@@ -114,8 +114,12 @@ class Schema:
             if bad.size:
                 raise InputError(f"schema: value {v[bad[0]]} outside 0..{d - 1}", file=source,
                                  row=int(bad[0]) + 2, column=a)
-            arrays.append(v)
-        return np.ravel_multi_index(tuple(arrays), self.shape).astype(np.int64)
+            if cell is None:
+                cell = v.copy() if v is codes[a] else v
+            else:
+                cell *= d
+                cell += v
+        return cell if cell is not None else np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
