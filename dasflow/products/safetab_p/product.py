@@ -67,6 +67,7 @@ from dasflow.products.safetab_p.records import (
     encode_persons,
     load_geography,
     read_pipe_file,
+    stream_pipe_file,
 )
 from dasflow.products.safetab_p.regions import Universe, iteration_set
 from dasflow.products.safetab_p.tabulate import PersonCounts, tabulate_cells
@@ -130,14 +131,18 @@ def load_inputs(data_dir: str | Path) -> dict[str, Any]:
     return {"persons": read_pipe_file(path, PERSON_COLUMNS), "source": str(path)}
 
 
-def _person_tables(inputs: Mapping[str, Any]) -> Iterator[tuple[pa.Table, str]]:
-    """(table, source) of each person-records input, one at a time: the in-memory table, or each file of a
-    split input read when its turn comes (the previous one is no longer referenced)."""
+def _person_slices(inputs: Mapping[str, Any]) -> Iterator[tuple[pa.Table, str, int]]:
+    """(slice, source, file rows before it) of each person-records input, in slices of ``SLICE_ROWS`` rows:
+    the in-memory table sliced, or each file of a split input streamed (:func:`stream_pipe_file`: one slice of
+    one file in memory at a time, not the file)."""
     if "person_files" in inputs:
         for f in inputs["person_files"]:  # over files (partitions), not records
-            yield read_pipe_file(f, PERSON_COLUMNS), str(f)
-    else:
-        yield inputs["persons"], str(inputs.get("source", PERSON_FILE))
+            for offset, table in stream_pipe_file(f, PERSON_COLUMNS, SLICE_ROWS):  # over slices of 1 M rows
+                yield table, str(f), offset
+        return
+    table = inputs["persons"]
+    for start in range(0, max(table.num_rows, 1), SLICE_ROWS):  # over slices of ~1 M rows, not records
+        yield table.slice(start, SLICE_ROWS), str(inputs.get("source", PERSON_FILE)), start
 
 
 def partition_geography(inputs: Mapping[str, Any], public: Mapping[str, Any]) -> Geography:
@@ -154,7 +159,7 @@ def person_counts(inputs: Mapping[str, Any], public: Mapping[str, Any],
                   region_types: Sequence[str]) -> Iterator[tuple[str, PersonCounts]]:
     """(region type, counts) of the run's persons, for each requested region type.
 
-    Each input (the in-memory table, or each file of a split input) is processed in slices of at most
+    Each input (the in-memory table, or each file of a split input, streamed) is processed in slices of at most
     ``SLICE_ROWS`` rows: validated and encoded (errors name the file's own row), counted per region type, then
     dropped; the slices' counts are summed (:meth:`PersonCounts.merge`) before anything is yielded, so every
     row of every file is validated before the first count leaves this function (and before any noise). Slicing
@@ -163,14 +168,12 @@ def person_counts(inputs: Mapping[str, Any], public: Mapping[str, Any],
     geo = partition_geography(inputs, public)
     index: IterationIndex = public["iterations"]
     parts: dict[str, list[PersonCounts]] = {rt: [] for rt in region_types}
-    for table, source in _person_tables(inputs):
-        for start in range(0, max(table.num_rows, 1), SLICE_ROWS):  # over slices of ~1 M rows, not records
-            persons = encode_persons(table.slice(start, SLICE_ROWS), geo, index, cfg.max_race_codes,
-                                     cfg.state_filter_us, source, row_offset=start)
-            for rt, counts in PersonCounts.per_region_type(persons, region_types).items():
-                parts[rt].append(counts)
-            del persons
-        del table
+    for table, source, start in _person_slices(inputs):
+        persons = encode_persons(table, geo, index, cfg.max_race_codes, cfg.state_filter_us, source,
+                                 row_offset=start)
+        for rt, counts in PersonCounts.per_region_type(persons, region_types).items():
+            parts[rt].append(counts)
+        del persons, table
     combos = PersonCounts.unify_combos(parts[region_types[0]]) if region_types else None
     for rt in region_types:
         merged = PersonCounts.merge(parts.pop(rt), combos)

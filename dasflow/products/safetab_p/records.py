@@ -76,6 +76,39 @@ def read_pipe_file(path: str | Path, columns: Sequence[str], *, extra_columns: b
     return table
 
 
+def stream_pipe_file(path: str | Path, columns: Sequence[str], rows: int) -> Iterator[tuple[int, pa.Table]]:
+    """:func:`read_pipe_file` (exact header, every column a string) in tables of ``rows`` rows (the last one
+    shorter; one empty table for a file without rows), each with the number of file rows before it: one table
+    is held at a time, so a large state's file costs one slice, not the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("file not found", file=str(p))
+    try:
+        reader = pacsv.open_csv(
+            p, read_options=pacsv.ReadOptions(block_size=GRFC_BLOCK_BYTES),
+            parse_options=pacsv.ParseOptions(delimiter="|", quote_char=False),
+            convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in columns},
+                                                 strings_can_be_null=False))
+        got = tuple(reader.schema.names)
+        if got != tuple(columns):
+            raise InputError(f"header must be {'|'.join(columns)}, got {'|'.join(got)}", file=str(p), row=1)
+        pending: list[pa.RecordBatch] = []
+        held = offset = 0
+        for batch in reader:  # over batches of ~8 MB, not records
+            pending.append(batch)
+            held += batch.num_rows
+            while held >= rows:
+                table = pa.Table.from_batches(pending, schema=reader.schema)
+                yield offset, table.slice(0, rows)
+                rest = table.slice(rows)
+                pending, held, offset = rest.to_batches(), rest.num_rows, offset + rows
+        if held or offset == 0:
+            yield offset, pa.Table.from_batches(pending, schema=reader.schema)
+    except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
+        raise InputError(f"malformed pipe-delimited file: {_arrow_reason(exc)}", file=str(p),
+                         row=_arrow_row(exc)) from None
+
+
 def person_states(path: str | Path) -> list[int]:
     """The distinct 2-digit TABBLKST codes of a person-records file (only that column is converted); a value
     of another form is left to :func:`encode_persons`, which refuses it."""
