@@ -4,6 +4,7 @@ truncation order / one-pass join / per-unit counting give the reference ``trunca
 
 from __future__ import annotations
 
+import mmap
 import re
 from collections import Counter
 from pathlib import Path
@@ -265,3 +266,33 @@ def test_lookup_sorted_by_runs_equals_binary_search(spread: int) -> None:
     expect = np.where((pos < keys.size) & (keys[np.minimum(pos, keys.size - 1)] == queries), pos, -1)
     assert got.tolist() == expect.tolist() and (got >= 0).sum() >= keys.size
     assert pp.lookup_sorted(keys[:0], queries).tolist() == [-1] * queries.size
+
+
+def _mapped_rss_kb(path: Path) -> int:
+    """Resident kB of this process's mappings of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+            inside = line.rstrip().endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+def test_read_pages_leave_the_resident_set(tmp_path: Path) -> None:
+    """The fixed-width reader drops the mapped pages it has read (a national geo.csv is GBs): after
+    ``_release_pages`` the mapping holds no resident page below the released offset, and the offset returned
+    is page-aligned; ``read_table`` still reads every row of a file many blocks long."""
+    path = tmp_path / "geo.csv"
+    rows = [f"2|{100000000 + i:09d}|01|001|000100|1001|1|3|6|99999|9999" for i in range(3 * rd._BLOCK + 5)]
+    path.write_text(GEO + "\n".join(rows) + "\n")
+    buf = np.memmap(path, dtype=np.uint8, mode="r")
+    assert int(buf.sum(dtype=np.int64)) > 0  # every page touched
+    before = _mapped_rss_kb(path)
+    assert before * 1024 >= path.stat().st_size - 4096
+    end = rd._release_pages(buf, 0, path.stat().st_size)
+    assert end % mmap.PAGESIZE == 0 and path.stat().st_size - end < mmap.PAGESIZE
+    assert _mapped_rss_kb(path) <= mmap.PAGESIZE // 1024  # the last partial page at most
+    del buf
+    cols = rd.read_table(path, "geo")
+    assert cols["MAFID"].tolist() == [100000000 + i for i in range(len(rows))]

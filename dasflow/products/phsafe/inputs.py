@@ -21,6 +21,7 @@ error message is the exact reader's).
 from __future__ import annotations
 
 import functools
+import mmap
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -251,6 +252,7 @@ def _read_fixed_lines(path: Path, name: str, delim: str) -> dict[str, np.ndarray
     mat = buf[header_size:].reshape(-1, line)
     n = mat.shape[0]
     out = {c: np.empty(n, dtype=_int_dtype(c)) for c in INT_COLUMNS[name]}
+    released = 0
     for r0 in range(0, n, _BLOCK):  # all columns of one row block while it is in cache
         block = mat[r0:r0 + _BLOCK]
         if not bool((block[:, seps] == expected).all()):
@@ -261,7 +263,20 @@ def _read_fixed_lines(path: Path, name: str, delim: str) -> dict[str, np.ndarray
                 return None
             if col in out:
                 out[col][r0:r0 + _BLOCK] = value
+        released = _release_pages(buf, released, header_size + min(r0 + _BLOCK, n) * line)
     return out
+
+
+def _release_pages(buf: np.memmap, start: int, stop: int) -> int:
+    """Drop the whole pages of ``buf``'s bytes [start, stop) that are read (``MADV_DONTNEED``: the page cache
+    keeps them, this process's resident set does not), so a national file read once through the mapping does
+    not count its whole size in the peak RSS; returns the new start. A no-op where ``madvise`` is missing."""
+    mm = getattr(buf, "_mmap", None)
+    stop -= stop % mmap.PAGESIZE
+    if mm is None or not hasattr(mm, "madvise") or stop <= start:
+        return start
+    mm.madvise(mmap.MADV_DONTNEED, start, stop - start)
+    return stop
 
 
 def _fixed_layout(path: Path, name: str, delim: str) -> tuple[int, np.ndarray, np.ndarray,
