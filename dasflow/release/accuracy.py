@@ -38,6 +38,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
 from dasflow.errors import DasflowError
 from dasflow.io.store import ObjectStore
@@ -105,6 +108,14 @@ def _read_release_file(store: ObjectStore, key: str) -> pd.DataFrame:
         return pd.read_csv(fh, sep="|", dtype=str, keep_default_na=False)
 
 
+#: rows per Arrow table when a release file is streamed (:meth:`ReleaseFiles.text_tables`)
+TEXT_TABLE_ROWS = 1 << 20
+
+
+def _text_schema(names: list[str]) -> pa.Schema:
+    return pa.schema([(n, pa.string()) for n in names])
+
+
 class ReleaseFiles(Mapping[str, pd.DataFrame]):
     """One product's tabular release files (``.csv`` pipe-delimited, ``.parquet``; not ``estimates/``) by
     relative path, each read from the store when it is accessed and not kept: a report step holds the files it
@@ -123,6 +134,29 @@ class ReleaseFiles(Mapping[str, pd.DataFrame]):
 
     def __contains__(self, rel: object) -> bool:
         return rel in self._rels
+
+    def text_tables(self, rel: str, rows: int = TEXT_TABLE_ROWS) -> Iterator[pa.Table]:
+        """The file as Arrow tables of at most about ``rows`` rows, every column as text (the values
+        ``__getitem__`` gives; no Python object per cell): at least one table, one held at a time."""
+        if rel not in self._rels:
+            raise KeyError(rel)
+        with self._store.reader(self._prefix + rel) as fh:
+            if rel.endswith(".parquet"):
+                f = pq.ParquetFile(fh)
+                yield f.schema_arrow.empty_table().cast(_text_schema(f.schema_arrow.names))
+                for batch in f.iter_batches(batch_size=rows):
+                    yield pa.Table.from_batches([batch]).cast(_text_schema(batch.schema.names))
+                return
+            names = fh.readline().decode("utf-8").rstrip("\r\n").split("|")
+            fh.seek(0)
+            reader = pacsv.open_csv(fh, read_options=pacsv.ReadOptions(block_size=8 << 20),
+                                    parse_options=pacsv.ParseOptions(delimiter="|"),
+                                    convert_options=pacsv.ConvertOptions(
+                                        column_types=_text_schema(names), strings_can_be_null=False,
+                                        quoted_strings_can_be_null=False))
+            yield _text_schema(names).empty_table()
+            for batch in reader:  # over batches of ~8 MB, not rows
+                yield pa.Table.from_batches([batch])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._rels)

@@ -16,9 +16,11 @@ from xml.etree import ElementTree
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from PIL import Image as PILImage
 
+from dasflow.io.store import LocalStore
 from dasflow.pipeline.run import RunContext
 from dasflow.privacy import accounting
 from dasflow.products.groupsize.reporting import groupsize_consistency
@@ -86,6 +88,38 @@ def test_topdown_and_groupsize_diagnostics() -> None:
                           "COUNT": [2, 3, 1, 4]})
     gs = groupsize_consistency({"groupsize_nation.csv": nation, "groupsize_state.csv": state}, n=12)
     assert [(r["inconsistent"], r["max_abs_diff"]) for r in gs] == [(1, 1.0), (1, 1.0)]
+
+
+def test_topdown_consistency_streamed_from_the_store_equals_the_whole_frames(tmp_path: Path) -> None:
+    """The release's TopDown tables streamed from the store in Arrow tables of a few rows (the child level
+    summed to its parents table by table) give the same cells, differing cells and largest difference as the
+    whole frames through ``hierarchy_check``; a Parquet table streams alike, with one inconsistent cell."""
+    rng = np.random.default_rng(5)
+    counties = [f"01{c:03d}" for c in range(1, 4)] + [f"02{c:03d}" for c in range(1, 3)]
+    county = pd.DataFrame([(g, s, int(rng.integers(0, 50))) for g in counties for s in (0, 1)],
+                          columns=["GEOID", "SEX", "COUNT"])
+    state = county.assign(GEOID=county["GEOID"].str[:2]).groupby(["GEOID", "SEX"], as_index=False)["COUNT"].sum()
+    us = state.assign(GEOID="US").groupby(["GEOID", "SEX"], as_index=False)["COUNT"].sum()
+    state.loc[3, "COUNT"] += 7  # one state cell off by 7
+    store = LocalStore(tmp_path / "store")
+    prefix = "runs/r/release/topdown/"
+    for name, frame in (("US", us), ("state", state)):
+        store.put(f"{prefix}topdown_{name}.csv", frame.to_csv(sep="|", index=False).encode())
+    buf = io.BytesIO()
+    county.to_parquet(buf, index=False)
+    store.put(f"{prefix}topdown_county.parquet", buf.getvalue())
+    files = accuracy.ReleaseFiles(store, prefix)
+    frames = {rel: files[rel] for rel in files}
+    streamed = topdown_consistency(files)
+    assert streamed == topdown_consistency(frames)
+    assert [(r["check"], r["cells"], r["inconsistent"], r["max_abs_diff"]) for r in streamed] == [
+        ("US = Σ state", 2, 1, 7.0), ("state = Σ county", 4, 1, 7.0)]
+    tables = list(files.text_tables("topdown_state.csv", rows=2))
+    assert sum(t.num_rows for t in tables) == len(state)
+    assert all(t.schema.types == [pa.string()] * 3 for t in tables)
+    expect = [(str(r.GEOID), str(r.SEX), str(r.COUNT)) for r in state.itertuples()]
+    got = [row for t in tables for row in zip(*(t.column(c).to_pylist() for c in t.column_names), strict=True)]
+    assert got == expect
 
 
 def test_production_release_gets_expected_moes_only(tmp_path: Path) -> None:
