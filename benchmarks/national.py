@@ -209,11 +209,6 @@ def cpu_model() -> str:
     return f"{info.get('model name', 'unknown')} (family {info.get('cpu family', '?')}, model {info.get('model', '?')})"
 
 
-def _inputs_of(raw: dict[str, Any], product: str) -> list[str]:
-    """The store prefixes a product reads (its input names: the product's own and ``{product}_*``)."""
-    return [v for k, v in raw["inputs"].items() if k == product or k.startswith(f"{product}_")]
-
-
 def run_size(persons: int, workdir: Path, keep: bool, *, production: bool = False, lanes: int = 1,
              prune_prepared: bool = False) -> dict[str, Any]:
     store_dir = Path(tempfile.mkdtemp(prefix=f"national-{persons}-", dir=workdir)) / "store"

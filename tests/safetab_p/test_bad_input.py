@@ -102,3 +102,19 @@ def test_grfc_duplicate_block(tmp_path: Path, capsys):
     assert _run(tmp_path, GOOD, blocks=[*BLOCKS, BLOCKS[0]]) == 2
     err = capsys.readouterr().err
     assert "GRF-C.txt" in err and "duplicate block" in err and "row 4" in err
+
+
+def test_a_malformed_row_is_named_without_its_content(tmp_path: Path) -> None:
+    """pyarrow appends the offending row's text to a column-count error; the message keeps the reason and drops
+    the row (confidential: the message reaches logs and the terminal)."""
+    from dasflow.errors import InputError
+    from dasflow.products.safetab_p.records import PERSON_COLUMNS, pipe_chunks, read_pipe_file
+
+    path = tmp_path / "persons.txt"
+    secret = "|".join(["SECRET-VALUE"] * (len(PERSON_COLUMNS) - 1))
+    path.write_text("|".join(PERSON_COLUMNS) + "\n" + secret + "\n")
+    for read in (lambda: read_pipe_file(path, PERSON_COLUMNS), lambda: list(pipe_chunks(path, "p", 10))):
+        with pytest.raises(InputError) as err:
+            read()
+        assert "SECRET" not in str(err.value)
+        assert f"Expected {len(PERSON_COLUMNS)} columns, got {len(PERSON_COLUMNS) - 1}" in str(err.value)

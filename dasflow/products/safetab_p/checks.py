@@ -10,14 +10,13 @@ checked one file at a time (one file's persons in memory). The summary holds cou
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
 from dasflow.errors import InputError
 from dasflow.io.files import input_prefix, local_dir, local_file
@@ -39,13 +38,14 @@ from dasflow.products.safetab_p.records import (
     PERSON_COLUMNS,
     PERSON_FILE,
     encode_persons,
+    pipe_chunks,
     read_pipe_file,
 )
 from dasflow.validation.domain import Column
 from dasflow.validation.gx import Check
 from dasflow.validation.preflight import check_delimited
 from dasflow.validation.products import InputSuite, fact, fact_not_in, first_dup_mask, table_columns
-from dasflow.validation.stream import Chunk, RowFact, StreamedSuite, table_chunks
+from dasflow.validation.stream import RowFact, StreamedSuite
 from dasflow.validation.suites import STATE_FIPS, cols, in_set, regex
 
 _CODE_OR_NULL = r"[0-9]{4}|Null"
@@ -213,34 +213,6 @@ def person_paths(store: ObjectStore, inputs: Mapping[str, str]) -> list[tuple[st
     return [(f"{PERSON_DIR}/{f.name}", f) for f in person_files(local_dir(store, prefix + PERSON_DIR + "/"))]
 
 
-def _pipe_chunks(path: Path, name: str, chunk_rows: int) -> Iterator[Chunk]:
-    """One person-records file parsed incrementally (pyarrow's streaming CSV reader, 4 MB blocks, options as
-    ``read_pipe_file``: pipe, no quoting, every column text) in chunks of at most ``chunk_rows`` rows, numbered as
-    the whole-file reader numbers them; a malformed file is handed to ``read_pipe_file``, whose error (file, row,
-    reason) is the authoritative one."""
-    try:
-        reader = pacsv.open_csv(
-            path, read_options=pacsv.ReadOptions(block_size=1 << 22),
-            parse_options=pacsv.ParseOptions(delimiter="|", quote_char=False),
-            convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in PERSON_COLUMNS},
-                                                 strings_can_be_null=False))
-        bad_header = tuple(reader.schema.names) != PERSON_COLUMNS
-        chunks = None if bad_header else table_chunks(name, reader, chunk_rows)
-        seen = False
-        while chunks is not None:
-            chunk = next(chunks, None)
-            if chunk is None:
-                if not seen:  # a header-only file: its (empty) columns
-                    yield Chunk(name, 0, {c: pa.chunked_array([], pa.string()) for c in PERSON_COLUMNS})
-                return
-            seen = True
-            yield chunk
-    except (pa.ArrowInvalid, UnicodeDecodeError):
-        pass
-    read_pipe_file(path, PERSON_COLUMNS)  # raises the whole-file reader's error
-    raise InputError("malformed pipe-delimited file", file=str(path))
-
-
 def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any],
                   config: SafeTabPConfig, chunk_rows: int) -> InputChecks:
     """:func:`input_checks` in one pass over the person records in chunks (the national file, or each file of a
@@ -259,7 +231,7 @@ def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping
     block_facts: list[dict[str, object]] = []
     code_facts: list[dict[str, object]] = []
     for name, path in person_paths(store, inputs):
-        part = persons_suite.part(name, functools.partial(_pipe_chunks, path, name, chunk_rows))
+        part = persons_suite.part(name, functools.partial(pipe_chunks, path, name, chunk_rows))
         block: RowFact | None = None
         codes: list[RowFact] = []
         rows = 0

@@ -66,8 +66,8 @@ from dasflow.products.safetab_p.records import (
     LazyGeography,
     encode_persons,
     load_geography,
+    pipe_chunks,
     read_pipe_file,
-    stream_pipe_file,
 )
 from dasflow.products.safetab_p.regions import Universe, iteration_set
 from dasflow.products.safetab_p.tabulate import PersonCounts, tabulate_cells
@@ -133,12 +133,12 @@ def load_inputs(data_dir: str | Path) -> dict[str, Any]:
 
 def _person_slices(inputs: Mapping[str, Any]) -> Iterator[tuple[pa.Table, str, int]]:
     """(slice, source, file rows before it) of each person-records input, in slices of ``SLICE_ROWS`` rows:
-    the in-memory table sliced, or each file of a split input streamed (:func:`stream_pipe_file`: one slice of
+    the in-memory table sliced, or each file of a split input streamed (:func:`.records.pipe_chunks`: one slice of
     one file in memory at a time, not the file)."""
     if "person_files" in inputs:
         for f in inputs["person_files"]:  # over files (partitions), not records
-            for offset, table in stream_pipe_file(f, PERSON_COLUMNS, SLICE_ROWS):  # over slices of 1 M rows
-                yield table, str(f), offset
+            for chunk in pipe_chunks(f, str(f), SLICE_ROWS):  # over slices of 1 M rows, not records
+                yield pa.table(chunk.columns), str(f), chunk.offset
         return
     table = inputs["persons"]
     for start in range(0, max(table.num_rows, 1), SLICE_ROWS):  # over slices of ~1 M rows, not records

@@ -25,6 +25,7 @@ import pyarrow.csv as pacsv
 from dasflow.errors import InputError, IntegrityError
 from dasflow.products.safetab_p.iterations import IterationIndex
 from dasflow.products.safetab_p.regions import PR_STATE_FIPS, Universe, base_type, region_types
+from dasflow.validation.stream import Chunk, table_chunks
 
 PERSON_FILE = "person-records.txt"
 GRFC_FILE = "GRF-C.txt"
@@ -39,7 +40,9 @@ IntArray = npt.NDArray[np.int64]
 
 
 def _arrow_reason(exc: BaseException) -> str:
-    return str(exc).splitlines()[0][:200]
+    """pyarrow's reason, without the offending row's text it appends ("Expected 17 columns, got 16: <row>"):
+    the row is confidential and the message reaches logs and the operator's terminal."""
+    return re.sub(r"(got \d+):.*", r"\1", str(exc).splitlines()[0])[:200]
 
 
 def _arrow_row(exc: BaseException) -> int | None:
@@ -76,37 +79,33 @@ def read_pipe_file(path: str | Path, columns: Sequence[str], *, extra_columns: b
     return table
 
 
-def stream_pipe_file(path: str | Path, columns: Sequence[str], rows: int) -> Iterator[tuple[int, pa.Table]]:
-    """:func:`read_pipe_file` (exact header, every column a string) in tables of ``rows`` rows (the last one
-    shorter; one empty table for a file without rows), each with the number of file rows before it: one table
-    is held at a time, so a large state's file costs one slice, not the file."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError("file not found", file=str(p))
+def pipe_chunks(path: str | Path, name: str, chunk_rows: int) -> Iterator[Chunk]:
+    """One person-records file parsed incrementally (pyarrow's streaming CSV reader, 4 MB blocks, options as
+    ``read_pipe_file``: pipe, no quoting, every column text) in chunks of at most ``chunk_rows`` rows, numbered as
+    the whole-file reader numbers them; a malformed file is handed to ``read_pipe_file``, whose error (file, row,
+    reason) is the authoritative one. The validate stage reads person-records files through it, and so does
+    preprocessing (a large state's file is then held one chunk at a time, not whole)."""
     try:
         reader = pacsv.open_csv(
-            p, read_options=pacsv.ReadOptions(block_size=GRFC_BLOCK_BYTES),
+            path, read_options=pacsv.ReadOptions(block_size=1 << 22),
             parse_options=pacsv.ParseOptions(delimiter="|", quote_char=False),
-            convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in columns},
+            convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in PERSON_COLUMNS},
                                                  strings_can_be_null=False))
-        got = tuple(reader.schema.names)
-        if got != tuple(columns):
-            raise InputError(f"header must be {'|'.join(columns)}, got {'|'.join(got)}", file=str(p), row=1)
-        pending: list[pa.RecordBatch] = []
-        held = offset = 0
-        for batch in reader:  # over batches of ~8 MB, not records
-            pending.append(batch)
-            held += batch.num_rows
-            while held >= rows:
-                table = pa.Table.from_batches(pending, schema=reader.schema)
-                yield offset, table.slice(0, rows)
-                rest = table.slice(rows)
-                pending, held, offset = rest.to_batches(), rest.num_rows, offset + rows
-        if held or offset == 0:
-            yield offset, pa.Table.from_batches(pending, schema=reader.schema)
-    except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
-        raise InputError(f"malformed pipe-delimited file: {_arrow_reason(exc)}", file=str(p),
-                         row=_arrow_row(exc)) from None
+        bad_header = tuple(reader.schema.names) != PERSON_COLUMNS
+        chunks = None if bad_header else table_chunks(name, reader, chunk_rows)
+        seen = False
+        while chunks is not None:
+            chunk = next(chunks, None)
+            if chunk is None:
+                if not seen:  # a header-only file: its (empty) columns
+                    yield Chunk(name, 0, {c: pa.chunked_array([], pa.string()) for c in PERSON_COLUMNS})
+                return
+            seen = True
+            yield chunk
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        pass
+    read_pipe_file(path, PERSON_COLUMNS)  # raises the whole-file reader's error
+    raise InputError("malformed pipe-delimited file", file=str(path))
 
 
 def person_states(path: str | Path) -> list[int]:
