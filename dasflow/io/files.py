@@ -6,6 +6,7 @@ import atexit
 import functools
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -17,6 +18,13 @@ import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
 from dasflow.io.store import LocalStore, ObjectStore, RestrictedStore
+
+
+def arrow_reason(exc: BaseException) -> str:
+    """A pyarrow CSV error's reason (first line, ≤ 200 characters) without the offending row's text that pyarrow
+    appends to a column-count error ("Expected 17 columns, got 16: <row>"): the row is confidential and the
+    message reaches logs and the operator's terminal."""
+    return re.sub(r"(got \d+):.*", r"\1", str(exc).splitlines()[0])[:200]
 
 
 def input_prefix(inputs: Mapping[str, str], name: str, default: str) -> str:

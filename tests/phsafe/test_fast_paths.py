@@ -296,3 +296,14 @@ def test_read_pages_leave_the_resident_set(tmp_path: Path) -> None:
     del buf
     cols = rd.read_table(path, "geo")
     assert cols["MAFID"].tolist() == [100000000 + i for i in range(len(rows))]
+
+
+def test_a_malformed_row_is_named_without_its_content(tmp_path: Path) -> None:
+    """pyarrow appends the offending row's text to a column-count error; PHSafe's reader keeps the reason and
+    drops the row (confidential: the message reaches logs and the terminal)."""
+    path = tmp_path / "persons.csv"
+    path.write_text(PERSONS + P_OK[0] + "\n" + "3|100000777|47|1" + "\n")
+    with pytest.raises(InputError) as err:
+        rd._read_exact(path, "persons", "|")
+    assert "100000777" not in str(err.value) and "Expected 6 columns, got 4" in str(err.value)
+    assert err.value.__cause__ is None

@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from dasflow.errors import InputError
+from dasflow.io.files import arrow_reason
 
 #: column -> anchored regular expression of its valid text values (phsafe.md §1.5).
 _REL = "2[0-9]|3[0-8]"
@@ -432,7 +433,7 @@ def _read_exact(path: Path, name: str, delim: str) -> dict[str, np.ndarray]:
     try:
         table = _parse(path, expected, delim, {c: pa.string() for c in expected})
     except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
-        raise InputError(f"malformed file: {exc}", file=str(path)) from exc
+        raise InputError(f"malformed file: {arrow_reason(exc)}", file=str(path)) from None
     out: dict[str, np.ndarray] = {}
     for col, pattern in schema.items():
         arr = table.column(col)

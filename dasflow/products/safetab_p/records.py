@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from dasflow.errors import InputError, IntegrityError
+from dasflow.io.files import arrow_reason
 from dasflow.products.safetab_p.iterations import IterationIndex
 from dasflow.products.safetab_p.regions import PR_STATE_FIPS, Universe, base_type, region_types
 from dasflow.validation.stream import Chunk, table_chunks
@@ -37,12 +38,6 @@ MAX_AGE = 115
 NULL = "Null"
 
 IntArray = npt.NDArray[np.int64]
-
-
-def _arrow_reason(exc: BaseException) -> str:
-    """pyarrow's reason, without the offending row's text it appends ("Expected 17 columns, got 16: <row>"):
-    the row is confidential and the message reaches logs and the operator's terminal."""
-    return re.sub(r"(got \d+):.*", r"\1", str(exc).splitlines()[0])[:200]
 
 
 def _arrow_row(exc: BaseException) -> int | None:
@@ -65,7 +60,7 @@ def read_pipe_file(path: str | Path, columns: Sequence[str], *, extra_columns: b
             convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in columns},
                                                  strings_can_be_null=False))
     except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
-        raise InputError(f"malformed pipe-delimited file: {_arrow_reason(exc)}", file=str(p),
+        raise InputError(f"malformed pipe-delimited file: {arrow_reason(exc)}", file=str(p),
                          row=_arrow_row(exc)) from None
     got = tuple(table.column_names)
     if extra_columns:
@@ -267,7 +262,7 @@ def stream_grfc(path: str | Path) -> Iterator[tuple[int, pa.Table]]:
             yield offset, table
             offset += table.num_rows
     except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
-        raise InputError(f"malformed pipe-delimited file: {_arrow_reason(exc)}", file=str(p),
+        raise InputError(f"malformed pipe-delimited file: {arrow_reason(exc)}", file=str(p),
                          row=_arrow_row(exc)) from None
 
 
