@@ -38,8 +38,10 @@ def topdown_consistency(files: Mapping[str, pd.DataFrame]) -> list[dict[str, Any
     The child level is read in Arrow tables of text (``files.text_tables(rel)`` when the mapping streams them,
     as the release's :class:`~dasflow.release.accuracy.ReleaseFiles` does; else its frame) and summed to its
     parents' keys table by table, so the nation's block table is never held whole, nor as Python strings; the
-    sums are exact (integer counts in float64). Same cells, differing cells and largest difference as
-    :func:`~dasflow.products.reporting.hierarchy_check` on the whole frames."""
+    parent level is still read whole, and with the partial sums it sets the memory (block groups: about half the
+    block rows; ``benchmarks/consistency.py``). The sums are exact (integer counts in float64). Same cells,
+    differing cells and largest difference as :func:`~dasflow.products.reporting.hierarchy_check` on the whole
+    frames."""
     rows: list[dict[str, Any]] = []
     present = [(name, w) for name, w in TOPDOWN_LEVELS if f"topdown_{name}.csv" in files
                or f"topdown_{name}.parquet" in files]
