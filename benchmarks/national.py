@@ -127,17 +127,16 @@ def release_config(store_dir: Path, persons: int, production: bool = False) -> d
 
 def _stage_step(config_file: Path, stage: str, product: str) -> dict[str, Any]:
     """One stage function in this (fresh) process; returns its manifest's metrics when it writes one."""
-    from dasflow.config import parse_release_config
     from dasflow.pipeline import stages
-    from dasflow.pipeline.run import freeze_config, manifest_key
+    from dasflow.pipeline.run import manifest_key
     from dasflow.release.stage import release_stage
-    raw = json.loads(config_file.read_text())
-    ctx = freeze_config(parse_release_config(raw, source="benchmarks/national.py"))
+    ctx = _context(config_file)
     if stage == "plan":
         stages.plan_stage(ctx)
         return {}
     if stage == "order":
-        return {"order": stages.largest_first(ctx)}
+        return {"order": stages.largest_first(ctx),
+                "partitioned": [p.name for p in ctx.config.products if stages.partitioner(ctx, p.name) is not None]}
     if stage == "release":
         release_stage(ctx)
         product = "all"
@@ -147,6 +146,68 @@ def _stage_step(config_file: Path, stage: str, product: str) -> dict[str, Any]:
     record = json.loads(ctx.store.get(manifest_key(ctx, stage, product)))
     metrics = record.get("metrics")
     return dict(metrics) if isinstance(metrics, dict) else {}
+
+
+def _context(config_file: Path) -> Any:
+    from dasflow.config import parse_release_config
+    from dasflow.pipeline.run import freeze_config
+    return freeze_config(parse_release_config(json.loads(config_file.read_text()), source="benchmarks/national.py"))
+
+
+def _dask_context(config_file: str) -> Any:
+    """The run context on a Dask worker, built once per worker process (the spine and public inputs its parts
+    share), as the release flow's tasks share theirs (``dasflow.tasks.stages._shared_run``)."""
+    from distributed import get_worker
+    worker = get_worker()
+    ctx = getattr(worker, "_dasflow_national_ctx", None)
+    if ctx is None:
+        ctx = _context(Path(config_file))
+        worker._dasflow_national_ctx = ctx  # type: ignore[attr-defined]
+    return ctx
+
+
+def _dask_waves(config_file: str, product: str, slots: int) -> list[list[list[list[str]]]]:
+    from dasflow.pipeline import stages
+    waves = stages.postprocess_waves(_dask_context(config_file), product, slots)
+    return [[[list(pair) for pair in batch] for batch in wave] for wave in waves]
+
+
+def _dask_batch(config_file: str, product: str, batch: list[list[str]]) -> dict[str, Any]:
+    from dasflow.pipeline import stages
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = stages.postprocess_batch(_dask_context(config_file), product, batch)
+    return out | {"pid": os.getpid(), "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
+                  "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def _dask_post(config_file: Path, product: str, workers: int) -> dict[str, Any]:
+    """A partitioned product's post-processing parts on a Dask ``LocalCluster`` of ``workers`` single-threaded
+    worker processes, as ``dasflow run --task-runner dask`` maps them (``task_waves``: waves of batches; the
+    parts read their inputs from the store and write their outputs there; only summaries cross the scheduler),
+    with the release flow's worker settings. Every worker plans the waves at once (each loads the public
+    inputs its parts share). The process's wait4 usage covers the scheduler, nannies and workers."""
+    import dask
+    from distributed import Client, LocalCluster, wait
+
+    from dasflow.flows.release import WORKER_DASK_CONFIG, WORKER_THREADS
+    t0 = time.perf_counter()
+    with dask.config.set(WORKER_DASK_CONFIG), LocalCluster(  # type: ignore[no-untyped-call]
+            n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
+            env=WORKER_THREADS) as cluster, Client(cluster) as client:  # type: ignore[no-untyped-call]
+        addresses = sorted(client.nthreads())
+        plans = [client.submit(_dask_waves, str(config_file), product, workers, workers=[a], pure=False)
+                 for a in addresses]
+        waves = plans[0].result()
+        wait(plans)
+        batches: list[dict[str, Any]] = []
+        for wave in waves:
+            batches += client.gather([client.submit(_dask_batch, str(config_file), product, b, pure=False)
+                                      for b in wave])
+    return {"waves": len(waves), "batches": len(batches), "parts": sum(b["parts"] for b in batches),
+            "computed": sum(b["computed"] for b in batches), "processes": len({b["pid"] for b in batches}),
+            "batch_cpu_s": round(sum(b["cpu_s"] for b in batches), 2),
+            "worker_peak_rss_bytes": max((b["peak_rss_bytes"] for b in batches), default=0),
+            "wall_seconds": time.perf_counter() - t0}
 
 
 def _child(args: list[str]) -> dict[str, Any]:
@@ -210,7 +271,7 @@ def cpu_model() -> str:
 
 
 def run_size(persons: int, workdir: Path, keep: bool, *, production: bool = False, lanes: int = 1,
-             prune_prepared: bool = False) -> dict[str, Any]:
+             prune_prepared: bool = False, dask_workers: int = 0) -> dict[str, Any]:
     store_dir = Path(tempfile.mkdtemp(prefix=f"national-{persons}-", dir=workdir)) / "store"
     store_dir.mkdir(parents=True)
     load0 = os.getloadavg()[0]
@@ -223,6 +284,8 @@ def run_size(persons: int, workdir: Path, keep: bool, *, production: bool = Fals
         row = {"stage": stage, "product": product, **r}
         if "cpu_seconds" in m:
             row |= {"stage_wall_s": round(m["wall_seconds"], 2), "stage_cpu_s": round(m["cpu_seconds"], 2)}
+        if stage == "postprocess-parts":
+            row["dask"] = m
         rows.append(row)
         print(f"  {stage:<11} {product:<10} {row.get('stage_wall_s', r['process_wall_s']):8.2f} s wall "
               f"{row.get('stage_cpu_s', r['process_cpu_s']):8.2f} s CPU {r['peak_rss_bytes'] / 2**30:6.2f} GB "
@@ -239,12 +302,16 @@ def run_size(persons: int, workdir: Path, keep: bool, *, production: bool = Fals
     with ThreadPoolExecutor(max_workers=max(1, lanes)) as pool:
         list(pool.map(lambda p: step("validate", p, ["stage", str(config_file), "validate", p]), products))
         step("plan", "all", ["stage", str(config_file), "plan", "all"])
+        order = _child(["stage", str(config_file), "order", "all"])["result"]
         if lanes > 1:  # the largest plan first, as the release flow starts them
-            products = _child(["stage", str(config_file), "order", "all"])["result"]["order"]
+            products = order["order"]
+        split = set(order["partitioned"]) if dask_workers else set()
         root = store_dir / "runs" / raw["release_id"]
 
         def chain(p: str) -> None:
             for stage in ("preprocess", "measure", "postprocess"):
+                if stage == "postprocess" and p in split:  # its parts on the Dask cluster; the stage combines
+                    step("postprocess-parts", p, ["dask-post", str(config_file), p, str(dask_workers)])
                 step(stage, p, ["stage", str(config_file), stage, p])
                 if stage == "measure" and prune_prepared:
                     shutil.rmtree(root / "prepared" / p, ignore_errors=True)
@@ -262,6 +329,7 @@ def run_size(persons: int, workdir: Path, keep: bool, *, production: bool = Fals
     release = [r for r in rows if r["stage"] != "synth"]
     return {"persons": persons, "load_before": load0, "load_after": os.getloadavg()[0],
             "mode": "production" if production else "test", "lanes": lanes, "prune_prepared": prune_prepared,
+            "dask_workers": dask_workers,
             "synth": synth_info, "bytes_written": written, "input_bytes": inputs_bytes, **space, "steps": rows,
             "release_cpu_s": round(sum(r.get("stage_cpu_s", r["process_cpu_s"]) for r in release), 2),
             "release_wall_s": round(sum(r.get("stage_wall_s", r["process_wall_s"]) for r in release), 2),
@@ -387,6 +455,8 @@ def _worker(argv: list[str]) -> None:
         out = _synth_step(Path(argv[1]), int(argv[2]))
     elif argv[0] == "config":
         out = release_config(Path(argv[1]), int(argv[2]), production=argv[3:] == ["production"])
+    elif argv[0] == "dask-post":
+        out = _dask_post(Path(argv[1]), argv[2], int(argv[3]))
     elif argv[0] == "baseline":
         from dasflow.pipeline import stages  # noqa: F401  (the interpreter with a stage's imports)
         from dasflow.release import stage  # noqa: F401
@@ -414,6 +484,8 @@ def main() -> int:
     ap.add_argument("--lanes", type=int, default=1, help="stage processes at a time (validations, product chains)")
     ap.add_argument("--prune-prepared", action="store_true",
                     help="delete a product's prepared frames once its measurements are committed (disk)")
+    ap.add_argument("--dask-workers", type=int, default=0,
+                    help="run partitioned post-processing parts on a Dask LocalCluster of this many workers")
     ap.add_argument("--worker", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -434,7 +506,7 @@ def main() -> int:
     for n in sizes:
         print(f"{n:,} persons", flush=True)
         runs.append(run_size(n, args.workdir, args.keep, production=args.production, lanes=args.lanes,
-                             prune_prepared=args.prune_prepared))
+                             prune_prepared=args.prune_prepared, dask_workers=args.dask_workers))
         print(f"  release: {runs[-1]['release_cpu_s']:.1f} CPU-s, {runs[-1]['release_wall_s']:.1f} s wall "
               f"(stage functions), {runs[-1]['release_elapsed_s']:.1f} s elapsed on {args.lanes} lane(s), "
               f"peak RSS {runs[-1]['release_peak_rss_bytes'] / 2**30:.2f} GB", flush=True)
