@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 from xml.etree import ElementTree
@@ -120,6 +121,90 @@ def test_topdown_consistency_streamed_from_the_store_equals_the_whole_frames(tmp
     expect = [(str(r.GEOID), str(r.SEX), str(r.COUNT)) for r in state.itertuples()]
     got = [row for t in tables for row in zip(*(t.column(c).to_pylist() for c in t.column_names), strict=True)]
     assert got == expect
+
+
+class _TinyTables(dict[str, pd.DataFrame]):
+    """Release frames that stream as text tables of ``rows`` rows (state runs cut mid-table), recording how many
+    rows of each file have been handed out."""
+
+    def __init__(self, frames: dict[str, pd.DataFrame], rows: int) -> None:
+        super().__init__(frames)
+        self.rows = rows
+        self.read: dict[str, int] = {}
+
+    def text_tables(self, rel: str) -> Iterator[pa.Table]:
+        frame = self[rel]
+        text = pa.table({c: pa.array(frame[c].astype(str).to_numpy(), pa.string()) for c in frame.columns})
+        for start in range(0, text.num_rows, self.rows):
+            self.read[rel] = self.read.get(rel, 0) + min(self.rows, text.num_rows - start)
+            yield text.slice(start, self.rows)
+
+
+def _levels(seed: int) -> dict[str, pd.DataFrame]:
+    """Consistent TopDown tables of three states (counties and tracts), sorted by GEOID then cell."""
+    rng = np.random.default_rng(seed)
+    tracts = [f"{s}{c:03d}{t:06d}" for s in ("01", "04", "06") for c in (1, 3) for t in range(1, 4)]
+    tract = pd.DataFrame([(g, sex, age, int(rng.integers(0, 9))) for g in tracts for sex in (0, 1)
+                          for age in (0, 1, 2)], columns=["GEOID", "SEX", "AGE", "COUNT"])
+    tract = tract[tract["COUNT"] > 0].reset_index(drop=True)  # nonzero cells only, as published
+    out = {"topdown_tract.csv": tract}
+    for name, width in (("county", 5), ("state", 2), ("US", 0)):
+        geo = tract["GEOID"].str[:width] if width else "US"
+        out[f"topdown_{name}.csv"] = (tract.assign(GEOID=geo).groupby(["GEOID", "SEX", "AGE"], as_index=False)
+                                      ["COUNT"].sum())
+    return out
+
+
+def test_topdown_consistency_state_by_state_equals_the_whole_check() -> None:
+    """Streamed in tables of 1, 4 and 7 rows (state runs cut mid-table), the state-by-state check gives the
+    whole check's cells, differing cells and largest difference for every pair of levels, including a county
+    cell off by 5, a parent cell without children (all of its children are missing) and children whose state
+    has no parent rows (not compared, as the whole check's left join leaves them); both levels are consumed one
+    state at a time."""
+    frames = _levels(3)
+    county = frames["topdown_county.csv"]
+    county.loc[county.index[4], "COUNT"] += 5
+    tract = frames["topdown_tract.csv"]
+    gone = tract["GEOID"].str.startswith("04003")  # county 04003 keeps its rows, its tracts are dropped
+    frames["topdown_tract.csv"] = tract[~gone].reset_index(drop=True)
+    frames["topdown_county.csv"] = county[~county["GEOID"].str.startswith("06")].reset_index(drop=True)
+    whole = topdown_consistency(frames)
+    expect = []
+    for (pn, pw), cn in (((("US", 0), "state")), (("state", 2), "county"), (("county", 5), "tract")):
+        parent, child = frames[f"topdown_{pn}.csv"], frames[f"topdown_{cn}.csv"]
+        sums = child.assign(GEOID=child["GEOID"].str[:pw] if pw else "US").groupby(
+            ["GEOID", "SEX", "AGE"], as_index=False)["COUNT"].sum()
+        m = parent.merge(sums, on=["GEOID", "SEX", "AGE"], how="left", suffixes=("", "_C")).fillna({"COUNT_C": 0})
+        d = (m["COUNT"] - m["COUNT_C"]).abs()
+        expect.append({"product": "topdown", "check": f"{pn} = Σ {cn}", "cells": len(m),
+                       "inconsistent": int((d > 0).sum()), "max_abs_diff": float(d.max())})
+    assert whole == expect
+    assert [r["inconsistent"] > 0 for r in whole] == [False, True, True]  # 06's counties gone; 04003's tracts
+    for rows in (1, 4, 7):
+        files = _TinyTables({k: v.copy() for k, v in frames.items()}, rows)
+        assert topdown_consistency(files) == whole
+    streamed = _TinyTables(frames, 2)
+    seen: list[int] = []
+    from dasflow.products.topdown import reporting
+    states = reporting._by_state(streamed.text_tables("topdown_tract.csv"), 2, "topdown_tract.csv")
+    done = 0
+    for _state, held in states:  # rows read beyond the states handed out so far
+        done += sum(t.num_rows for t in held)
+        seen.append(streamed.read["topdown_tract.csv"] - done)
+    assert len(seen) == 3 and max(seen) <= 2  # at most the table that began the next state is read ahead
+
+
+def test_topdown_consistency_refuses_a_file_out_of_state_order(tmp_path: Path) -> None:
+    """A stored table whose states are not in GEOID order is refused by name, never summed wrongly."""
+    frames = _levels(4)
+    tract = frames["topdown_tract.csv"]
+    shuffled = pd.concat([tract[tract["GEOID"].str.startswith("04")], tract[~tract["GEOID"].str.startswith("04")]])
+    store = LocalStore(tmp_path / "store")
+    prefix = "runs/r/release/topdown/"
+    for rel, frame in (frames | {"topdown_tract.csv": shuffled}).items():
+        store.put(prefix + rel, frame.to_csv(sep="|", index=False).encode())
+    with pytest.raises(ValueError, match=r"topdown_tract\.csv: rows are not in GEOID order \(state 01 after 04\)"):
+        topdown_consistency(accuracy.ReleaseFiles(store, prefix))
 
 
 def test_production_release_gets_expected_moes_only(tmp_path: Path) -> None:

@@ -3,8 +3,9 @@ histogram, test releases only) and the consistency diagnostics of the released g
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -35,31 +36,82 @@ def topdown_truth(product: TopDown, confidential: Mapping[str, Any],
 def topdown_consistency(files: Mapping[str, pd.DataFrame]) -> list[dict[str, Any]]:
     """Released values only: each present standard geolevel against the sum of the next present one below.
 
-    The child level is read in Arrow tables of text (``files.text_tables(rel)`` when the mapping streams them,
-    as the release's :class:`~dasflow.release.accuracy.ReleaseFiles` does; else its frame) and summed to its
-    parents' keys table by table, so the nation's block table is never held whole, nor as Python strings; the
-    parent level is still read whole, and with the partial sums it sets the memory (block groups: about half the
-    block rows; ``benchmarks/consistency.py``). The sums are exact (integer counts in float64). Same cells,
-    differing cells and largest difference as :func:`~dasflow.products.reporting.hierarchy_check` on the whole
-    frames."""
+    Both levels are read in Arrow tables of text (``files.text_tables(rel)`` when the mapping streams them, as
+    the release's :class:`~dasflow.release.accuracy.ReleaseFiles` does; else its frame, sorted by GEOID) and
+    compared one state at a time: the published tables are sorted by GEOID, and every GEOID below the nation
+    starts with its state's code, so a state's rows are consecutive in both. The child rows are summed to their
+    parents' keys table by table; a state's sums are joined with its parent rows when the next state begins.
+    Memory is bounded by the largest state's parent rows and sums, not by the nation (``benchmarks/
+    consistency.py``); a file whose states are out of order is refused (``ValueError``), never mis-summed. The
+    sums are exact (integer counts in float64). Same cells, differing cells and largest difference as
+    :func:`~dasflow.products.reporting.hierarchy_check` on the whole frames."""
     rows: list[dict[str, Any]] = []
     present = [(name, w) for name, w in TOPDOWN_LEVELS if f"topdown_{name}.csv" in files
                or f"topdown_{name}.parquet" in files]
     for (pname, pw), (cname, _cw) in itertools.pairwise(present):
         prel = f"topdown_{pname}.csv" if f"topdown_{pname}.csv" in files else f"topdown_{pname}.parquet"
         crel = f"topdown_{cname}.csv" if f"topdown_{cname}.csv" in files else f"topdown_{cname}.parquet"
-        parent = pa.concat_tables(list(_text_tables(files, prel)))
-        attrs = [c for c in parent.column_names if c not in ("GEOID", "COUNT")]
-        keys = ["GEOID", *attrs]
-        sums = [_sums_to_parents(t, pw, attrs) for t in _text_tables(files, crel)]
-        kids = _sum_by(pa.concat_tables(sums), keys, "CHILDREN")
-        par = parent.select(keys).append_column("PARENT", pc.cast(parent.column("COUNT"), pa.float64()))
-        merged = par.join(kids, keys=keys, join_type="left outer")
-        diff = np.abs(merged.column("PARENT").to_numpy()
-                      - pc.fill_null(merged.column("CHILDREN"), 0.0).to_numpy())
-        rows.append({"product": "topdown", "check": f"{pname} = Σ {cname}", "cells": int(merged.num_rows),
-                     "inconsistent": int((diff > 0).sum()), "max_abs_diff": float(diff.max() if diff.size else 0.0)})
+        cut = 2 if pw else 0  # the unit held at once: a state (below the nation), else the whole level
+        parents = _by_state(_text_tables(files, prel), cut, prel)
+        children = _by_state(_text_tables(files, crel), cut, crel, functools.partial(_sums_to_parents, width=pw))
+        cells = bad = 0
+        worst = 0.0
+        kids: tuple[str, list[pa.Table]] | None = None
+        for state, held in parents:
+            parent = pa.concat_tables(held)
+            while kids is None or kids[0] < state:  # children of states without parent rows are not compared
+                got = next(children, None)
+                if got is None:
+                    kids = (chr(0x10FFFF), [])
+                    break
+                kids = got
+            attrs = [c for c in parent.column_names if c not in ("GEOID", "COUNT")]
+            keys = ["GEOID", *attrs]
+            par = parent.select(keys).append_column("PARENT", pc.cast(parent.column("COUNT"), pa.float64()))
+            diff = np.abs(par.column("PARENT").to_numpy())
+            if kids[0] == state and kids[1]:
+                sums = _sum_by(pa.concat_tables(kids[1]), keys, "CHILDREN")
+                merged = par.join(sums, keys=keys, join_type="left outer")
+                diff = np.abs(merged.column("PARENT").to_numpy()
+                              - pc.fill_null(merged.column("CHILDREN"), 0.0).to_numpy())
+            cells += int(diff.size)
+            bad += int((diff > 0).sum())
+            worst = max(worst, float(diff.max()) if diff.size else 0.0)
+        rows.append({"product": "topdown", "check": f"{pname} = Σ {cname}", "cells": cells,
+                     "inconsistent": bad, "max_abs_diff": worst})
     return rows
+
+
+def _by_state(tables: Iterable[pa.Table], cut: int, rel: str,
+              reduce: Callable[[pa.Table], pa.Table] = lambda t: t) -> Iterator[tuple[str, list[pa.Table]]]:
+    """Consecutive rows grouped by the first ``cut`` characters of GEOID (0: one group of all rows): ``(key,
+    tables)`` per key in file order, each key once and in ascending order (``ValueError`` naming ``rel``
+    otherwise), each slice of a table passed through ``reduce`` as it is cut (the children's sums), so only the
+    current key's reduced slices are held."""
+    key: str | None = None
+    held: list[pa.Table] = []
+    for table in tables:
+        if table.num_rows == 0:
+            continue
+        if cut == 0:
+            key = ""
+            held.append(reduce(table))
+            continue
+        prefix = pc.utf8_slice_codeunits(table.column("GEOID"), 0, cut)
+        change = pc.not_equal(prefix.slice(1), prefix.slice(0, table.num_rows - 1)).to_numpy(zero_copy_only=False)
+        starts = [0, *(np.flatnonzero(change) + 1).tolist()]
+        for i, start in enumerate(starts):
+            stop = starts[i + 1] if i + 1 < len(starts) else table.num_rows
+            k = str(prefix[start].as_py())
+            if key is not None and k != key:
+                if k < key:
+                    raise ValueError(f"{rel}: rows are not in GEOID order (state {k} after {key})")
+                yield key, held
+                held = []
+            key = k
+            held.append(reduce(table.slice(start, stop - start)))
+    if key is not None:
+        yield key, held
 
 
 def _text_tables(files: Mapping[str, pd.DataFrame], rel: str) -> Iterator[pa.Table]:
@@ -70,11 +122,14 @@ def _text_tables(files: Mapping[str, pd.DataFrame], rel: str) -> Iterator[pa.Tab
         yield from stream(rel)
         return
     frame = files[rel]
+    frame = frame.iloc[np.argsort(frame["GEOID"].astype(str).to_numpy(), kind="stable")]
     yield pa.table({c: pa.array(frame[c].astype(str).to_numpy(), pa.string()) for c in frame.columns})
 
 
-def _sums_to_parents(table: pa.Table, width: int, attrs: list[str]) -> pa.Table:
-    """One table of child rows summed per (parent GEOID = the first ``width`` characters, or ``US``; attrs)."""
+def _sums_to_parents(table: pa.Table, width: int) -> pa.Table:
+    """One table of child rows summed per (parent GEOID = the first ``width`` characters, or ``US``; the other
+    columns but COUNT)."""
+    attrs = [c for c in table.column_names if c not in ("GEOID", "COUNT")]
     geo = table.column("GEOID")
     parent = pc.utf8_slice_codeunits(geo, 0, width) if width else pa.array(["US"] * table.num_rows, pa.string())
     cols = {"GEOID": parent, **{a: table.column(a) for a in attrs},
