@@ -199,7 +199,9 @@ def task_waves(steps: Sequence[PostStep], slots: int) -> list[list[Batch]]:
     * The chains of a wave are packed into ``max(slots, ⌈work / batch_weight⌉)`` batches (never more than the
       chains; one chain per batch when the steps give no ``batch_weight``), heaviest chain first onto the
       lightest batch (LPT), so each worker slot has work and each task's compute outweighs its fixed cost.
-      Work is the steps' public ``weights`` (1 per part if absent).
+      Work is the steps' public ``weights`` (1 per part if absent). Chains of one of the steps' ``groups`` (a
+      chain's group: its part's first one given) are packed together, as one unit of their summed work, so a
+      task reads the input they share once.
 
     Grouping changes where and in which order parts run, never what a part computes (a part is a pure
     function of its inputs), so the release bytes do not depend on it.
@@ -217,29 +219,42 @@ def task_waves(steps: Sequence[PostStep], slots: int) -> list[list[Batch]]:
             continue
         chains: dict[str, Batch] = {}
         work: dict[str, float] = {}
+        group: dict[str, str] = {}
         target = step.batch_weight
         while True:
             weights = steps[i].weights or (1.0,) * len(steps[i].parts)
-            for part, w in zip(steps[i].parts, weights, strict=True):
+            groups = steps[i].groups or (None,) * len(steps[i].parts)
+            for part, w, g in zip(steps[i].parts, weights, groups, strict=True):
                 chains.setdefault(part, []).append((steps[i].name, part))
                 work[part] = max(work.get(part, 0.0), w)
+                if g is not None:
+                    group.setdefault(part, g)
             i += 1
             if i >= len(steps) or not steps[i].chained:
                 break
-        waves.append(_pack(list(chains.values()), [work[p] for p in chains], slots, target))
+        waves.append(_pack(list(chains.values()), [work[p] for p in chains], slots, target,
+                           [group.get(p, f"part:{p}") for p in chains]))
     return waves
 
 
-def _pack(chains: list[Batch], work: list[float], slots: int, target: float | None) -> list[Batch]:
-    """LPT packing of chains (plan order kept inside a batch; batches heaviest first)."""
+def _pack(chains: list[Batch], work: list[float], slots: int, target: float | None,
+          groups: Sequence[str] | None = None) -> list[Batch]:
+    """LPT packing of chains, a group's chains as one unit (plan order kept inside a batch; batches heaviest
+    first)."""
     if target is None or target <= 0:
         return chains
-    n = min(len(chains), max(1, slots, math.ceil(sum(work) / target)))
+    names = list(range(len(chains))) if groups is None else groups
+    units: dict[object, list[int]] = {}
+    for c, g in enumerate(names):
+        units.setdefault(g, []).append(c)
+    members_of = list(units.values())
+    unit_work = [sum(work[c] for c in m) for m in members_of]
+    n = min(len(members_of), max(1, slots, math.ceil(sum(work) / target)))
     loads = [0.0] * n
     members: list[list[int]] = [[] for _ in range(n)]
-    for c in sorted(range(len(chains)), key=lambda c: (-work[c], c)):
+    for u in sorted(range(len(members_of)), key=lambda u: (-unit_work[u], members_of[u][0])):
         b = min(range(n), key=lambda b: (loads[b], b))
-        loads[b] += work[c]
-        members[b].append(c)
+        loads[b] += unit_work[u]
+        members[b].extend(members_of[u])
     order = sorted(range(n), key=lambda b: (-loads[b], b))
     return [[pair for c in sorted(members[b]) for pair in chains[c]] for b in order]

@@ -64,6 +64,9 @@ class PostStep:
     ``batch_weight``
         the work one task should hold at least, so that a task's fixed cost (scheduling, reading the public
         inputs and its input parts) stays small against its compute; None: one part per task.
+    ``groups``
+        per part, the input it shares with its neighbours (TopDown: the measurement segment its blocks lie in):
+        a runner keeps the parts of one group in one task, so each task reads a shared input once.
     """
 
     name: str
@@ -71,6 +74,7 @@ class PostStep:
     chained: bool = False
     weights: tuple[float, ...] | None = None
     batch_weight: float | None = None
+    groups: tuple[str, ...] | None = None
 
 
 class PartSource(Protocol):

@@ -75,7 +75,7 @@ def topdown_release(tmp: Path, release_id: str, *, states: Sequence[str] = ("44"
     """A TopDown release config on the synthetic census under ``tmp/store``: persons as confidential input, the
     synth's public TopDown files (GRF-C, block facts, total/state invariants) as public input
     (``segment_blocks``: the measurement segment and post-processing part bound, 1 draws every county alone;
-    ``bottom_up_max_entries``: a small bound makes the combine step read the deep levels per segment)."""
+    ``bottom_up_max_entries``: a small bound makes the parts read the deep levels per measurement segment)."""
     from dasflow import synth
 
     store = LocalStore(tmp / "store")

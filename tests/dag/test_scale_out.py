@@ -17,6 +17,7 @@ from dasflow.errors import IntegrityError
 from dasflow.io.store import LocalStore, ObjectStore, S3Store
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import freeze_config, open_run
+from dasflow.products.topdown.partitioned import PartitionedTopDown
 from dasflow.release.stage import release_stage
 from tests.dag.helpers import release_files, topdown_release
 from tests.dag.test_pipeline import run_all
@@ -96,15 +97,30 @@ def test_a_part_file_is_checked_against_its_manifest_when_it_is_read(tmp_path: P
     assert stages.stored_parts(open_run("check", str(tmp_path / "store")), "topdown").done(step["step"], part) is None
 
 
-def test_parts_equal_the_single_process_estimator_for_the_detailed_strategy(tmp_path: Path) -> None:
+@pytest.mark.parametrize("segment_blocks", [None, 12])
+def test_parts_equal_the_single_process_estimator_for_the_detailed_strategy(tmp_path: Path,
+                                                                            segment_blocks: int | None) -> None:
     """Detailed-only strategy: every family has a closed-form solve, so splitting families between parts must
-    give exactly the single-process estimates."""
-    raw = topdown_release(tmp_path, "exact", strategy="detailed")
+    give exactly the single-process estimates — also when the parts read the deep levels' answers from the
+    measurement segments their blocks lie in (nine states in 12-block segments: states drawn in county chunks,
+    parts that span several segments; a small bottom-up bound keeps those levels out of the ``all`` part)."""
+    more = {} if segment_blocks is None else {"states": ("44", "11", "10", "09", "02", "56", "50", "38", "46"),
+                                              "persons": 8000, "bottom_up_max_entries": 2_000}
+    raw = topdown_release(tmp_path, "exact", strategy="detailed", segment_blocks=segment_blocks, **more)
     ctx = freeze_config(parse_release_config(raw), LocalStore(tmp_path / "store"))
     run_all(ctx)
     plugin = ctx.plugin("topdown")
     cfg = ctx.product_config("topdown")
     public = plugin.public_inputs(ctx.post_store(), ctx.config.inputs, cfg)
+    if segment_blocks is not None:
+        split = stages.partitioner(ctx, "topdown")
+        assert isinstance(split, PartitionedTopDown)
+        sp, lay = split._layout(public)
+        deep = split._whole(sp, lay.a) + 1
+        assert deep < sp.n_levels
+        spans = [split._placement(sp, lay, l)[r] for l in range(deep, sp.n_levels)
+                 for r in np.unique(lay.own[l]).tolist()]
+        assert any(len(w) > 1 for w in spans) and any("." in x for w in spans for x in w)
     whole = plugin.product(cfg).postprocess(stages.load_measurements(ctx, "topdown"), public)
     split = pd.read_parquet(tmp_path / "store/runs/exact/postprocessed/topdown/block.parquet")
     pd.testing.assert_frame_equal(whole["block"].reset_index(drop=True), split.reset_index(drop=True))
@@ -173,6 +189,13 @@ def test_parts_are_grouped_into_waves_of_batches_sized_by_public_work() -> None:
     assert len(task_waves(steps, slots=6)[1]) == 6
     plain = [PostStep("x", ("all",)), PostStep("y", parts)]
     assert task_waves(plain, slots=2)[1] == [[("y", p)] for p in parts]
+    # parts that share an input (groups: a measurement segment) stay in one task, packed by their summed work:
+    # {a} 50, {b, c} 20, {d, e, f} 30 onto 3 batches
+    grouped = [PostStep("l2", parts, weights=weights, batch_weight=40.0, groups=("s", "t", "t", "u", "u", "u")),
+               PostStep("l3", parts, chained=True, weights=weights, batch_weight=40.0)]
+    waves = task_waves(grouped, slots=2)
+    assert [sorted({p for _, p in b}) for b in waves[0]] == [["a"], ["d", "e", "f"], ["b", "c"]]
+    assert waves[0][2] == [("l2", "b"), ("l3", "b"), ("l2", "c"), ("l3", "c")]
 
 
 def _s3_copy(local: Path, store: ObjectStore) -> None:

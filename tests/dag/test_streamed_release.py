@@ -90,11 +90,23 @@ def test_streamed_combine_and_release_equal_the_whole_concatenation(tmp_path: Pa
     else:  # a large state's subtree in chunks below its counties, which stay in the state's own part
         assert chunks and all(p.split(".")[0] in next(s for s in steps if s["step"] == f"level-{a + 1}")["parts"]
                               for p in chunks)
-        # combine (the national part and one per segment), root .. level a, the level a + 1 parts, the chains
-        assert [w[0][0][0] for w in stages.postprocess_waves(ctx, "topdown", 2)] == \
-            ["combine", "level-0", f"level-{a + 1}", f"level-{a + 2}"]
-        combine = next(s for s in steps if s["step"] == "combine")["parts"]
-        assert any("." in p for p in combine) and "all" in combine
+        # combine (one national part; the deep levels are read from the measurement segments) with root ..
+        # level a, the level a + 1 parts, the chains
+        waves = stages.postprocess_waves(ctx, "topdown", 2)
+        assert [w[0][0][0] for w in waves] == ["combine", f"level-{a + 1}", f"level-{a + 2}"]
+        assert waves[0][0][:2] == [("combine", "all"), ("level-0", "root")]
+        assert next(s for s in steps if s["step"] == "combine")["parts"] == ["all"]
+        # the parts of one measurement segment run in one task, which decodes the segment once
+        split = stages.partitioner(ctx, "topdown")
+        assert split is not None
+        group = {}
+        for st in split.post_steps(public):
+            if st.groups is not None:
+                group |= dict(zip(st.parts, st.groups, strict=True))
+        assert {g for g in group.values() if "." in g}  # a large state's chunks are groups of their own
+        for wave in waves[1:]:
+            owner = {group[part]: i for i, batch in enumerate(wave) for _, part in batch}
+            assert all(owner[group[part]] == i for i, batch in enumerate(wave) for _, part in batch)
     # one row group per level-a subtree below the partition level: the nation's table was never whole
     assert pq.ParquetFile(post / "block.parquet").metadata.num_row_groups == len(deep["parts"])
     # diagnostics: the running aggregates equal the figures of one concatenation of every part

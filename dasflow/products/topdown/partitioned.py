@@ -3,12 +3,13 @@
 Steps, in order (``dasflow.pipeline.partitions``):
 
 ``combine``
-    the NMFs as per-level query answers, after the bottom-up combination when configured: part ``all`` holds
+    the NMFs as per-level query answers, after the bottom-up combination when configured (one part, ``all``):
     one table per level and query group down to level a, and per part the tables of the levels the bottom-up
-    pass reads whole (down to its start level, within its memory bound); one part per measurement segment (a
-    state's FIPS, ``first-last`` for a run of small states, ``SS.k`` for a chunk of a large state's counties)
-    holds the deeper levels' tables of the parts with units in the segment, read from that segment of the keys
-    (the measure stage draws those keys one segment at a time), so no part holds a deep level of the nation.
+    pass reads whole (down to its start level, within its memory bound). The deeper levels are not copied: a
+    part reads its own units' raw answers from the measurement segments its blocks lie in (a state's FIPS,
+    ``first-last`` for a run of small states, ``SS.k`` for a chunk of a large state's counties; the measure
+    stage draws those keys one segment at a time), so no part holds a deep level of the nation, and the
+    parts of one segment are run in one task (``PostStep.groups``), which decodes each segment once.
 ``level-0``
     the root (one part).
 ``level-1`` … ``level-a``
@@ -68,9 +69,6 @@ MIN_PARTS = 8
 #: levels below the partition level (PL 94 strategy, BENCHMARKS.md "Scale-out") makes that ≈ 10 CPU-s a task,
 #: against ≈ 0.3 CPU-s of fixed cost per task (Prefect task run, public inputs, input parts).
 BATCH_BLOCKS = 40_000
-
-#: the combine step's state parts only split stored answers (no solver): this many times ``BATCH_BLOCKS`` a task
-COMBINE_BATCH = 8
 
 #: Consecutive small level-a units share a part up to this many blocks (or ``segment_blocks`` if smaller): a
 #: part's fixed cost (≈ 45 ms of stored objects) is then ≤ 10 % of its solving (≈ 0.25 ms CPU per block). Larger
@@ -296,7 +294,11 @@ class PartitionedTopDown:
         self._public: Mapping[str, Any] = {}
         self._whole_of: dict[tuple[str, int], int] = {}
         self._layouts: dict[str, _Layout] = {}
-        self._where: dict[tuple[str, int], tuple[dict[int, list[str]], dict[int, IntArray]]] = {}
+        self._where: dict[tuple[str, int], dict[int, list[str]]] = {}
+        self._affinity: dict[str, tuple[str, ...]] = {}
+        #: per (level, query group): the last measurement segment decoded (segment, units, compact answers,
+        #: variances): a task's parts of one segment decode it once; one segment per key is held
+        self._decoded: dict[tuple[int, str], tuple[str, IntArray, npt.NDArray[Any], npt.NDArray[np.float64]]] = {}
 
     def _layout(self, public: Mapping[str, Any]) -> tuple[Spine, _Layout]:
         sp = self.product.spine(public)
@@ -319,46 +321,41 @@ class PartitionedTopDown:
             self._whole_of[(sp.input_hash, a)] = whole
         return self._whole_of[(sp.input_hash, a)]
 
-    def _segments(self, sp: Spine, lay: _Layout) -> tuple[str, ...]:
-        """The combine step's segment parts: the measure stage's segments (a state's FIPS, a run of small
-        states, a chunk of a large state's counties); none when the ``all`` part holds every level."""
-        if self._whole(sp, lay.a) >= sp.n_levels - 1:
-            return ()
-        return self.product.segmentation(sp).ids
-
-    def _placement(self, sp: Spine, lay: _Layout, level: int) -> tuple[dict[int, list[str]], dict[int, IntArray]]:
-        """For a level below the ``all`` part: the segments holding each part's answers (in segment order), and
-        the parts each segment's combine part writes tables for (every pair with a unit there, measured or not)."""
+    def _placement(self, sp: Spine, lay: _Layout, level: int) -> dict[int, list[str]]:
+        """For a level below the ``all`` part: the measurement segments holding each part's units (in segment
+        order; every pair with a unit there, measured or not)."""
         if (sp.input_hash, level) not in self._where:
             segs = self.product.segmentation(sp)
             seg = segs.segment_of(level)
             assert seg is not None
             n = max(len(segs.ids), 1)
             pairs = np.unique(lay.own[level] * n + seg)
-            part, where = pairs // n, pairs % n
             by_part: dict[int, list[str]] = {}
-            for p, w in zip(part.tolist(), where.tolist(), strict=True):  # one step per (part, segment) pair
+            for p, w in zip((pairs // n).tolist(), (pairs % n).tolist(), strict=True):  # one step per pair
                 by_part.setdefault(p, []).append(segs.ids[w])
-            order = np.argsort(where, kind="stable")
-            cut = np.flatnonzero(np.diff(where[order])) + 1
-            by_seg = {int(where[order][g[0]]): part[order][g] for g in np.split(np.arange(order.size), cut)
-                      if g.size}
-            self._where[(sp.input_hash, level)] = (by_part, by_seg)
+            self._where[(sp.input_hash, level)] = by_part
         return self._where[(sp.input_hash, level)]
+
+    def _groups_of(self, sp: Spine, lay: _Layout) -> tuple[str, ...] | None:
+        """Per part (``lay.names``), the measurement segment of its first block: the parts of one segment share
+        their reads (``PostStep.groups``); None when every level comes from the ``all`` part."""
+        if self._whole(sp, lay.a) >= sp.n_levels - 1:
+            return None
+        if sp.input_hash not in self._affinity:
+            segs = self.product.segmentation(sp)
+            seg = segs.segment_of(sp.n_levels - 1)
+            assert seg is not None
+            first = np.full(len(lay.names), len(segs.ids), dtype=np.int64)
+            np.minimum.at(first, lay.own[sp.n_levels - 1], seg)
+            ids = (*segs.ids, "")
+            self._affinity[sp.input_hash] = tuple(ids[int(k)] for k in first)
+        return self._affinity[sp.input_hash]
 
     def post_steps(self, public: Mapping[str, Any]) -> list[PostStep]:
         sp, lay = self._layout(public)
         a = lay.a
-        ids = self._segments(sp, lay)
-        if not ids:
-            steps = [PostStep("combine", ("all",))]
-        else:
-            seg = self.product.segmentation(sp).segment_of(sp.n_levels - 1)
-            assert seg is not None
-            per_seg = np.bincount(seg, minlength=len(ids))  # a segment's blocks
-            steps = [PostStep("combine", ("all", *ids), weights=(float(per_seg.max()), *per_seg.tolist()),
-                              batch_weight=BATCH_BLOCKS * COMBINE_BATCH)]
-        steps.append(PostStep("level-0", ("root",)))
+        affinity = self._groups_of(sp, lay)
+        steps = [PostStep("combine", ("all",)), PostStep("level-0", ("root",))]
         below = sp.n_levels - 1 - a
         for l in range(1, sp.n_levels):
             if l <= a:
@@ -372,7 +369,8 @@ class PartitionedTopDown:
                 blocks /= below
             steps.append(PostStep(f"level-{l}", tuple(lay.names[int(p)] for p in parts),
                                   chained=l > a + 1 and not (lay.split and l == a + 2),
-                                  weights=tuple(float(blocks[p]) for p in parts), batch_weight=BATCH_BLOCKS))
+                                  weights=tuple(float(blocks[p]) for p in parts), batch_weight=BATCH_BLOCKS,
+                                  groups=None if affinity is None else tuple(affinity[int(p)] for p in parts)))
         return steps
 
     @functools.cached_property
@@ -392,22 +390,59 @@ class PartitionedTopDown:
         return [list(t) for t in self._template_rows]
 
     def _groups(self, source: PartSource, level: int, part: str | None) -> list[GroupAnswers]:
-        """The level's combined answers: all of them, or (``part``) those of that part's families only — its own
-        tables, from the combine parts of the segments its units lie in, so a part never reads or filters
-        another part's answers."""
+        """The level's combined answers: all of them from the ``all`` part, or (``part``) those of that part's
+        families only — from the ``all`` part's table of the part, or, below the levels it holds, the part's own
+        units' rows of the measurement segments its units lie in (in segment order), so a part never holds
+        another segment's answers."""
         templates = self._templates()[level]
+        sp, lay = self._layout(self._public)
+        if part is not None and level > self._whole(sp, lay.a):
+            r = lay.index[part]
+            out = []
+            for t in templates:
+                got = [self._segment_rows(source, sp, lay, level, t, w, r)
+                       for w in self._placement(sp, lay, level)[r]]
+                out.append(got[0] if len(got) == 1 else _concat_answers(t, got))
+            return out
         names = [_answers_name(level, t.name, part) for t in templates]
-        wheres = ["all"]
-        if part is not None:
-            sp, lay = self._layout(self._public)
-            if level > self._whole(sp, lay.a):
-                wheres = self._placement(sp, lay, level)[0][lay.index[part]]
-        read = [source.part("combine", w, names) for w in wheres]
-        out = []
-        for t, n in zip(templates, names, strict=True):
-            got = [_answers_from_table(t, tables[n]) for tables in read]
-            out.append(got[0] if len(got) == 1 else _concat_answers(t, got))
-        return out
+        tables = source.part("combine", "all", names)
+        return [_answers_from_table(t, tables[n]) for t, n in zip(templates, names, strict=True)]
+
+    def _segment_rows(self, source: PartSource, sp: Spine, lay: _Layout, level: int, template: GroupAnswers,
+                      segment: str, r: int) -> GroupAnswers:
+        """Part ``r``'s rows of one measurement segment of a level's query group, as the estimator reads them
+        (float64 answers): the segment is read (verified against its key's committed index) and decoded once
+        while consecutive parts ask for it."""
+        held = self._decoded.get((level, template.name))
+        if held is None or held[0] != segment:
+            self._decoded.pop((level, template.name), None)  # at most one segment per key held
+            st = self.product.config.strategy
+            g = next(q for q in st.per_level[level].groups if q.name == template.name)
+            key = measurement_key(st.levels[level], g.name)
+            segments = source.measurement_segments(key)
+            ans = template  # no measured unit of this segment at the level
+            if segments is None:  # a key drawn whole (no measured unit below the state level): its rows here
+                ans = group_answers_of(st, g, source.measurements([key])[key].table)
+                segs = self.product.segmentation(sp)
+                seg_of = segs.segment_of(level)
+                assert seg_of is not None
+                keep = seg_of[ans.units] == segs.ids.index(segment)
+                ans = GroupAnswers(ans.name, ans.row_index, ans.n_rows, ans.units[keep],
+                                   np.asarray(ans.answers)[keep], ans.variance[keep], ans.detailed)
+            elif segment in segments:
+                ans = group_answers_of(st, g, source.measurement_segment(key, segment).table)
+            compact = _compact(np.asarray(ans.answers)).reshape(len(ans.units), template.n_rows)
+            held = (segment, ans.units.astype(np.int64, copy=False), compact, np.asarray(ans.variance, np.float64))
+            self._decoded[(level, template.name)] = held
+        _, units, answers, variance = held
+        owner = lay.own[level][units]
+        if owner.size < 2 or bool((owner[1:] >= owner[:-1]).all()):  # parts are contiguous in unit order
+            i, j = np.searchsorted(owner, [r, r + 1])
+            sel: Any = slice(int(i), int(j))
+        else:
+            sel = owner == r
+        return GroupAnswers(template.name, template.row_index, template.n_rows, units[sel],
+                            answers[sel].astype(np.float64), variance[sel], template.detailed)
 
     def _combine_all(self, sp: Spine, lay: _Layout, source: PartSource) -> Tables:
         """The combine step's ``all`` part: the levels down to :meth:`_whole`, read whole (after the bottom-up
@@ -432,37 +467,13 @@ class PartitionedTopDown:
                     out.update(_subtree_tables(l, g, lay.own[l], np.unique(lay.own[l]), lay.names))
         return out
 
-    def _combine_segment(self, sp: Spine, lay: _Layout, source: PartSource, segment: str) -> Tables:
-        """The combine step's part of one measurement segment: the levels below :meth:`_whole`, one table per
-        level, group and part with units in the segment, from the segment of each key only (raw answers: the
-        bottom-up pass does not reach these levels)."""
-        st = self.product.config.strategy
-        k = self.product.segmentation(sp).ids.index(segment)
-        out: Tables = {}
-        for l in range(self._whole(sp, lay.a) + 1, sp.n_levels):
-            parts = self._placement(sp, lay, l)[1].get(k, np.zeros(0, dtype=np.int64))
-            for g, template in zip(st.per_level[l].groups, self._templates()[l], strict=True):
-                key = measurement_key(st.levels[l], g.name)
-                segments = source.measurement_segments(key)
-                if segments is None:  # a key drawn whole (no measured unit below the state level)
-                    table = source.measurements([key])[key].table
-                elif segment in segments:
-                    table = source.measurement_segment(key, segment).table
-                else:  # no measured unit of this segment at the level
-                    out.update(_subtree_tables(l, template, lay.own[l], parts, lay.names))
-                    continue
-                out.update(_subtree_tables(l, group_answers_of(st, g, table), lay.own[l], parts, lay.names))
-        return out
-
     def post_part(self, step: str, part: str, source: PartSource, public: Mapping[str, Any]) -> Tables:
         sp, lay = self._layout(public)
         a = lay.a
         opts = self.product.config.options
         self._public = public
         if step == "combine":
-            if part == "all":
-                return self._combine_all(sp, lay, source)
-            return self._combine_segment(sp, lay, source, part)
+            return self._combine_all(sp, lay, source)
         level = int(step.removeprefix("level-"))
         t0, c0 = time.perf_counter(), time.process_time()
         constraints = self._constraints(public, level)
