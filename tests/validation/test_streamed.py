@@ -320,6 +320,40 @@ def test_topdown_streamed_equals_whole_input(tmp_path: Path) -> None:
     assert streamed.error is not None and (streamed.error.row, streamed.error.column) == (22, "CENRACE")
     _same(whole, streamed)
 
+    def codes(frame: pd.DataFrame) -> None:  # block codes that zfill does not simply left-pad, in chunk 2
+        frame.loc[20, "CENRACE"] = frame.loc[19, "CENRACE"]
+        frame.loc[9, "TABBLKCOU"] = -5  # "-05"
+        frame.loc[11, "TABTRACTCE"] = 1234567  # seven digits
+
+    _rewrite_person_file(store, codes)
+    whole, streamed = _topdown_results(store, raw, 7)
+    assert streamed.error is not None and (streamed.error.row, streamed.error.column) == (11, "GEOID")
+    _same(whole, streamed)
+
+
+def test_person_geoid_is_the_readers_zfill_join() -> None:
+    """The validation's person GEOIDs equal the reader's zfill-and-join for in-range codes (Arrow left pad) and
+    for any other chunk (negative, over-wide, missing or text codes: pandas' zfill itself)."""
+    from dasflow.products.topdown.checks import GEO_WIDTHS, PERSON_GEO, person_geoid
+
+    def zfill(codes: dict[str, Any]) -> list[str]:
+        parts = [pd.Series(codes[c]).astype(str).str.zfill(w) for c, w in zip(PERSON_GEO, GEO_WIDTHS, strict=True)]
+        return [None if v is None or v != v else v for v in parts[0] + parts[1] + parts[2] + parts[3]]  # NaN: null
+
+    rng = np.random.default_rng(9)
+    codes: dict[str, Any] = {c: rng.integers(0, 10**w, 40).astype(t)
+                             for (c, w), t in zip(zip(PERSON_GEO, GEO_WIDTHS, strict=True),
+                                                  (np.int8, np.int16, np.int64, np.uint16), strict=True)}
+    codes["TABBLK"][:3] = [0, 9999, 7]
+    assert person_geoid(codes).to_pylist() == zfill(codes)
+    for column, value in (("TABBLKCOU", -5), ("TABTRACTCE", 1234567), ("TABBLKST", np.nan), ("TABBLK", "12a4")):
+        odd = dict(codes)
+        odd[column] = codes[column].astype(object if isinstance(value, str) else np.float64 if value != value
+                                           else np.int64)
+        odd[column][4] = value
+        got = person_geoid(odd)
+        assert got.type == pa.string() and got.to_pylist() == zfill(odd), column
+
 
 def test_matrix_streamed_equals_whole_input(tmp_path: Path) -> None:
     """The matrix product's records (the TopDown persons files) in batches: same result; a code out of its domain

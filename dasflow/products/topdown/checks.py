@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from dasflow.errors import InputError
 from dasflow.io.files import input_prefix, local_file
@@ -110,14 +112,31 @@ def _public_blocks(public: Mapping[str, Any]) -> np.ndarray:
                        + b["TABBLK"].astype(str)).to_numpy())
 
 
+#: digits of the state, county, tract and block codes in a block GEOID
+GEO_WIDTHS = (2, 3, 6, 4)
+
+
+def person_geoid(codes: Mapping[str, Any]) -> pa.Array:
+    """The block GEOIDs of person records (``PERSON_GEO`` columns), as the reader builds them: each code as text,
+    zero-filled to its width (``str.zfill``), joined. Arrow strings, no Python object per person, when every
+    code is a non-negative integer within its width (there ``zfill`` is a left pad with zeros); any other chunk
+    (nulls, negative or over-wide codes, text) goes through pandas' ``zfill`` itself, so the values a report
+    quotes are the same either way."""
+    cols = [np.asarray(codes[c]) for c in PERSON_GEO]
+    if all(a.dtype.kind in "iu" and (a.size == 0 or (int(a.min()) >= 0 and int(a.max()) < 10**w))
+           for a, w in zip(cols, GEO_WIDTHS, strict=True)):
+        parts = [pc.utf8_lpad(pa.array(a).cast(pa.string()), w, "0") for a, w in zip(cols, GEO_WIDTHS, strict=True)]
+        return pc.binary_join_element_wise(*parts, "")
+    text = [pd.Series(a).astype(str).str.zfill(w) for a, w in zip(cols, GEO_WIDTHS, strict=True)]
+    return pa.array(text[0] + text[1] + text[2] + text[3], type=pa.string(), from_pandas=True)  # NaN: null
+
+
 def _person_chunks(store: ObjectStore, prefix: str, names: list[str], chunk_rows: int) -> Iterator[Chunk]:
     """The person Parquet files in batches (:func:`parquet_chunks`: rows numbered as the plugin's reader
-    concatenates them), as GEOID (zero-padded block columns, as the reader builds it) + the schema's attributes."""
+    concatenates them), as GEOID (:func:`person_geoid`, an Arrow string array) + the schema's attributes."""
     for chunk in parquet_chunks(store, prefix, [*PERSON_GEO, *names], chunk_rows, "person files"):
-        frame = pd.DataFrame({c: np.asarray(v) for c, v in chunk.columns.items()})
-        geoid = (frame["TABBLKST"].astype(str).str.zfill(2) + frame["TABBLKCOU"].astype(str).str.zfill(3)
-                 + frame["TABTRACTCE"].astype(str).str.zfill(6) + frame["TABBLK"].astype(str).str.zfill(4))
-        yield Chunk(prefix, chunk.offset, {"GEOID": geoid, **{n: frame[n] for n in names}})
+        yield Chunk(prefix, chunk.offset, {"GEOID": person_geoid(chunk.columns),
+                                           **{n: pd.Series(np.asarray(chunk.columns[n])) for n in names}})
 
 
 def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping[str, Any], config: TopDownConfig,
@@ -131,7 +150,7 @@ def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping
     schema = config.strategy.schema
     names = list(schema.names)
     blocks = _public_blocks(public)
-    lookup = pd.Index(pd.unique(blocks))
+    lookup = pa.array(pd.unique(blocks), type=pa.string())
     checks = [Check("ExpectTableColumnsToMatchSet", {"column_set": ["GEOID", *schema.names], "exact_match": False}),
               Check("ExpectColumnValuesToNotBeNull", {"column": "GEOID"}),
               Check("ExpectColumnValuesToMatchRegex", {"column": "GEOID", "regex": r"^[0-9]{15}$"})]
@@ -145,27 +164,29 @@ def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping
         and STRUCTURAL_ATTRIBUTE in names
     bm = product.block_mask(public) if zeros else None
     sp = product.spine(public)
-    sg_order = np.argsort(sp.block_geoid.astype(str))
-    sg = sp.block_geoid.astype(str)[sg_order]
     structural = RowFact("person in a cell its block's public facts allow (no structural zero)", prefix,
                          STRUCTURAL_ATTRIBUTE)
     states: dict[str, int] = {}
     rows = 0
     own_error: list[InputError] = []
     for chunk in part.source():
-        persons = pd.DataFrame(dict(chunk.columns))
-        geoid = persons["GEOID"].astype(str).to_numpy()
+        geoid = chunk.columns["GEOID"]
+        assert isinstance(geoid, pa.Array)
+        persons = pd.DataFrame({"GEOID": pd.Series(pd.arrays.ArrowStringArray(geoid), copy=False),
+                                **{n: chunk.columns[n] for n in names}})
         part.add(chunk)
-        in_geo.add(lookup.get_indexer(geoid) < 0, chunk)
-        pos = np.minimum(np.searchsorted(sg, geoid), max(sg.size - 1, 0))
-        known = sg[pos] == geoid if sg.size else np.zeros(geoid.size, dtype=bool)
-        impossible = np.zeros(geoid.size, dtype=bool)
-        if bm is not None and len(persons) and sg.size:
+        in_geo.add(pc.is_null(pc.index_in(geoid, value_set=lookup)).to_numpy(zero_copy_only=False), chunk)
+        at = pc.index_in(geoid, value_set=sp.block_geoids)  # the block's spine index, null if not a spine block
+        known = pc.is_valid(at).to_numpy(zero_copy_only=False)
+        impossible = np.zeros(len(geoid), dtype=bool)
+        if bm is not None and len(persons) and len(sp.block_geoids):
             code = pd.to_numeric(persons[STRUCTURAL_ATTRIBUTE], errors="coerce").fillna(0).to_numpy()
             code = np.clip(code.astype(np.int64), 0, 62)
-            impossible = known & (((bm[sg_order[pos]] >> code) & 1) == 0)
+            block = pc.fill_null(at, 0).to_numpy(zero_copy_only=False)
+            impossible = known & (((bm[block] >> code) & 1) == 0)
             structural.add(impossible, chunk)
-        for k, v in pd.Series(geoid).str[:2].value_counts().items():
+        counts = pc.value_counts(pc.utf8_slice_codeunits(geoid, 0, 2))
+        for k, v in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True):
             states[str(k)] = states.get(str(k), 0) + int(v)
         rows += len(persons)
         # the product's own tabulation check (block_histogram: blocks of the spine, codes, structural zeros) can
