@@ -176,8 +176,11 @@ def _dask_batch(config_file: str, product: str, batch: list[list[str]]) -> dict[
     from dasflow.pipeline import stages
     t0, c0 = time.perf_counter(), time.process_time()
     out = stages.postprocess_batch(_dask_context(config_file), product, batch)
+    with open("/proc/self/statm") as fh:
+        rss = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     return out | {"pid": os.getpid(), "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
-                  "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+                  "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "rss_bytes": rss, "first": "/".join(batch[0])}
 
 
 def _dask_post(config_file: Path, product: str, workers: int) -> dict[str, Any]:
@@ -207,6 +210,8 @@ def _dask_post(config_file: Path, product: str, workers: int) -> dict[str, Any]:
             "computed": sum(b["computed"] for b in batches), "processes": len({b["pid"] for b in batches}),
             "batch_cpu_s": round(sum(b["cpu_s"] for b in batches), 2),
             "worker_peak_rss_bytes": max((b["peak_rss_bytes"] for b in batches), default=0),
+            "batch_rss_bytes": [[w, b["first"], b["peak_rss_bytes"], b["rss_bytes"]] for w, b in zip(
+                (w for w, wave in enumerate(waves) for _ in wave), batches, strict=True)],
             "wall_seconds": time.perf_counter() - t0}
 
 
