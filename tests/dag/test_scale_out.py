@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -259,3 +260,21 @@ def test_an_unreachable_dask_scheduler_is_one_line(tmp_path: Path, monkeypatch: 
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"Dask scheduler {address} is unreachable" in err, err
     assert not (tmp_path / "store" / "runs" / "down").exists()  # nothing frozen, nothing drawn
+
+
+def test_a_segment_is_decoded_block_by_block_into_the_narrowest_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_segment_answers`` stacks an NMF table a few rows at a time, widening its array when a later block needs
+    it: the same units, variances and answers (dtype and values) as stacking the whole table and compacting."""
+    from dasflow.products.base import NOISY_COLUMN, VARIANCE_COLUMN
+    from dasflow.products.topdown import partitioned as pt
+
+    monkeypatch.setattr(pt, "DECODE_ROWS", 2)
+    rows = [[1, -2, 3], [0, 5, 7], [300, 1, 2], [4, 4, 4], [-70000, 0, 1]]
+    for n in (1, 2, 3, 5):
+        table = pd.DataFrame({"UNIT": np.arange(10, 10 + n), NOISY_COLUMN: [np.array(r) for r in rows[:n]],
+                              VARIANCE_COLUMN: [Fraction(1, 3)] * n})
+        units, answers, variance = pt._segment_answers(table, 3)
+        whole = pt._compact(np.stack(table[NOISY_COLUMN].to_list()))
+        assert answers.dtype == whole.dtype and np.array_equal(answers, whole), n
+        assert units.tolist() == list(range(10, 10 + n)) and np.allclose(variance, 1 / 3)
+    assert pt._segment_answers(table.iloc[:0], 3)[1].shape == (0, 3)

@@ -46,6 +46,7 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
+from dasflow.products.base import NOISY_COLUMN, VARIANCE_COLUMN
 from dasflow.products.partition import CombinedEstimates, PartSource, PostStep, Tables, TableStream
 from dasflow.products.topdown.estimate import (
     Constraints,
@@ -183,6 +184,33 @@ def _compact(answers: npt.NDArray[Any]) -> npt.NDArray[Any]:
             if info.min <= lo and hi <= info.max:
                 return answers.astype(dtype, copy=False)
     return np.asarray(answers, dtype=np.float64)
+
+
+#: rows of an NMF table stacked at a time when a segment is decoded
+DECODE_ROWS = 4096
+
+
+def _segment_answers(table: pd.DataFrame, n_rows: int) -> tuple[IntArray, npt.NDArray[Any], npt.NDArray[np.float64]]:
+    """One NMF table (a segment of a key) as units, answers and variances: the answers as ``_compact`` gives
+    them (the narrowest of int8/16/32/64 holding every answer, float64 for float answers), stacked
+    ``DECODE_ROWS`` rows at a time into that array, widened when a block needs it — never the whole segment
+    as int64 (a county-sized segment of the detailed query is ≈ 1 GB in int64)."""
+    units = table["UNIT"].to_numpy(np.int64)
+    values = table[NOISY_COLUMN].to_numpy()
+    variance = np.array([float(v) for v in table[VARIANCE_COLUMN]], dtype=np.float64)
+    if not units.size:
+        return units, np.zeros((0, n_rows)), variance
+    out: npt.NDArray[Any] = np.empty((units.size, n_rows), dtype=np.int8)
+    for i in range(0, units.size, DECODE_ROWS):
+        block = np.stack(list(values[i:i + DECODE_ROWS])).reshape(-1, n_rows)
+        if block.dtype.kind == "f":
+            out = out.astype(np.float64)
+        elif out.dtype.kind != "f":
+            need = _compact(block).dtype
+            if need.itemsize > out.dtype.itemsize:
+                out = out.astype(need)
+        out[i:i + block.shape[0]] = block
+    return units, out, variance
 
 
 def _answers_table(g: GroupAnswers) -> pa.Table:
@@ -420,19 +448,16 @@ class PartitionedTopDown:
             g = next(q for q in st.per_level[level].groups if q.name == template.name)
             key = measurement_key(st.levels[level], g.name)
             segments = source.measurement_segments(key)
-            ans = template  # no measured unit of this segment at the level
+            held = (segment, np.zeros(0, dtype=np.int64), np.zeros((0, template.n_rows)), np.zeros(0))
             if segments is None:  # a key drawn whole (no measured unit below the state level): its rows here
-                ans = group_answers_of(st, g, source.measurements([key])[key].table)
+                table = source.measurements([key])[key].table
                 segs = self.product.segmentation(sp)
                 seg_of = segs.segment_of(level)
                 assert seg_of is not None
-                keep = seg_of[ans.units] == segs.ids.index(segment)
-                ans = GroupAnswers(ans.name, ans.row_index, ans.n_rows, ans.units[keep],
-                                   np.asarray(ans.answers)[keep], ans.variance[keep], ans.detailed)
-            elif segment in segments:
-                ans = group_answers_of(st, g, source.measurement_segment(key, segment).table)
-            compact = _compact(np.asarray(ans.answers)).reshape(len(ans.units), template.n_rows)
-            held = (segment, ans.units.astype(np.int64, copy=False), compact, np.asarray(ans.variance, np.float64))
+                keep = seg_of[table["UNIT"].to_numpy(np.int64)] == segs.ids.index(segment)
+                held = (segment, *_segment_answers(table[keep], template.n_rows))
+            elif segment in segments:  # no measured unit of this segment at the level otherwise
+                held = (segment, *_segment_answers(source.measurement_segment(key, segment).table, template.n_rows))
             self._decoded[(level, template.name)] = held
         _, units, answers, variance = held
         owner = lay.own[level][units]
