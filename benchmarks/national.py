@@ -36,6 +36,12 @@ figure. ``--prune-prepared`` deletes a product's prepared frames (``runs/{id}/pr
 measurements are committed: they are needed again only to re-measure, which the ledger never allows twice, and
 at national size they are tens of GB beside ≈ 46 GB of synthetic inputs. The disk in use is sampled every two
 seconds (``disk_peak_bytes``: the filesystem's peak used bytes above the start of the size).
+
+``--dask-workers N`` runs a partitioned product's post-processing parts (TopDown's) on a Dask ``LocalCluster``
+of N single-threaded worker processes, in the waves of batches ``dasflow run --task-runner dask`` maps
+(``task_waves``; parts read and write the store, only summaries cross the scheduler); the ``postprocess`` stage
+then only combines the stored parts. The ``postprocess-parts`` step's CPU and peak are the cluster's (its
+driver process's ``wait4``: scheduler, nannies and workers); each batch reports its worker's RSS after it.
 """
 
 from __future__ import annotations
