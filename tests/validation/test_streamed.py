@@ -353,6 +353,14 @@ def test_person_geoid_is_the_readers_zfill_join() -> None:
         odd[column][4] = value
         got = person_geoid(odd)
         assert got.type == pa.string() and got.to_pylist() == zfill(odd), column
+    # the reader's Arrow tables (preprocessing: plugin._persons) take the same function: chunked, with a null
+    table = pa.Table.from_batches([pa.record_batch({c: codes[c][:20] for c in PERSON_GEO}),
+                                   pa.record_batch({c: codes[c][20:] for c in PERSON_GEO})])
+    assert person_geoid(table).to_pylist() == zfill(codes)
+    nulls = table.set_column(0, "TABBLKST", pa.chunked_array([pa.array([None, *codes["TABBLKST"][1:].tolist()],
+                                                                       pa.int8())]))
+    got = person_geoid(nulls).to_pylist()  # a null code: the numpy column's zfill, as the streamed chunks had it
+    assert got[0] is None and got == zfill({c: np.asarray(nulls[c]) for c in PERSON_GEO})
 
 
 def test_matrix_streamed_equals_whole_input(tmp_path: Path) -> None:

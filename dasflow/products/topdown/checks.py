@@ -116,18 +116,28 @@ def _public_blocks(public: Mapping[str, Any]) -> np.ndarray:
 GEO_WIDTHS = (2, 3, 6, 4)
 
 
-def person_geoid(codes: Mapping[str, Any]) -> pa.Array:
-    """The block GEOIDs of person records (``PERSON_GEO`` columns), as the reader builds them: each code as text,
-    zero-filled to its width (``str.zfill``), joined. Arrow strings, no Python object per person, when every
-    code is a non-negative integer within its width (there ``zfill`` is a left pad with zeros); any other chunk
-    (nulls, negative or over-wide codes, text) goes through pandas' ``zfill`` itself, so the values a report
-    quotes are the same either way."""
-    cols = [np.asarray(codes[c]) for c in PERSON_GEO]
-    if all(a.dtype.kind in "iu" and (a.size == 0 or (int(a.min()) >= 0 and int(a.max()) < 10**w))
-           for a, w in zip(cols, GEO_WIDTHS, strict=True)):
-        parts = [pc.utf8_lpad(pa.array(a).cast(pa.string()), w, "0") for a, w in zip(cols, GEO_WIDTHS, strict=True)]
-        return pc.binary_join_element_wise(*parts, "")
-    text = [pd.Series(a).astype(str).str.zfill(w) for a, w in zip(cols, GEO_WIDTHS, strict=True)]
+def person_geoid(codes: Any) -> pa.Array | pa.ChunkedArray:
+    """The block GEOIDs of person records (``PERSON_GEO`` columns of a mapping or an Arrow table): each code as
+    text, zero-filled to its width (``str.zfill``), joined — the one GEOID the reader, preprocessing and the
+    streamed validation all use. Arrow strings, no Python object per person, when every code is a non-null,
+    non-negative integer within its width (there ``zfill`` is a left pad with zeros); any other input (nulls,
+    negative or over-wide codes, text) goes through pandas' ``zfill`` itself."""
+    cols = [codes[c] if isinstance(codes[c], pa.Array | pa.ChunkedArray) else np.asarray(codes[c])
+            for c in PERSON_GEO]
+
+    def padded(a: Any, width: int) -> bool:
+        if not isinstance(a, pa.Array | pa.ChunkedArray):  # numpy: integer dtype, no nulls by construction
+            return a.dtype.kind in "iu" and (a.size == 0 or (int(a.min()) >= 0 and int(a.max()) < 10**width))
+        if not pa.types.is_integer(a.type) or a.null_count:
+            return False
+        bounds = pc.min_max(a)
+        return len(a) == 0 or (bounds["min"].as_py() >= 0 and bounds["max"].as_py() < 10**width)
+
+    if all(padded(a, w) for a, w in zip(cols, GEO_WIDTHS, strict=True)):
+        arrow = [a if isinstance(a, pa.Array | pa.ChunkedArray) else pa.array(a) for a in cols]
+        return pc.binary_join_element_wise(*[pc.utf8_lpad(a.cast(pa.string()), w, "0")
+                                             for a, w in zip(arrow, GEO_WIDTHS, strict=True)], "")
+    text = [pd.Series(np.asarray(a)).astype(str).str.zfill(w) for a, w in zip(cols, GEO_WIDTHS, strict=True)]
     return pa.array(text[0] + text[1] + text[2] + text[3], type=pa.string(), from_pandas=True)  # NaN: null
 
 
@@ -171,7 +181,7 @@ def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping
     own_error: list[InputError] = []
     for chunk in part.source():
         geoid = chunk.columns["GEOID"]
-        assert isinstance(geoid, pa.Array)
+        assert isinstance(geoid, pa.Array | pa.ChunkedArray)
         persons = pd.DataFrame({"GEOID": pd.Series(pd.arrays.ArrowStringArray(geoid), copy=False),
                                 **{n: chunk.columns[n] for n in names}})
         part.add(chunk)

@@ -316,12 +316,9 @@ class TopDownPlugin(ProductPlugin[TopDownConfig]):
 
 
 def _persons(frame: pa.Table, names: Sequence[str]) -> pd.DataFrame:
-    """Person records as ``prepare`` reads them: the block GEOID (state, county, tract and block codes
-    zero-filled to 2, 3, 6 and 4 digits and joined, as Arrow strings: no Python object per person) and the
-    schema attributes."""
-    parts = [pc.utf8_lpad(frame.column(c).cast(pa.string()), w, "0") for c, w in zip(PERSON_GEO, (2, 3, 6, 4),
-                                                                                     strict=True)]
-    geoid = pc.binary_join_element_wise(*parts, "")
+    """Person records as ``prepare`` reads them: the block GEOID (:func:`.checks.person_geoid`: the codes
+    zero-filled to 2, 3, 6 and 4 digits and joined, as Arrow strings) and the schema attributes."""
+    geoid = checks.person_geoid(frame)
     return pd.DataFrame({"GEOID": pd.Series(pd.arrays.ArrowStringArray(geoid), copy=False),
                          **{n: frame.column(n).to_numpy() for n in names}})
 
