@@ -104,7 +104,8 @@ def test_parts_equal_the_single_process_estimator_for_the_detailed_strategy(tmp_
     """Detailed-only strategy: every family has a closed-form solve, so splitting families between parts must
     give exactly the single-process estimates — also when the parts read the deep levels' answers from the
     measurement segments their blocks lie in (nine states in 12-block segments: states drawn in county chunks,
-    parts that span several segments; a small bottom-up bound keeps those levels out of the ``all`` part)."""
+    parts that span several segments, counties above the bound split again below their tracts; a small
+    bottom-up bound keeps those levels out of the ``all`` part)."""
     more = {} if segment_blocks is None else {"states": ("44", "11", "10", "09", "02", "56", "50", "38", "46"),
                                               "persons": 8000, "bottom_up_max_entries": 2_000}
     raw = topdown_release(tmp_path, "exact", strategy="detailed", segment_blocks=segment_blocks, **more)
@@ -122,6 +123,7 @@ def test_parts_equal_the_single_process_estimator_for_the_detailed_strategy(tmp_
         spans = [split._placement(sp, lay, l)[r] for l in range(deep, sp.n_levels)
                  for r in np.unique(lay.own[l]).tolist()]
         assert any(len(w) > 1 for w in spans) and any("." in x for w in spans for x in w)
+        assert any(n.count(".") >= 2 for n in lay.names)  # a county above the bound split again below it
     whole = plugin.product(cfg).postprocess(stages.load_measurements(ctx, "topdown"), public)
     split = pd.read_parquet(tmp_path / "store/runs/exact/postprocessed/topdown/block.parquet")
     pd.testing.assert_frame_equal(whole["block"].reset_index(drop=True), split.reset_index(drop=True))

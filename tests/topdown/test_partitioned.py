@@ -105,13 +105,15 @@ def _flat_layout(tmp: Path, segment_blocks: int | None = 1) -> dict[str, Any]:
 
 
 def test_segmented_release_is_byte_stable_across_a_crash_between_segments_and_the_layout(tmp_path: Path) -> None:
-    # every county alone: Delaware and Rhode Island in county chunks, DC (one county) whole
+    # every county alone: Delaware and Rhode Island in county chunks, DC (one county) whole; counties with
+    # several block groups chunked again below them ("10.1.0")
     clean = topdown_release(tmp_path / "clean", "r1", persons=3000, segment_blocks=1)
     _run_all(clean, LocalStore(tmp_path / "clean/store"))
     ctx = open_run("r1", str(tmp_path / "clean/store"))
     product = ctx.plugin("topdown").product(ctx.product_config("topdown"))
     ids = list(product.segmentation(product.spine(ctx.post_public("topdown"))).ids)
-    assert ids == ["10.0", "10.1", "10.2", "11", "44.0", "44.1", "44.2", "44.3", "44.4"]
+    assert ids == ["10.0", "10.1", "10.1.0", "10.1.1", "10.2", "11", "44.0", "44.1", "44.2", "44.3", "44.4",
+                   "44.4.0", "44.4.1"]
     record = stages.manifest_if_current(ctx, "preprocess", "topdown", stages.input_hashes(ctx))
     assert record is not None and record["partitions"] == ["10", "11", "44"]
     segmented = {}
@@ -181,15 +183,15 @@ def test_group_states_bounds_a_segment_by_public_blocks() -> None:
 
 def test_a_state_above_the_bound_is_split_into_chunks_of_its_counties(tmp_path: Path) -> None:
     """Delaware (3 counties) and Rhode Island (5) above a 10-block bound are split into chunks of consecutive
-    counties of at most 10 blocks (or one larger county); DC (one county) stays whole. Every unit below the state
-    lies in its county's segment, a chunk's partition is its state's, and the segments of each level partition
-    its measured units."""
+    counties of at most 10 blocks (or one larger county, whose descendants are chunked again below its only
+    tract: "10.1.0"); DC (one county) stays whole. A chunk's partition is its state's, every unit lies in its
+    parent's segment or a chunk of it, and the segments of each level partition its measured units."""
     probe = topdown_release(tmp_path / "probe", "p", persons=3000)
     ctx = freeze_config(parse_release_config(probe), LocalStore(tmp_path / "probe/store"))
     plugin, cfg = ctx.plugin("topdown"), ctx.product_config("topdown")
     sp = plugin.product(cfg).spine(plugin.public_inputs(ctx.store, ctx.config.inputs, cfg))
     segs = state_segments(sp, 10)
-    assert segs.ids == ("10.0", "10.1", "10.2", "11", "44.0", "44.1")
+    assert segs.ids == ("10.0", "10.1", "10.1.0", "10.1.1", "10.2", "11", "44.0", "44.1", "44.1.0", "44.1.1")
     assert [segs.members(i) for i in ("10.2", "11", "44.0")] == [("10",), ("11",), ("44",)]
     county = segs.top + 1
     of_county = segs.segment_of(county)
@@ -199,19 +201,40 @@ def test_a_state_above_the_bound_is_split_into_chunks_of_its_counties(tmp_path: 
     blocks = np.bincount(sp.block_unit[county], minlength=sp.n_units(county))
     for k, sid in enumerate(segs.ids):
         counties = np.flatnonzero(of_county == k)
+        if sid.count(".") >= 2:  # a chunk below a county: no county of its own
+            assert counties.size == 0 and segs.members(sid) == segs.members(sid.rsplit(".", 1)[0])
+            continue
         assert {segs.codes[int(c)] for c in state_of_county[counties]} == set(segs.members(sid))
         if "." in sid:  # consecutive counties of the state, within the bound unless one county alone
             assert counties.size == 1 or blocks[counties].sum() <= 10
             mine = np.flatnonzero(state_of_county == state_of_county[counties[0]])
             assert np.array_equal(counties, mine[np.searchsorted(mine, counties[0]):][:counties.size])
-    up = np.arange(sp.n_units(county))
-    for l in range(county + 1, sp.n_levels):
-        up = up[sp.parent[l]]
-        seg = segs.segment_of(l)
-        assert seg is not None and np.array_equal(seg, of_county[up])
+    _assert_segments_nest_and_bound(sp, segs, 10)
+    assert any(i.count(".") >= 2 for i in segs.ids)  # a county above the bound chunked below it
+    assert state_segments(sp, 10**6).ids == ("10-44",)
+
+
+def _assert_segments_nest_and_bound(sp: Any, segs: Any, bound: int) -> None:
+    """Below the first chunked level every unit lies in its parent's segment or in a chunk of it (``X.j`` under
+    ``X``, only below a parent above the bound); the segments of each level partition its measured units; a
+    segment's units at a level hold at most ``bound`` blocks together, or are one unit, or one parent's
+    children that are blocks."""
+    for l in range(segs.top + 2, sp.n_levels):
+        seg, up = segs.segment_of(l), segs.segment_of(l - 1)
+        mine, theirs = np.asarray(segs.ids)[seg], np.asarray(segs.ids)[up[sp.parent[l]]]
+        nested = (mine == theirs) | np.char.startswith(mine.astype(str), np.char.add(theirs.astype(str), "."))
+        assert nested.all(), l
+        par_blocks = np.bincount(sp.block_unit[l - 1], minlength=sp.n_units(l - 1))[sp.parent[l]]
+        assert (par_blocks[mine != theirs] > bound).all(), l
+    for l in range(segs.top + 1, sp.n_levels):
         got = np.concatenate([segs.measured_units(sp, l, i) for i in segs.ids])
         assert np.array_equal(np.sort(got), measured_units(sp, l)) and got.size == np.unique(got).size
-    assert state_segments(sp, 10**6).ids == ("10-44",)
+        blocks = np.bincount(sp.block_unit[l], minlength=sp.n_units(l))
+        seg = segs.segment_of(l)
+        for k, sid in enumerate(segs.ids):
+            units = np.flatnonzero(seg == k)
+            if "." in sid and units.size > 1 and blocks[units].sum() > bound:
+                assert l == sp.n_levels - 1 and np.unique(sp.parent[l][units]).size == 1, (sid, l)
 
 
 def test_small_states_share_a_segment_and_both_layouts_draw_it_alike(tmp_path: Path) -> None:
@@ -248,6 +271,25 @@ def test_small_states_share_a_segment_and_both_layouts_draw_it_alike(tmp_path: P
     assert tables and {k: release_files(tmp_path / "flat/store", "r1")[k] for k in tables} == tables
 
 
+def _assert_parts_bounded(sp: Any, lay: Any, bound: int) -> None:
+    """Every part's families at each level it holds hang under parents with at most ``bound`` blocks together,
+    or are one parent's family; a part holds consecutive levels from ``first`` to ``last`` (split parts end
+    above the blocks), and reads its parents from one part (its own, or at its first level the part it was
+    split from, itself holding families one level up)."""
+    blocks = [np.bincount(sp.block_unit[l], minlength=sp.n_units(l)) for l in range(sp.n_levels)]
+    for p, name in enumerate(lay.names):
+        held = [l for l in range(lay.a + 1, sp.n_levels) if (lay.own[l] == p).any()]
+        assert held == list(range(lay.first[p], lay.last[p] + 1)), (bound, name)
+        for l in held:
+            parents = np.flatnonzero(lay.key[l - 1] == p)
+            assert parents.size == 1 or int(blocks[l - 1][parents].sum()) <= bound, (bound, name, l)
+            src = {int(x) for x in lay.own[l - 1][parents]} if l - 1 > lay.a else set()
+            assert len(src) <= 1 and (l == lay.first[p] or src == {p}), (bound, name, l)
+            if l == lay.first[p] and src:
+                (q,) = src
+                assert name.startswith(f"{lay.names[q]}.") and lay.last[q] == l - 1, (bound, name, l)
+
+
 def test_small_units_share_a_post_processing_part_within_the_bound(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The post-processing parts below the partition level a: consecutive level-a units packed while their
@@ -277,7 +319,18 @@ def test_small_units_share_a_post_processing_part_within_the_bound(tmp_path: Pat
             home = [lay.names[int(k)] for k in lay.key[a][lay.anc[l]]]
             got = [lay.names[int(k)] for k in lay.own[l]]
             assert all(g == h or g.split(".")[0] == h for g, h in zip(got, home, strict=True)), (bound, l)
+        _assert_parts_bounded(sp, lay, bound)
     assert any("-" in n for n in layouts[12].names) and any("-" not in n for n in layouts[12].names)
+    # nine states of one-tract counties: counties above the bound split again (through their only tract)
+    nine = topdown_release(tmp_path / "nine", "n", persons=8000,
+                           states=("44", "11", "10", "09", "02", "56", "50", "38", "46"))
+    ctx9 = freeze_config(parse_release_config(nine), LocalStore(tmp_path / "nine/store"))
+    sp9 = plugin.product(cfg).spine(plugin.public_inputs(ctx9.store, ctx9.config.inputs,
+                                                         ctx9.product_config("topdown")))
+    for bound in (1, 12, 40):
+        lay9 = parts_layout(sp9, bound)
+        _assert_parts_bounded(sp9, lay9, bound)
+        assert (bound == 40) != any(n.count(".") >= 2 for n in lay9.names), bound
     # PACK_BLOCKS caps the packs under a large segment bound (chunks still follow the segment bound)
     monkeypatch.setattr(partitioned, "PACK_BLOCKS", 40)
     capped = parts_layout(sp, 25_000)

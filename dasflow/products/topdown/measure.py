@@ -110,8 +110,11 @@ class StateSegments:
     of the state it is a chunk of (−1: a whole state or a run of states). A segment is one state (its id is the
     FIPS code, the id of its preprocessing partition), a run of consecutive small states (id ``"first-last"``), or
     a chunk of consecutive units of the level below the state of a state with more blocks than the bound (id
-    ``"SS.k"``, k = 0, 1, … in unit order; its partition is the state's). Keys at and above ``top`` are whole;
-    deeper keys are drawn per segment."""
+    ``"SS.k"``, k = 0, 1, … in unit order; its partition is the state's). A chunk that is one unit above the
+    bound (a county larger than the bound) keeps that unit, and its descendants are chunked one level further
+    down (``"SS.k.j"``, recursively while the children have children), so a segment's units at a level hold at
+    most the bound's blocks together, or are one unit, or one unit's children that are blocks. Keys at and
+    above ``top`` are whole; deeper keys are drawn per segment."""
 
     codes: tuple[str, ...]
     top: int
@@ -190,8 +193,8 @@ def state_segments(spine: Spine, max_blocks: int = SEGMENT_BLOCKS) -> StateSegme
     """Each unit's state (the first two digits of its blocks' GEOIDs) at the state level and below, the states
     grouped into segments of at most ``max_blocks`` blocks (:func:`group_states`), and a state with more blocks
     than that split into chunks of consecutive units of the level below it (:func:`consecutive_runs` over their
-    blocks; a state with one such unit stays whole); InputError if a unit there spans two states (public
-    geography only)."""
+    blocks; a state with one such unit stays whole; a chunk of one unit above the bound split again below it);
+    InputError if a unit there spans two states (public geography only)."""
     if "state" not in spine.levels:
         return StateSegments((), spine.n_levels, (None,) * spine.n_levels)
     top = spine.levels.index("state")
@@ -221,6 +224,38 @@ def state_segments(spine: Spine, max_blocks: int = SEGMENT_BLOCKS) -> StateSegme
     sub_blocks = np.bincount(spine.block_unit[sub], minlength=spine.n_units(sub))
     new_ids: list[str] = []
     chunk_state: list[int] = []
+    level_blocks = {sub: sub_blocks}
+    deeper: list[tuple[int, IntArray, IntArray]] = []  # (level, units, their segment) overriding the parent's
+
+    def blocks_at(l: int) -> IntArray:
+        if l not in level_blocks:
+            level_blocks[l] = np.bincount(spine.block_unit[l], minlength=spine.n_units(l))
+        return level_blocks[l]
+
+    def split_below(level: int, u: int, name: str, s: int) -> None:
+        """A chunk that is one unit u above the bound: u's children (an only child's instead) in consecutive
+        runs of at most the bound's blocks, ``name.j``, recursively, while the children have children (the
+        post-processing parts split the same way, so a part reads the segments of its own blocks)."""
+        c = level + 1
+        if blocks_at(level)[u] <= max_blocks or c >= spine.n_levels - 1:
+            return
+        children = np.flatnonzero(spine.parent[c] == u)
+        if children.size == 1:
+            split_below(c, int(children[0]), name, s)
+            return
+        starts, of = consecutive_runs(blocks_at(c)[children].tolist(), max_blocks)
+        if len(starts) < 2:
+            return
+        seg_of = np.zeros(children.size, dtype=np.int64)
+        for j in range(len(starts)):  # one step per chunk: public sizes only
+            members = np.flatnonzero(of == j)
+            seg_of[members] = len(new_ids)
+            new_ids.append(f"{name}.{j}")
+            chunk_state.append(s)
+            if members.size == 1:
+                split_below(c, int(children[members[0]]), f"{name}.{j}", s)
+        deeper.append((c, children, seg_of))
+
     of_state = np.zeros(len(names), dtype=np.int64)
     sub_seg = np.zeros(spine.n_units(sub), dtype=np.int64)
     for k, seg in enumerate(ids):  # one step per segment (≤ 56 states), public sizes only
@@ -235,13 +270,22 @@ def state_segments(spine: Spine, max_blocks: int = SEGMENT_BLOCKS) -> StateSegme
             continue
         starts, of_chunk = consecutive_runs(sub_blocks[units].tolist(), max_blocks)
         of_state[s] = len(new_ids)
-        sub_seg[units] = len(new_ids) + of_chunk
-        new_ids.extend(f"{seg}.{c}" for c in range(len(starts)))
-        chunk_state.extend([s] * len(starts))
+        for c in range(len(starts)):
+            members = units[of_chunk == c]
+            sub_seg[members] = len(new_ids)
+            new_ids.append(f"{seg}.{c}")
+            chunk_state.append(s)
+            if members.size == 1:
+                split_below(sub, int(members[0]), f"{seg}.{c}", s)
     up = sub_seg
     seg_unit[sub] = sub_seg
     for l in range(sub + 1, spine.n_levels):
         up = up[spine.parent[l]]
+        here = [(below, seg_of) for c, below, seg_of in deeper if c == l]
+        if here:
+            up = up.copy()
+            for below, seg_of in here:
+                up[below] = seg_of
         seg_unit[l] = up
     return StateSegments(tuple(names), top, tuple(of_unit), tuple(new_ids), of_state, tuple(seg_unit),
                          np.asarray(chunk_state, dtype=np.int64))

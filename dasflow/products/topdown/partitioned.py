@@ -25,8 +25,11 @@ Steps, in order (``dasflow.pipeline.partitions``):
     blocks than the bound is split below its children: part ``"s"`` solves only its children's families at level
     a + 1, and from level a + 2 down part ``"s.k"`` holds chunk k of its children's subtrees (consecutive
     children of at most that many blocks together, or one larger child) and reads, one level up, part ``"s"``
-    at level a + 1, then its own name (:class:`_Layout`). Memory is then bounded by the bound, or by the largest
-    child of a split unit (a county), not by the largest state.
+    at level a + 1, then its own name (:class:`_Layout`). A chunk that is one child above the bound (a county
+    larger than the bound) is split again below its children (``"s.k.j"`` from level a + 3), and so on down to
+    the level above the blocks. A part's families at a level then hang under parents with at most the bound's
+    blocks together, or are one parent's family: memory is bounded by the bound or by one family (a block
+    group's blocks, a tract's block groups), not by the largest state or county.
 
 Every family's problem depends only on its parent's integer histogram and its children's answers, so splitting
 families between parts leaves each family's solution as the single-process estimator computes it, up to the
@@ -102,13 +105,16 @@ class _Layout:
     """Where every family below the partition level a is solved (public: the spine and a block bound only).
 
     A part is the subtrees of a pack of consecutive level-a units with at most min(bound, ``PACK_BLOCKS``)
-    blocks together (named ``"s"`` for unit s alone, s its index, ``"s-t"`` for units s … t), a larger unit's
-    subtree alone, or, for a unit with more blocks than the bound and at least two children with children of
-    their own, a chunk of its children — consecutive in unit order, together at most the bound's blocks, or one
-    larger child alone — and their subtrees (``"s.k"``, k = 0, 1, …), from level a + 2 down: the children's own
-    families (parent s) stay in part ``"s"``. ``key[l][u]`` (l ≥ a) indexes ``names`` with the part holding
-    the families whose parent is unit u, ``own[l][u]`` (l > a) the part holding unit u's own family, ``split``
-    says whether any unit was chunked."""
+    blocks together (named ``"s"`` for unit s alone, s its index, ``"s-t"`` for units s … t), or a unit's subtree
+    alone. A unit above the bound whose children have children of their own is split below its children: its
+    own part solves only its children's family, and from the next level down part ``"<its part>.k"`` (k = 0, 1,
+    …) holds chunk k of its children (consecutive in unit order, together at most the bound's blocks, or one
+    larger child alone) and their subtrees — and a chunk that is one child above the bound is split the same way
+    one level further down (``"s.k.j"``), so every part's families at a level either hang under parents with at
+    most the bound's blocks together or are one parent's family (which no split can divide). ``key[l][u]``
+    (l ≥ a) indexes ``names`` with the part holding the families whose parent is unit u, ``own[l][u]`` (l > a)
+    the part holding unit u's own family; ``first[p]``/``last[p]`` are the first and last levels at which part p
+    holds families (``last`` < the block level: p was split), ``split`` says whether any unit was."""
 
     a: int
     anc: list[IntArray]
@@ -116,6 +122,8 @@ class _Layout:
     key: list[IntArray]
     own: list[IntArray]
     split: bool
+    first: tuple[int, ...] = ()
+    last: tuple[int, ...] = ()
     _parent_part: dict[int, IntArray] = field(default_factory=dict, compare=False, repr=False)
 
     @functools.cached_property
@@ -124,7 +132,8 @@ class _Layout:
 
     def parent_part(self, level: int) -> IntArray:
         """Per part of ``level`` (> a + 1), the part of ``level - 1`` holding its parents' families (−1: none);
-        computed once per level (every part of the level asks)."""
+        computed once per level (every part of the level asks). A part's parents' families lie in one part: its
+        own, or, at its first level, the part it was split from."""
         if level not in self._parent_part:
             out = np.full(len(self.names), -1, dtype=np.int64)
             out[self.key[level - 1]] = self.own[level - 1]
@@ -133,44 +142,66 @@ class _Layout:
 
 
 def parts_layout(sp: Spine, bound: int) -> _Layout:
-    """The parts of :class:`_Layout` for a spine and a block bound (one step per level-a unit: public sizes)."""
+    """The parts of :class:`_Layout` for a spine and a block bound (one step per level-a unit and per split unit:
+    public sizes)."""
     a = partition_level(sp)
     anc = _ancestors(sp, a)
-    n_a, c = sp.n_units(a), a + 1
-    blocks = np.bincount(anc[-1], minlength=n_a)
-    chunks: dict[int, tuple[IntArray, IntArray]] = {}  # level-a unit → (its children, their chunk index)
-    if c < sp.n_levels - 1:
-        child_blocks = np.bincount(sp.block_unit[c], minlength=sp.n_units(c))
-        for s in np.flatnonzero(blocks > bound).tolist():
-            children = np.flatnonzero(sp.parent[c] == s)
-            if children.size >= 2:
-                of = consecutive_runs(child_blocks[children].tolist(), bound)[1]
-                if of[-1] > 0:
-                    chunks[s] = (children, of)
-    starts = consecutive_runs(blocks.tolist(), min(bound, PACK_BLOCKS))[0]  # small units packed (public sizes)
-    ends = [*starts[1:], n_a]
+    n_a, bottom = sp.n_units(a), sp.n_levels - 1
+    blocks = [np.bincount(sp.block_unit[l], minlength=sp.n_units(l)) for l in range(sp.n_levels)]
     names: list[str] = []
+    first: list[int] = []
+    last: list[int] = []
+    chunked: list[tuple[int, IntArray, IntArray]] = []  # (level, units, their key there) after inheritance
+
+    def add(name: str, level: int) -> int:
+        names.append(name)
+        first.append(level)
+        last.append(bottom)
+        return len(names) - 1
+
+    def split(level: int, u: int, part: int) -> None:
+        """Chunk unit u's children (level + 1) into parts below ``part`` if u is above the bound and its
+        children have children (an only child: its children instead); a chunk of one child above the bound
+        recursively (depth first: a part's chunks follow it in ``names``, so every level's units stay in part
+        order)."""
+        c = level + 1
+        if blocks[level][u] <= bound or c >= bottom:
+            return
+        children = np.flatnonzero(sp.parent[c] == u)
+        if children.size == 1:  # an only child (a one-county state): its family is u's, split one level down
+            split(c, int(children[0]), part)
+            return
+        starts, of = consecutive_runs(blocks[c][children].tolist(), bound)
+        if len(starts) < 2:
+            return
+        last[part] = c
+        key_of = np.zeros(children.size, dtype=np.int64)
+        for k in range(len(starts)):
+            members = np.flatnonzero(of == k)
+            key_of[members] = add(f"{names[part]}.{k}", c + 1)
+            if members.size == 1:
+                split(c, int(children[members[0]]), int(key_of[members[0]]))
+        chunked.append((c, children, key_of))
+
+    starts = consecutive_runs(blocks[a].tolist(), min(bound, PACK_BLOCKS))[0]  # small units packed (public sizes)
+    ends = [*starts[1:], n_a]
     rank = np.zeros(n_a, dtype=np.int64)
+    for s, e in zip(starts, ends, strict=True):  # one step per pack
+        rank[s:e] = add(str(s) if e - s == 1 else f"{s}-{e - 1}", a + 1)
+        if e - s == 1:  # above the bound: alone in its pack
+            split(a, s, int(rank[s]))
     key = [np.zeros(0, dtype=np.int64)] * sp.n_levels
     own = [np.zeros(0, dtype=np.int64)] * sp.n_levels
-    first: dict[int, int] = {}
-    for s, e in zip(starts, ends, strict=True):  # one step per pack
-        rank[s:e] = len(names)
-        names.append(str(s) if e - s == 1 else f"{s}-{e - 1}")
-        if s in chunks:  # above the bound: alone in its pack
-            first[s] = len(names)
-            names.extend(f"{s}.{k}" for k in range(int(chunks[s][1][-1]) + 1))
     key[a] = rank
-    for l in range(c, sp.n_levels):
-        key[l] = key[l - 1][sp.parent[l]]
-        if l == c:
-            own[l] = key[l]
-            key[l] = key[l].copy()
-            for s, (children, of) in chunks.items():
-                key[l][children] = first[s] + of
-        else:
-            own[l] = key[l]
-    return _Layout(a, anc, tuple(names), key, own, bool(chunks))
+    for l in range(a + 1, sp.n_levels):
+        own[l] = key[l - 1][sp.parent[l]]
+        key[l] = own[l]
+        here = [(units, k) for c, units, k in chunked if c == l]
+        if here:
+            key[l] = own[l].copy()
+            for units, k in here:
+                key[l][units] = k
+    return _Layout(a, anc, tuple(names), key, own, bool(chunked), tuple(first), tuple(last))
 
 
 def _compact(answers: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -384,19 +415,19 @@ class PartitionedTopDown:
         a = lay.a
         affinity = self._groups_of(sp, lay)
         steps = [PostStep("combine", ("all",)), PostStep("level-0", ("root",))]
-        below = sp.n_levels - 1 - a
         for l in range(1, sp.n_levels):
             if l <= a:
                 steps.append(PostStep(f"level-{l}", ("all",)))
                 continue
             # parts = those with families at level l; part p reads level l-1's part holding its parents (its own
-            # name, except a chunk's first level, which reads its level-a unit's part: a new wave then)
+            # name, except a chunk's first level, which reads the part it was split from: a new wave then)
             parts = np.unique(lay.own[l])
             blocks = np.bincount(lay.own[l][sp.block_unit[l]], minlength=len(lay.names)).astype(np.float64)
-            if lay.split and l == a + 1:  # only one level of each subtree's work in this wave
-                blocks /= below
+            for p in parts.tolist():
+                if lay.last[p] == l < sp.n_levels - 1:  # a split part: one level of its subtree's work here
+                    blocks[p] /= sp.n_levels - l
             steps.append(PostStep(f"level-{l}", tuple(lay.names[int(p)] for p in parts),
-                                  chained=l > a + 1 and not (lay.split and l == a + 2),
+                                  chained=l > a + 1 and all(lay.first[p] < l for p in parts.tolist()),
                                   weights=tuple(float(blocks[p]) for p in parts), batch_weight=BATCH_BLOCKS,
                                   groups=None if affinity is None else tuple(affinity[int(p)] for p in parts)))
         return steps
