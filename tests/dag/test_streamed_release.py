@@ -25,7 +25,7 @@ from dasflow.pipeline.estimates import StoredEstimates
 from dasflow.pipeline.run import freeze_config
 from dasflow.products.topdown import product as topdown_product
 from dasflow.products.topdown.model import Histogram, consistency_violations
-from dasflow.products.topdown.partitioned import partition_level
+from dasflow.products.topdown.partitioned import PartitionedTopDown, partition_level
 from dasflow.products.topdown.product import STANDARD_LEVELS
 from dasflow.release import stage as release
 from tests.dag.helpers import topdown_release
@@ -91,9 +91,16 @@ def test_streamed_combine_and_release_equal_the_whole_concatenation(tmp_path: Pa
         assert chunks and all(p.split(".")[0] in next(s for s in steps if s["step"] == f"level-{a + 1}")["parts"]
                               for p in chunks)
         # combine (one national part; the deep levels are read from the measurement segments) with root ..
-        # level a, the level a + 1 parts, the chains
+        # level a, the level a + 1 parts, the chains, and a new wave at each first level of a county's chunks
+        # (parts "s.k.j" read their parents from the part they were split from)
         waves = stages.postprocess_waves(ctx, "topdown", 2)
-        assert [w[0][0][0] for w in waves] == ["combine", f"level-{a + 1}", f"level-{a + 2}"]
+        split_of = stages.partitioner(ctx, "topdown")
+        assert isinstance(split_of, PartitionedTopDown)
+        lay = split_of._layout(public)[1]
+        deeper = sorted({f for f in lay.first if f > a + 2})
+        assert deeper and all(lay.names[p].count(".") >= 2 for p, f in enumerate(lay.first) if f > a + 2)
+        assert [w[0][0][0] for w in waves] == ["combine", f"level-{a + 1}", f"level-{a + 2}",
+                                               *(f"level-{f}" for f in deeper)]
         assert waves[0][0][:2] == [("combine", "all"), ("level-0", "root")]
         assert next(s for s in steps if s["step"] == "combine")["parts"] == ["all"]
         # the parts of one measurement segment run in one task, which decodes the segment once

@@ -94,8 +94,9 @@ def measured_units(spine: Spine, level: int) -> IntArray:
 
 #: Default bound on a measurement segment's public size: states are grouped in FIPS order into segments of at most
 #: this many blocks (≈ 1 M persons), and a larger state is split into chunks of consecutive units of the level
-#: below the state (counties) of at most this many blocks each, so a segment never holds more than max(this, the
-#: largest such unit) blocks' counts (at national size the largest county has ≈ 100,000 blocks).
+#: below the state (counties) of at most this many blocks each; a county above it is split again below it (its
+#: tracts' runs, and so on), so a segment's units at a level hold at most this many blocks' counts, or are one
+#: unit, or one block group's blocks (the largest synthetic county at 331 M persons has 283,000 blocks).
 SEGMENT_BLOCKS = 25_000
 
 

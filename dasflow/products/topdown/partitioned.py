@@ -7,7 +7,8 @@ Steps, in order (``dasflow.pipeline.partitions``):
     one table per level and query group down to level a, and per part the tables of the levels the bottom-up
     pass reads whole (down to its start level, within its memory bound). The deeper levels are not copied: a
     part reads its own units' raw answers from the measurement segments its blocks lie in (a state's FIPS,
-    ``first-last`` for a run of small states, ``SS.k`` for a chunk of a large state's counties; the measure
+    ``first-last`` for a run of small states, ``SS.k`` for a chunk of a large state's counties, ``SS.k.j`` for a
+    chunk of a large county's tracts; the measure
     stage draws those keys one segment at a time), so no part holds a deep level of the nation, and the
     parts of one segment are run in one task (``PostStep.groups``), which decodes each segment once.
 ``level-0``

@@ -294,8 +294,8 @@ class TopDown:
     def segments(self, spec: MeasurementSpec) -> list[str] | None:
         """The segments a key may be drawn in (public, from the spine and ``segment_blocks``): below the state
         level the segments (a state's FIPS code, ``"first-last"`` for a run of small states, ``"SS.k"`` for a
-        chunk of a large state's counties) with a measured unit at the key's level; None for the keys at and
-        above the state level (drawn whole)."""
+        chunk of a large state's counties, ``"SS.k.j"`` below a county above the bound) with a measured unit at
+        the key's level; None for the keys at and above the state level (drawn whole)."""
         sp = self._spine_for(spec)
         return self.segmentation(sp).measured(sp, int(spec.detail["level_index"]))
 
