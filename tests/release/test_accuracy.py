@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 from PIL import Image as PILImage
 
+from dasflow.errors import IntegrityError
 from dasflow.io.store import LocalStore
 from dasflow.pipeline.run import RunContext
 from dasflow.privacy import accounting
@@ -203,7 +204,7 @@ def test_topdown_consistency_refuses_a_file_out_of_state_order(tmp_path: Path) -
     prefix = "runs/r/release/topdown/"
     for rel, frame in (frames | {"topdown_tract.csv": shuffled}).items():
         store.put(prefix + rel, frame.to_csv(sep="|", index=False).encode())
-    with pytest.raises(ValueError, match=r"topdown_tract\.csv: rows are not in GEOID order \(state 01 after 04\)"):
+    with pytest.raises(IntegrityError, match=r"topdown_tract\.csv: rows are not in GEOID order \(state 01 after 04\)"):
         topdown_consistency(accuracy.ReleaseFiles(store, prefix))
 
 

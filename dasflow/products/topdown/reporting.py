@@ -13,6 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dasflow.errors import IntegrityError
 from dasflow.products.topdown.product import TopDown
 
 #: TopDown's standard geolevels and GEOID widths (as ``dasflow.products.topdown.product.STANDARD_LEVELS``)
@@ -42,9 +43,9 @@ def topdown_consistency(files: Mapping[str, pd.DataFrame]) -> list[dict[str, Any
     starts with its state's code, so a state's rows are consecutive in both. The child rows are summed to their
     parents' keys table by table; a state's sums are joined with its parent rows when the next state begins.
     Memory is bounded by the largest state's parent rows and sums, not by the nation (``benchmarks/
-    consistency.py``); a file whose states are out of order is refused (``ValueError``), never mis-summed. The
-    sums are exact (integer counts in float64). Same cells, differing cells and largest difference as
-    :func:`~dasflow.products.reporting.hierarchy_check` on the whole frames."""
+    consistency.py``); a file whose states are out of order is refused (``IntegrityError``: the release stage
+    wrote it sorted), never mis-summed. The sums are exact (integer counts in float64). Same cells, differing
+    cells and largest difference as :func:`~dasflow.products.reporting.hierarchy_check` on the whole frames."""
     rows: list[dict[str, Any]] = []
     present = [(name, w) for name, w in TOPDOWN_LEVELS if f"topdown_{name}.csv" in files
                or f"topdown_{name}.parquet" in files]
@@ -85,7 +86,7 @@ def topdown_consistency(files: Mapping[str, pd.DataFrame]) -> list[dict[str, Any
 def _by_state(tables: Iterable[pa.Table], cut: int, rel: str,
               reduce: Callable[[pa.Table], pa.Table] = lambda t: t) -> Iterator[tuple[str, list[pa.Table]]]:
     """Consecutive rows grouped by the first ``cut`` characters of GEOID (0: one group of all rows): ``(key,
-    tables)`` per key in file order, each key once and in ascending order (``ValueError`` naming ``rel``
+    tables)`` per key in file order, each key once and in ascending order (``IntegrityError`` naming ``rel``
     otherwise), each slice of a table passed through ``reduce`` as it is cut (the children's sums), so only the
     current key's reduced slices are held."""
     key: str | None = None
@@ -105,7 +106,7 @@ def _by_state(tables: Iterable[pa.Table], cut: int, rel: str,
             k = str(prefix[start].as_py())
             if key is not None and k != key:
                 if k < key:
-                    raise ValueError(f"{rel}: rows are not in GEOID order (state {k} after {key})")
+                    raise IntegrityError(f"{rel}: rows are not in GEOID order (state {k} after {key})")
                 yield key, held
                 held = []
             key = k
