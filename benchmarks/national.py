@@ -24,7 +24,7 @@ checkout's code (before/after comparisons of one stage on the same measurements)
 
 The national size itself (issue #20 item 5) is run as an agency would run it, within this box's disk and time:
 
-    .venv/bin/python benchmarks/national.py --persons 331e6 --production --lanes 2 --prune-prepared \
+    .venv/bin/python benchmarks/national.py --persons 331e6 --production --lanes 2 --prune-prepared --prune-inputs \
         --out benchmarks/results/national_331m.json
 
 ``--production`` makes a production release (OS CSPRNG, charged to the demo's privacy-loss account), whose
@@ -36,6 +36,12 @@ figure. ``--prune-prepared`` deletes a product's prepared frames (``runs/{id}/pr
 measurements are committed: they are needed again only to re-measure, which the ledger never allows twice, and
 at national size they are tens of GB beside ≈ 46 GB of synthetic inputs. The disk in use is sampled every two
 seconds (``disk_peak_bytes``: the filesystem's peak used bytes above the start of the size).
+``--prune-inputs`` (production only) deletes the synthetic confidential inputs once every product's measurements
+are committed: post-processing and the release stage cannot read them (their store view refuses every
+confidential input), a production release stage has no truth to recompute, and an agency's CEF stays wherever it
+lives — here the copy is ≈ 48 GB at national size, so the disk peak is the inputs plus what the stages write up to
+the last measurement, not plus everything after it. A later validate, preprocess or measure of that run would
+refuse (no inputs), which a finished measurement never needs.
 
 ``--dask-workers N`` runs a partitioned product's post-processing parts (TopDown's) on a Dask ``LocalCluster``
 of N single-threaded worker processes, in the waves of batches ``dasflow run --task-runner dask`` maps
@@ -75,6 +81,8 @@ SEED = 2020
 #: the goals of issue #20 for the national release on this machine
 GOAL_WALL_S = 3600.0
 GOAL_RSS_BYTES = 16 * 2**30
+#: where the synthetic confidential inputs lie in the store (``dasflow.demo.SYNTH_ROOT``; not imported here)
+SYNTH_DIR = "confidential/synth"
 
 
 def _states_format(fmt: str) -> str:
@@ -282,7 +290,9 @@ def cpu_model() -> str:
 
 
 def run_size(persons: int, workdir: Path, keep: bool, *, production: bool = False, lanes: int = 1,
-             prune_prepared: bool = False, dask_workers: int = 0) -> dict[str, Any]:
+             prune_prepared: bool = False, dask_workers: int = 0, prune_inputs: bool = False) -> dict[str, Any]:
+    if prune_inputs and not production:
+        raise SystemExit("--prune-inputs needs --production (a test release's report recomputes the truth)")
     store_dir = Path(tempfile.mkdtemp(prefix=f"national-{persons}-", dir=workdir)) / "store"
     store_dir.mkdir(parents=True)
     load0 = os.getloadavg()[0]
@@ -318,6 +328,8 @@ def run_size(persons: int, workdir: Path, keep: bool, *, production: bool = Fals
             products = order["order"]
         split = set(order["partitioned"]) if dask_workers else set()
         root = store_dir / "runs" / raw["release_id"]
+        measured: list[str] = []
+        lock = threading.Lock()
 
         def chain(p: str) -> None:
             for stage in ("preprocess", "measure", "postprocess"):
@@ -326,6 +338,12 @@ def run_size(persons: int, workdir: Path, keep: bool, *, production: bool = Fals
                 step(stage, p, ["stage", str(config_file), stage, p])
                 if stage == "measure" and prune_prepared:
                     shutil.rmtree(root / "prepared" / p, ignore_errors=True)
+                if stage == "measure" and prune_inputs:
+                    with lock:
+                        measured.append(p)
+                        if len(measured) == len(products):  # every product's measurements are committed
+                            shutil.rmtree(store_dir / SYNTH_DIR, ignore_errors=True)
+                            print(f"  synthetic inputs deleted after the last measurement ({p})", flush=True)
 
         list(pool.map(chain, products))
     step("release", "all", ["stage", str(config_file), "release", "all"])
@@ -340,6 +358,7 @@ def run_size(persons: int, workdir: Path, keep: bool, *, production: bool = Fals
     release = [r for r in rows if r["stage"] != "synth"]
     return {"persons": persons, "load_before": load0, "load_after": os.getloadavg()[0],
             "mode": "production" if production else "test", "lanes": lanes, "prune_prepared": prune_prepared,
+            "prune_inputs": prune_inputs,
             "dask_workers": dask_workers,
             "synth": synth_info, "bytes_written": written, "input_bytes": inputs_bytes, **space, "steps": rows,
             "release_cpu_s": round(sum(r.get("stage_cpu_s", r["process_cpu_s"]) for r in release), 2),
@@ -495,6 +514,8 @@ def main() -> int:
     ap.add_argument("--lanes", type=int, default=1, help="stage processes at a time (validations, product chains)")
     ap.add_argument("--prune-prepared", action="store_true",
                     help="delete a product's prepared frames once its measurements are committed (disk)")
+    ap.add_argument("--prune-inputs", action="store_true",
+                    help="with --production: delete the synthetic inputs once every product is measured (disk)")
     ap.add_argument("--dask-workers", type=int, default=0,
                     help="run partitioned post-processing parts on a Dask LocalCluster of this many workers")
     ap.add_argument("--worker", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -517,7 +538,8 @@ def main() -> int:
     for n in sizes:
         print(f"{n:,} persons", flush=True)
         runs.append(run_size(n, args.workdir, args.keep, production=args.production, lanes=args.lanes,
-                             prune_prepared=args.prune_prepared, dask_workers=args.dask_workers))
+                             prune_prepared=args.prune_prepared, dask_workers=args.dask_workers,
+                             prune_inputs=args.prune_inputs))
         print(f"  release: {runs[-1]['release_cpu_s']:.1f} CPU-s, {runs[-1]['release_wall_s']:.1f} s wall "
               f"(stage functions), {runs[-1]['release_elapsed_s']:.1f} s elapsed on {args.lanes} lane(s), "
               f"peak RSS {runs[-1]['release_peak_rss_bytes'] / 2**30:.2f} GB", flush=True)
