@@ -361,6 +361,41 @@ def test_person_geoid_is_the_readers_zfill_join() -> None:
                                                                        pa.int8())]))
     got = person_geoid(nulls).to_pylist()  # a null code: the numpy column's zfill, as the streamed chunks had it
     assert got[0] is None and got == zfill({c: np.asarray(nulls[c]) for c in PERSON_GEO})
+    # text codes (the synthetic census stores the state as text): digit strings within the width are a left pad
+    # in Arrow — as Arrow strings, large strings or numpy text — and any other text is pandas' zfill
+    state = np.array(["01", "6", "", "44", *(f"{v:02d}" for v in codes["TABBLKST"][4:])], dtype=object)
+    digits = {**codes, "TABBLKST": state}
+    assert person_geoid(digits).to_pylist() == zfill(digits)
+    assert person_geoid({**digits, "TABBLKST": state.astype(str)}).to_pylist() == zfill(digits)
+    for kind in (pa.string(), pa.large_string()):
+        text = table.set_column(0, "TABBLKST", pa.chunked_array([pa.array(state[:20].tolist(), kind),
+                                                                 pa.array(state[20:].tolist(), kind)]))
+        assert person_geoid(text).to_pylist() == zfill(digits), kind
+    for bad in ("-1", "123", "1a", "٣"):  # a sign, over-wide, not a digit, a non-ASCII digit
+        odd = {**digits, "TABBLKST": state.copy()}
+        odd["TABBLKST"][5] = bad
+        assert person_geoid(odd).to_pylist() == zfill(odd), bad
+    none = {**digits, "TABBLKST": state.copy()}
+    none["TABBLKST"][2] = None
+    assert person_geoid(none).to_pylist() == zfill(none)
+
+
+def test_person_geoid_of_digit_text_creates_no_python_string_per_person(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Digit-string state codes (the synthetic census's TABBLKST) take the Arrow path: pandas' per-object
+    ``zfill`` is never called for them (it is for text that is not digits within the width)."""
+    from dasflow.products.topdown import checks
+
+    table = pa.table({"TABBLKST": pa.array(["01", "44", "6"]), "TABBLKCOU": pa.array([1, 5, 99], pa.int16()),
+                      "TABTRACTCE": pa.array([100, 20101, 5], pa.int32()),
+                      "TABBLK": pa.array([1001, 7, 0], pa.int16())})
+
+    def fallback(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("pandas fallback used")
+
+    monkeypatch.setattr(checks.pd, "Series", fallback)
+    assert checks.person_geoid(table).to_pylist() == ["010010001001001", "440050201010007", "060990000050000"]
+    with pytest.raises(AssertionError, match="fallback"):
+        checks.person_geoid(table.set_column(0, "TABBLKST", pa.array(["01", "4x", "6"])))
 
 
 def test_matrix_streamed_equals_whole_input(tmp_path: Path) -> None:

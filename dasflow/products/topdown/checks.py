@@ -9,6 +9,7 @@ with a count of the confidential records and report only whether they agree. The
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -119,22 +120,33 @@ GEO_WIDTHS = (2, 3, 6, 4)
 def person_geoid(codes: Any) -> pa.Array | pa.ChunkedArray:
     """The block GEOIDs of person records (``PERSON_GEO`` columns of a mapping or an Arrow table): each code as
     text, zero-filled to its width (``str.zfill``), joined — the one GEOID the reader, preprocessing and the
-    streamed validation all use. Arrow strings, no Python object per person, when every code is a non-null,
-    non-negative integer within its width (there ``zfill`` is a left pad with zeros); any other input (nulls,
-    negative or over-wide codes, text) goes through pandas' ``zfill`` itself."""
+    streamed validation all use. Arrow strings, no Python object per person, when every code is non-null and
+    either a non-negative integer within its width or a string of at most that many ASCII digits (there
+    ``zfill`` is a left pad with zeros; the synthetic census stores the state code as text); any other input
+    (nulls, negative or over-wide codes, other text) goes through pandas' ``zfill`` itself."""
     cols = [codes[c] if isinstance(codes[c], pa.Array | pa.ChunkedArray) else np.asarray(codes[c])
             for c in PERSON_GEO]
+    for i, a in enumerate(cols):
+        if isinstance(a, np.ndarray) and a.dtype.kind in "OSU":  # text codes: checked in Arrow, not per object
+            with contextlib.suppress(pa.ArrowInvalid, pa.ArrowTypeError):
+                cols[i] = pa.array(a)
 
     def padded(a: Any, width: int) -> bool:
         if not isinstance(a, pa.Array | pa.ChunkedArray):  # numpy: integer dtype, no nulls by construction
             return a.dtype.kind in "iu" and (a.size == 0 or (int(a.min()) >= 0 and int(a.max()) < 10**width))
-        if not pa.types.is_integer(a.type) or a.null_count:
+        if a.null_count:
+            return False
+        if pa.types.is_string(a.type) or pa.types.is_large_string(a.type):
+            return len(a) == 0 or bool(pc.all(pc.match_substring_regex(a, f"^[0-9]{{0,{width}}}$")).as_py())
+        if not pa.types.is_integer(a.type):
             return False
         bounds = pc.min_max(a)
         return len(a) == 0 or (bounds["min"].as_py() >= 0 and bounds["max"].as_py() < 10**width)
 
     if all(padded(a, w) for a, w in zip(cols, GEO_WIDTHS, strict=True)):
         arrow = [a if isinstance(a, pa.Array | pa.ChunkedArray) else pa.array(a) for a in cols]
+        if any(isinstance(a, pa.ChunkedArray) for a in arrow):
+            arrow = [a if isinstance(a, pa.ChunkedArray) else pa.chunked_array([a]) for a in arrow]
         return pc.binary_join_element_wise(*[pc.utf8_lpad(a.cast(pa.string()), w, "0")
                                              for a, w in zip(arrow, GEO_WIDTHS, strict=True)], "")
     text = [pd.Series(np.asarray(a)).astype(str).str.zfill(w) for a, w in zip(cols, GEO_WIDTHS, strict=True)]
