@@ -25,6 +25,7 @@ from dasflow.products.plugin import InputChecks
 from dasflow.products.topdown.invariants import STRUCTURAL_ATTRIBUTE
 from dasflow.products.topdown.measure import block_histogram
 from dasflow.products.topdown.product import TopDown, TopDownConfig
+from dasflow.products.topdown.spine import GeoidIndex, geoid_keys
 from dasflow.validation.gx import Check
 from dasflow.validation.preflight import check_delimited, check_parquet_files
 from dasflow.validation.products import InputSuite, fact, first_dup_mask, not_in, scalar_fact
@@ -172,7 +173,7 @@ def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping
     schema = config.strategy.schema
     names = list(schema.names)
     blocks = _public_blocks(public)
-    lookup = pa.array(pd.unique(blocks), type=pa.string())
+    lookup = GeoidIndex(pa.array(pd.unique(blocks), type=pa.string()))
     checks = [Check("ExpectTableColumnsToMatchSet", {"column_set": ["GEOID", *schema.names], "exact_match": False}),
               Check("ExpectColumnValuesToNotBeNull", {"column": "GEOID"}),
               Check("ExpectColumnValuesToMatchRegex", {"column": "GEOID", "regex": r"^[0-9]{15}$"})]
@@ -197,14 +198,15 @@ def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping
         persons = pd.DataFrame({"GEOID": pd.Series(pd.arrays.ArrowStringArray(geoid), copy=False),
                                 **{n: chunk.columns[n] for n in names}})
         part.add(chunk)
-        in_geo.add(pc.is_null(pc.index_in(geoid, value_set=lookup)).to_numpy(zero_copy_only=False), chunk)
-        at = pc.index_in(geoid, value_set=sp.block_geoids)  # the block's spine index, null if not a spine block
-        known = pc.is_valid(at).to_numpy(zero_copy_only=False)
+        keys = geoid_keys(geoid)
+        in_geo.add(lookup.positions(geoid, keys) < 0, chunk)
+        at = sp.block_index.positions(geoid, keys)  # the block's spine index, −1 if not a spine block
+        known = at >= 0
         impossible = np.zeros(len(geoid), dtype=bool)
         if bm is not None and len(persons) and len(sp.block_geoids):
             code = pd.to_numeric(persons[STRUCTURAL_ATTRIBUTE], errors="coerce").fillna(0).to_numpy()
             code = np.clip(code.astype(np.int64), 0, 62)
-            block = pc.fill_null(at, 0).to_numpy(zero_copy_only=False)
+            block = np.maximum(at, 0)
             impossible = known & (((bm[block] >> code) & 1) == 0)
             structural.add(impossible, chunk)
         counts = pc.value_counts(pc.utf8_slice_codeunits(geoid, 0, 2))

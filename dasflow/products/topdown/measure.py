@@ -24,7 +24,6 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from dasflow.errors import InputError
 from dasflow.privacy import accounting, samplers
@@ -69,13 +68,11 @@ def block_histogram(spine: Spine, persons: pd.DataFrame, schema: Schema, *, sour
 
 
 def _block_index(spine: Spine, geoid: pd.Series) -> IntArray:
-    """Each record's block (internal index), −1 where its GEOID (as text) names no block of the spine: Arrow's
-    hash lookup on the GEOIDs as Arrow strings (≈ 20 bytes per record, no Python object per record — a large
-    state's partition holds tens of millions of records)."""
+    """Each record's block (internal index), −1 where its GEOID (as text) names no block of the spine: the
+    spine's :class:`~.spine.GeoidIndex` on the GEOIDs as Arrow strings (≈ 20 bytes per record, no Python object
+    per record — a large state's partition holds tens of millions of records)."""
     text = geoid.astype("string[pyarrow]") if geoid.dtype != "string[pyarrow]" else geoid
-    found = pc.index_in(pa.array(text), value_set=spine.block_geoids)
-    out: IntArray = pc.fill_null(found, -1).to_numpy(zero_copy_only=False).astype(np.int64)
-    return out
+    return spine.block_index.positions(pa.array(text))
 
 
 def level_histograms(spine: Spine, block_hist: Histogram) -> list[Histogram]:
