@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from dasflow.errors import InputError
 from dasflow.validation import gx, suites
 from dasflow.validation.domain import Column, domain_frame, facts_frame
+from dasflow.validation.lookup import GeoidIndex
 from dasflow.validation.report import render_html
 from dasflow.validation.result import ExpectationRow, ValidationResult
 from dasflow.validation.stream import StreamedSuite, first_index_of, locate, range_only, suite_rows
@@ -68,13 +69,18 @@ def not_in(values: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     return ~np.asarray(pd.Series(values).isin(pd.unique(np.asarray(allowed))).to_numpy(), dtype=bool)
 
 
-def fact_not_in(rule: str, file: str, column: str, values: pa.ChunkedArray, allowed: pa.Array | pa.ChunkedArray,
+def fact_not_in(rule: str, file: str, column: str, values: pa.ChunkedArray,
+                allowed: pa.Array | pa.ChunkedArray | GeoidIndex,
                 where: pa.ChunkedArray | None = None) -> dict[str, object]:
     """A membership rule decided on the distinct values (cheap at 10 M rows); rows are scanned only to count
-    and locate violations once a bad value is known to exist."""
+    and locate violations once a bad value is known to exist. ``allowed``: the values, or a :class:`GeoidIndex`
+    built once over a large list (a national block list checked batch after batch)."""
     candidates = values if where is None else pc.filter(values, where)
     uniq = pc.unique(candidates)
-    bad_values = pc.filter(uniq, pc.invert(pc.is_in(uniq, value_set=allowed)))
+    if isinstance(allowed, GeoidIndex):
+        bad_values = pc.filter(uniq, pa.array(allowed.positions(uniq) < 0))
+    else:
+        bad_values = pc.filter(uniq, pc.invert(pc.is_in(uniq, value_set=allowed)))
     if len(bad_values) == 0:
         return {"rule": rule, "file": file, "column": column, "violations": 0, "first_row": 0}
     mask = pc.is_in(values, value_set=bad_values)

@@ -360,34 +360,3 @@ def test_a_process_builds_the_same_geography_once(geo: pd.DataFrame) -> None:
     other = build_spine(geo.copy(deep=True), preset("pl94_persons", BETA6, 3))
     assert other is not first and other.input_hash != first.input_hash
 
-
-def test_geoid_index_answers_as_arrows_index_in() -> None:
-    """``GeoidIndex.positions`` equals ``pyarrow.compute.index_in`` (first equal GEOID's position, −1 for none)
-    on 15-digit GEOIDs in and out of the list, duplicates in the list, and any other text: shorter, longer, with
-    letters, spaces or non-ASCII digits, empty, null — as one array and as a chunked one, against an empty list
-    too. Digit strings of other lengths never equal a 15-digit key (no leading-zero aliasing)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from dasflow.products.topdown.spine import GeoidIndex, geoid_keys
-
-    rng = np.random.default_rng(5)
-    listed = [f"{v:015d}" for v in rng.integers(10**13, 6 * 10**13, 300)]
-    values = pa.array([*listed, listed[7], "12345", "0100100010010x", None, "٠١٠٠١٠٠٠١٠٠١٠٠١"], pa.string())
-    queries = [*rng.choice(listed, 200).tolist(), *(f"{v:015d}" for v in rng.integers(10**13, 6 * 10**13, 50)),
-               "12345", "012345", "000000000012345", "0100100010010x", " 010010001001001", "", None,
-               "٠١٠٠١٠٠٠١٠٠١٠٠١", "1" * 16, "-10010001001001"]
-    geoid = pa.array(queries, pa.string())
-
-    def expected(q: pa.Array | pa.ChunkedArray, v: pa.Array) -> list[int]:
-        return pc.fill_null(pc.index_in(q, value_set=v), -1).to_pylist()
-
-    index = GeoidIndex(values)
-    assert index.positions(geoid).tolist() == expected(geoid, values)
-    chunked = pa.chunked_array([geoid.slice(0, 100), geoid.slice(100)])
-    assert index.positions(chunked).tolist() == expected(chunked, values)
-    assert index.positions(geoid, geoid_keys(geoid)).tolist() == expected(geoid, values)
-    assert (index.positions(geoid)[:200] >= 0).all() and index.positions(pa.array(["000000000012345"]))[0] == -1
-    assert GeoidIndex(pa.array([], pa.string())).positions(geoid).tolist() == [-1] * len(queries)
-    assert index.positions(pa.array([], pa.string())).size == 0
-    assert geoid_keys(pa.array(["010010001001001", "01001000100100", None])).tolist() == [10010001001001, -1, -1]

@@ -43,6 +43,7 @@ from dasflow.products.safetab_p.records import (
 )
 from dasflow.validation.domain import Column
 from dasflow.validation.gx import Check
+from dasflow.validation.lookup import GeoidIndex
 from dasflow.validation.preflight import check_delimited
 from dasflow.validation.products import InputSuite, fact, fact_not_in, first_dup_mask, table_columns
 from dasflow.validation.stream import RowFact, StreamedSuite
@@ -161,6 +162,7 @@ def input_checks(confidential: Mapping[str, Any], public: Mapping[str, Any],
     ``encode_persons`` (the product's own reader check) as the own check, its first error authoritative."""
     geo, index = public["geography"], public["iterations"]
     inputs, static, grfc_key, code_set, public_rows = _public_checks(public)
+    grfc_index = GeoidIndex(grfc_key)  # built once: the persons' blocks are looked up in it file after file
     # the person file, or a split input file by file (one file's persons in memory at a time): per file the
     # cross-file facts and the product's own checks in one read, the GX suite in a second (lazy) read
     files: list[tuple[str, Path | None]] = [(PERSON_FILE, None)]
@@ -174,7 +176,8 @@ def input_checks(confidential: Mapping[str, Any], public: Mapping[str, Any],
     code_facts: list[dict[str, object]] = []
     for name, path in files:
         persons: pa.Table = confidential["persons"] if path is None else read_pipe_file(path, PERSON_COLUMNS)
-        block_fact, codes_of_file = _person_facts(persons, name, grfc_key, code_set, public["universe"], config)
+        block_fact, codes_of_file = _person_facts(persons, name, grfc_index, code_set, public["universe"],
+                                                  config)
         block_facts.append(block_fact)
         code_facts += codes_of_file
         for v in pc.value_counts(persons.column("TABBLKST")).to_pylist():
@@ -224,6 +227,7 @@ def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping
     ``encode_persons``' check order, as the product's sliced ``prepare`` reports it)."""
     geo, index = public["geography"], public["iterations"]
     public_suites, static, grfc_key, code_set, public_rows = _public_checks(public)
+    grfc_index = GeoidIndex(grfc_key)  # built once: the persons' blocks are looked up in it chunk after chunk
     persons_suite = StreamedSuite("safetab_p.persons", PERSONS_SUITE)
     per_state: dict[str, int] = {}
     row_counts: dict[str, int] = {}
@@ -237,7 +241,7 @@ def stream_checks(store: ObjectStore, inputs: Mapping[str, str], public: Mapping
         rows = 0
         for chunk in part.source():
             persons = pa.table(dict(chunk.columns))
-            block_fact, codes_of_chunk = _person_facts(persons, name, grfc_key, code_set, public["universe"],
+            block_fact, codes_of_chunk = _person_facts(persons, name, grfc_index, code_set, public["universe"],
                                                        config)
             if block is None:
                 block = RowFact(str(block_fact["rule"]), name, str(block_fact["column"]))
@@ -274,7 +278,7 @@ def _read_columns(path: Path) -> dict[str, Column]:
     return table_columns(read_pipe_file(path, PERSON_COLUMNS))
 
 
-def _person_facts(persons: pa.Table, name: str, grfc_key: pa.Array, code_set: pa.Array, universe: str,
+def _person_facts(persons: pa.Table, name: str, grfc: GeoidIndex, code_set: pa.Array, universe: str,
                   config: SafeTabPConfig) -> tuple[dict[str, object], list[dict[str, object]]]:
     """The person file's cross-file facts: blocks in the GRF-C (persons of the run's states), codes listed."""
     block = pc.binary_join_element_wise(persons.column("TABBLKST"), persons.column("TABBLKCOU"),
@@ -293,6 +297,6 @@ def _person_facts(persons: pa.Table, name: str, grfc_key: pa.Array, code_set: pa
     pr = pc.equal(st, "72").to_numpy(zero_copy_only=False)
     codes.append(fact(f"person in the release universe {universe}", name, "TABBLKST",
                       ~pr if universe == "PR" else pr))
-    return fact_not_in("person block in GRF-C", name, "TABBLK", block, grfc_key, where=in_run), codes
+    return fact_not_in("person block in GRF-C", name, "TABBLK", block, grfc, where=in_run), codes
 
 

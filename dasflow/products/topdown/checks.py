@@ -25,8 +25,8 @@ from dasflow.products.plugin import InputChecks
 from dasflow.products.topdown.invariants import STRUCTURAL_ATTRIBUTE
 from dasflow.products.topdown.measure import block_histogram
 from dasflow.products.topdown.product import TopDown, TopDownConfig
-from dasflow.products.topdown.spine import GeoidIndex, geoid_keys
 from dasflow.validation.gx import Check
+from dasflow.validation.lookup import GeoidIndex, geoid_keys
 from dasflow.validation.preflight import check_delimited, check_parquet_files
 from dasflow.validation.products import InputSuite, fact, first_dup_mask, not_in, scalar_fact
 from dasflow.validation.stream import Chunk, RowFact, StreamedSuite, parquet_chunks, shifted
