@@ -209,7 +209,10 @@ PR_HISPANIC_ORIGIN_HEAD: dict[int, float] = {2330: 0.94, 2321: 0.02, 2310: 0.005
 # ---- output sizing (bytes per person written, with headroom; measured, see benchmarks/results/synth.md)
 BYTES_PER_PERSON = {"parquet": 20.0, "phsafe": 60.0, "phsafe_states": 60.0, "safetab_p": 80.0,
                     "safetab_p_states": 80.0, "topdown": 5.0, "groupsize": 5.0}
-DISK_HEADROOM = 1.5
+#: margin over the per-person figures, which are close to measured: the four national formats wrote 145 bytes
+#: per person at 100 M persons (confidential and public files, 14.52 GB; BENCHMARKS.md, session 15) against 150
+#: listed. 1.5 asked for 74.5 GB free at 331 M for ≈ 48 GB written; 1.25 asks for 62 GB (≈ 30 % margin)
+DISK_HEADROOM = 1.25
 
 # ---- streaming
 CHUNK_PERSONS = 2_000_000  # a chunk (a run of whole tracts) holds at most about this many persons
