@@ -15,7 +15,7 @@ sensitivity unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -69,8 +69,8 @@ def block_histogram(spine: Spine, persons: pd.DataFrame, schema: Schema, *, sour
 
 def _block_index(spine: Spine, geoid: pd.Series) -> IntArray:
     """Each record's block (internal index), −1 where its GEOID (as text) names no block of the spine: the
-    spine's :class:`~.spine.GeoidIndex` on the GEOIDs as Arrow strings (≈ 20 bytes per record, no Python object
-    per record — a large state's partition holds tens of millions of records)."""
+    spine's :class:`~dasflow.validation.lookup.GeoidIndex` on the GEOIDs as Arrow strings (≈ 20 bytes per
+    record, no Python object per record — a large state's partition holds tens of millions of records)."""
     text = geoid.astype("string[pyarrow]") if geoid.dtype != "string[pyarrow]" else geoid
     return spine.block_index.positions(pa.array(text))
 
@@ -187,6 +187,43 @@ def consecutive_runs(sizes: Sequence[int], bound: int) -> tuple[list[int], IntAr
     return starts, of
 
 
+@dataclass(frozen=True)
+class Chunking:
+    """A unit above the block bound split below it: ``children`` (of ``level``, in unit order) in consecutive
+    runs, ``chunk`` each child's run index, and ``below[k]`` the same split of run k when it is one child above
+    the bound (:func:`chunk_below`)."""
+
+    level: int
+    children: IntArray
+    chunk: IntArray
+    n_chunks: int
+    below: dict[int, Chunking]
+
+
+def chunk_below(spine: Spine, blocks: Callable[[int], IntArray], level: int, u: int,
+                bound: int) -> Chunking | None:
+    """How unit u of ``level`` is split when it has more than ``bound`` blocks: its children in consecutive runs
+    of at most ``bound`` blocks (a larger child alone), an only child's children instead, and a run of one child
+    above the bound split again, while the children have children (None: u is not split). The one rule the
+    measurement segments (``"SS.k.j"``) and the post-processing parts (``"s.k.j"``) share, so a part reads the
+    segments of its own blocks. ``blocks(l)``: blocks per unit of level l. Public sizes only."""
+    c = level + 1
+    if blocks(level)[u] <= bound or c >= spine.n_levels - 1:
+        return None
+    children = np.flatnonzero(spine.parent[c] == u)
+    if children.size == 1:
+        return chunk_below(spine, blocks, c, int(children[0]), bound)
+    starts, of = consecutive_runs(blocks(c)[children].tolist(), bound)
+    if len(starts) < 2:
+        return None
+    below = {}
+    for k in range(len(starts)):  # one step per run
+        members = np.flatnonzero(of == k)
+        if members.size == 1 and (sub := chunk_below(spine, blocks, c, int(children[members[0]]), bound)):
+            below[k] = sub
+    return Chunking(c, children, of, len(starts), below)
+
+
 def state_segments(spine: Spine, max_blocks: int = SEGMENT_BLOCKS) -> StateSegments:
     """Each unit's state (the first two digits of its blocks' GEOIDs) at the state level and below, the states
     grouped into segments of at most ``max_blocks`` blocks (:func:`group_states`), and a state with more blocks
@@ -230,29 +267,16 @@ def state_segments(spine: Spine, max_blocks: int = SEGMENT_BLOCKS) -> StateSegme
             level_blocks[l] = np.bincount(spine.block_unit[l], minlength=spine.n_units(l))
         return level_blocks[l]
 
-    def split_below(level: int, u: int, name: str, s: int) -> None:
-        """A chunk that is one unit u above the bound: u's children (an only child's instead) in consecutive
-        runs of at most the bound's blocks, ``name.j``, recursively, while the children have children (the
-        post-processing parts split the same way, so a part reads the segments of its own blocks)."""
-        c = level + 1
-        if blocks_at(level)[u] <= max_blocks or c >= spine.n_levels - 1:
-            return
-        children = np.flatnonzero(spine.parent[c] == u)
-        if children.size == 1:
-            split_below(c, int(children[0]), name, s)
-            return
-        starts, of = consecutive_runs(blocks_at(c)[children].tolist(), max_blocks)
-        if len(starts) < 2:
-            return
-        seg_of = np.zeros(children.size, dtype=np.int64)
-        for j in range(len(starts)):  # one step per chunk: public sizes only
-            members = np.flatnonzero(of == j)
-            seg_of[members] = len(new_ids)
+    def name_chunks(split: Chunking, name: str, s: int) -> None:
+        """Segments ``name.j`` for the runs of a split unit (depth first: ids in unit order)."""
+        seg_of = np.zeros(split.children.size, dtype=np.int64)
+        for j in range(split.n_chunks):
+            seg_of[split.chunk == j] = len(new_ids)
             new_ids.append(f"{name}.{j}")
             chunk_state.append(s)
-            if members.size == 1:
-                split_below(c, int(children[members[0]]), f"{name}.{j}", s)
-        deeper.append((c, children, seg_of))
+            if j in split.below:
+                name_chunks(split.below[j], f"{name}.{j}", s)
+        deeper.append((split.level, split.children, seg_of))
 
     of_state = np.zeros(len(names), dtype=np.int64)
     sub_seg = np.zeros(spine.n_units(sub), dtype=np.int64)
@@ -273,8 +297,8 @@ def state_segments(spine: Spine, max_blocks: int = SEGMENT_BLOCKS) -> StateSegme
             sub_seg[members] = len(new_ids)
             new_ids.append(f"{seg}.{c}")
             chunk_state.append(s)
-            if members.size == 1:
-                split_below(sub, int(members[0]), f"{seg}.{c}", s)
+            if members.size == 1 and (split := chunk_below(spine, blocks_at, sub, int(members[0]), max_blocks)):
+                name_chunks(split, f"{seg}.{c}", s)
     up = sub_seg
     seg_unit[sub] = sub_seg
     for l in range(sub + 1, spine.n_levels):

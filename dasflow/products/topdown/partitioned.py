@@ -63,7 +63,7 @@ from dasflow.products.topdown.estimate import (
     estimate_root,
     root_total,
 )
-from dasflow.products.topdown.measure import consecutive_runs
+from dasflow.products.topdown.measure import Chunking, chunk_below, consecutive_runs
 from dasflow.products.topdown.product import TopDown, group_answers_of, invariant_listing, measurement_key
 from dasflow.products.topdown.spine import Spine
 
@@ -161,28 +161,21 @@ def parts_layout(sp: Spine, bound: int) -> _Layout:
         return len(names) - 1
 
     def split(level: int, u: int, part: int) -> None:
-        """Chunk unit u's children (level + 1) into parts below ``part`` if u is above the bound and its
-        children have children (an only child: its children instead); a chunk of one child above the bound
-        recursively (depth first: a part's chunks follow it in ``names``, so every level's units stay in part
-        order)."""
-        c = level + 1
-        if blocks[level][u] <= bound or c >= bottom:
-            return
-        children = np.flatnonzero(sp.parent[c] == u)
-        if children.size == 1:  # an only child (a one-county state): its family is u's, split one level down
-            split(c, int(children[0]), part)
-            return
-        starts, of = consecutive_runs(blocks[c][children].tolist(), bound)
-        if len(starts) < 2:
-            return
-        last[part] = c
-        key_of = np.zeros(children.size, dtype=np.int64)
-        for k in range(len(starts)):
-            members = np.flatnonzero(of == k)
-            key_of[members] = add(f"{names[part]}.{k}", c + 1)
-            if members.size == 1:
-                split(c, int(children[members[0]]), int(key_of[members[0]]))
-        chunked.append((c, children, key_of))
+        """Parts ``"<part>.k"`` for the runs of unit u's children when u is split (:func:`chunk_below`, the
+        measurement segments' rule); depth first: a part's chunks follow it in ``names``, so every level's units
+        stay in part order."""
+        chunks = chunk_below(sp, blocks.__getitem__, level, u, bound)
+        if chunks is not None:
+            name(chunks, part)
+
+    def name(chunks: Chunking, part: int) -> None:
+        last[part] = chunks.level
+        key_of = np.zeros(chunks.children.size, dtype=np.int64)
+        for k in range(chunks.n_chunks):
+            key_of[chunks.chunk == k] = sub = add(f"{names[part]}.{k}", chunks.level + 1)
+            if k in chunks.below:
+                name(chunks.below[k], sub)
+        chunked.append((chunks.level, chunks.children, key_of))
 
     starts = consecutive_runs(blocks[a].tolist(), min(bound, PACK_BLOCKS))[0]  # small units packed (public sizes)
     ends = [*starts[1:], n_a]

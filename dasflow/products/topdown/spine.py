@@ -1114,4 +1114,3 @@ def _diagnostics_from_json(diag: dict[str, Any], source: str = "spine_bytes") ->
             recs.append(rec)
         out["levels"] = recs
     return out
-
