@@ -8,7 +8,9 @@ Measures samples per second per core on vectors of ``--n`` elements (default 10^
 * two-sided geometric at b ∈ {0.5, 2, 50} (dasflow) vs OpenDP's ``make_laplace`` on int vectors
   / ``l1_distance`` (OpenDP's exact discrete Laplace);
 
-for dasflow in CSPRNG (production) and seeded (test) mode. Each figure is the median over ``--repeats`` timed
+for dasflow in CSPRNG (production: OpenSSL's DRBG) and seeded (test) mode, and — side by side, the peer of the
+production source — the same samplers reading the kernel CSPRNG (``os.urandom``, the production source before
+session 16). Each figure is the median over ``--repeats`` timed
 calls after one warm-up call (the warm-up builds dasflow's per-parameter threshold tables; their one-off cost
 is reported separately as "setup"). OpenDP's time includes its Python → Rust vector conversion, as a caller
 pays it; the "OpenDP FFI only" row times the same round trip through a noise-free OpenDP transformation.
@@ -35,6 +37,7 @@ from fractions import Fraction  # noqa: E402
 from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
+import numpy.typing as npt  # noqa: E402
 
 from dasflow.privacy import rng, samplers  # noqa: E402
 
@@ -55,6 +58,19 @@ def _median_rate(fn: Callable[[], object], n: int, repeats: int) -> tuple[float,
         cpu.append(time.process_time() - c0)
         wall.append(time.perf_counter() - t0)
     return n / max(statistics.median(cpu), 1e-9), n / statistics.median(wall)
+
+
+class _KernelCSPRNG(rng.CSPRNGGenerator):
+    """The production generator with ``os.urandom`` (``getrandom(2)``) as its byte source: the peer row."""
+
+    def random_bytes(self, n: int) -> bytes:
+        return os.urandom(n)
+
+    def uint64(self, size: int) -> npt.NDArray[np.uint64]:
+        return np.frombuffer(os.urandom(8 * size), dtype="<u8").astype(np.uint64, copy=False)
+
+    def uint32(self, size: int) -> npt.NDArray[np.uint32]:
+        return np.frombuffer(os.urandom(4 * size), dtype="<u4").astype(np.uint32, copy=False)
 
 
 def _setup_ms(fn: Callable[[], object]) -> float:
@@ -103,9 +119,10 @@ def run(n: int, repeats: int, opendp_repeats: int) -> str:
     rows: list[str] = []
     header = (
         "| sampler | scale | dasflow CSPRNG (M/s) | dasflow CSPRNG, wall (M/s) | dasflow seeded (M/s) "
-        "| OpenDP (M/s) | CSPRNG / OpenDP | setup (ms, once per scale) |"
+        "| dasflow on os.urandom (M/s) | OpenSSL / os.urandom | OpenDP (M/s) | CSPRNG / OpenDP "
+        "| setup (ms, once per scale) |"
     )
-    rows += [header, "|---|---|---:|---:|---:|---:|---:|---:|"]
+    rows += [header, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     summary: dict[str, float] = {}
     ratios: list[float] = []
 
@@ -116,10 +133,11 @@ def run(n: int, repeats: int, opendp_repeats: int) -> str:
         peer: Callable[[], object] | None,
         key: str,
     ) -> None:
-        g_prod, g_test = rng.csprng(), rng.seeded(2020)
+        g_prod, g_test, g_kernel = rng.csprng(), rng.seeded(2020), _KernelCSPRNG()
         setup = _setup_ms(lambda: ours(g_test))
         prod, prod_wall = _median_rate(lambda: ours(g_prod), n, repeats)
         test, _ = _median_rate(lambda: ours(g_test), n, repeats)
+        kernel, _ = _median_rate(lambda: ours(g_kernel), n, repeats)
         if peer is not None:
             peer()  # warm-up
             other, _ = _median_rate(peer, n, opendp_repeats)
@@ -130,7 +148,8 @@ def run(n: int, repeats: int, opendp_repeats: int) -> str:
             other_s, ratio = "n/a", "n/a"
         summary[key] = prod
         rows.append(
-            f"| {name} | {label} | {prod / 1e6:.2f} | {prod_wall / 1e6:.2f} | {test / 1e6:.2f} | {other_s} "
+            f"| {name} | {label} | {prod / 1e6:.2f} | {prod_wall / 1e6:.2f} | {test / 1e6:.2f} "
+            f"| {kernel / 1e6:.2f} | {prod / kernel:.2f}× | {other_s} "
             f"| {ratio} | {setup:.0f} |"
         )
         print(rows[-1], file=sys.stderr, flush=True)
@@ -207,8 +226,9 @@ def run(n: int, repeats: int, opendp_repeats: int) -> str:
         "Notes:",
         "- Per-core figures are CPU time of this single-threaded process. On a busy shared machine the wall "
         "clock also counts time spent waiting for a core (the wall column); on an idle core the two agree.",
-        "- CSPRNG mode reads `os.urandom` (kernel ChaCha20), which is roughly 40% of its CPU time here; the "
-        "seeded column (PCG64) shows the sampler arithmetic alone.",
+        "- CSPRNG mode reads OpenSSL's DRBG (`ssl.RAND_bytes`, AES-256 CTR_DRBG seeded by the OS); the "
+        "`os.urandom` column is the same samplers reading the kernel CSPRNG (`getrandom`), the production source "
+        "before session 16; the seeded column (PCG64) shows the sampler arithmetic alone.",
         "- OpenDP gets σ (or b) as a float; its time includes the Python → Rust vector round trip, which on its "
         "own (FFI-only line) costs a few percent of OpenDP's sampling time.",
         "- Setup builds the exact per-scale threshold tables once (big-integer interval arithmetic; cached "

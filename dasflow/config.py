@@ -24,8 +24,8 @@ RELEASE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class RngConfig(BaseModel):
-    """``production``: the OS CSPRNG. ``test``: the seeded generator (the release is marked as a test release
-    and can never be published as production)."""
+    """``production``: the CSPRNG (OpenSSL's DRBG, seeded by the OS). ``test``: the seeded generator (the release
+    is marked as a test release and can never be published as production)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     mode: Literal["production", "test"] = "production"

@@ -5,7 +5,7 @@ demo names none itself. The synthetic data are generated once into the store (``
 product's public files moved to ``public/`` and its derived public files written by its ``demo_public``) and the
 release id depends only on the demo's parameters, so running the demo again on the same store resumes the
 release instead of measuring anything twice. ``seed`` makes a seeded TEST release (same seed, same bytes);
-without it the noise comes from the OS CSPRNG.
+without it the noise comes from the CSPRNG (OpenSSL's DRBG, seeded by the OS).
 """
 
 from __future__ import annotations

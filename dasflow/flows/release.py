@@ -132,7 +132,7 @@ def release_flow(config: dict[str, Any], require_approval: bool = False) -> dict
     many run at a time as it has threads (one by default, so that one product's data is in memory at a time,
     as a national run needs; ``run_release(product_lanes=...)``). They are independent once the plan is
     frozen: each measures only its own planned keys, each key under its own create-only ledger entries, with
-    noise that depends on no other draw (the OS CSPRNG, or in test mode a generator derived from seed and key
+    noise that depends on no other draw (the CSPRNG, or in test mode a generator derived from seed and key
     alone), so the release bytes do not depend on how many run at once, or in which order. After a failure no
     further product starts (those running finish, all of it resumable) and the first failure (in start order)
     is raised."""

@@ -64,7 +64,7 @@ class ReleaseParameters(BaseModel):
     cap_rho: str = Field(default="7", pattern=r"^[0-9]+(\.[0-9]+)?(/[0-9]+)?$",
                          description="the release's privacy cap, zCDP rho, exact (e.g. 7 or 6.2 or 31/5)")
     rng_mode: Literal["production", "test"] = Field(default="production",
-                                                    description="production: OS CSPRNG; test: seeded (never "
+                                                    description="production: CSPRNG; test: seeded (never "
                                                                 "publishable as production)")
     seed: int | None = Field(default=None, description="test mode only: the seed")
 

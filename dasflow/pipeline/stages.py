@@ -247,7 +247,8 @@ def load_prepared(ctx: RunContext, product: str) -> Mapping[str, pd.DataFrame]:
 
 
 def base_rng(ctx: RunContext) -> rng.Generator:
-    """Production: the OS CSPRNG. Test releases: the seeded generator (noise per key derived from seed+key)."""
+    """Production: the CSPRNG (OpenSSL's DRBG). Test releases: the seeded generator (noise per key derived from
+    seed+key)."""
     if ctx.config.rng.mode == "test":
         assert ctx.config.rng.seed is not None
         return rng.seeded(ctx.config.rng.seed)

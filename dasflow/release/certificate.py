@@ -21,7 +21,7 @@ from fractions import Fraction
 from typing import Any
 
 from dasflow.pipeline.run import RunContext, code_version
-from dasflow.privacy import accounting
+from dasflow.privacy import accounting, rng
 from dasflow.privacy.ledger import frac_str, spec_from_record
 from dasflow.release.account_section import account_blocks
 from dasflow.release.document import Block, Bullets, Heading, Para, Table, to_html, to_markdown
@@ -111,7 +111,7 @@ def certificate_blocks(ctx: RunContext) -> list[Block]:
     if cfg.is_test:
         blocks.append(Para(TEST_BANNER, strong=True))
     randomness = (f"seeded test generator (seed {cfg.rng.seed}) — TEST mode" if cfg.is_test
-                  else "OS CSPRNG — production mode")
+                  else f"CSPRNG: {rng.SOURCE} — production mode")
     cap = plan["cap"]
     total = _total(entries)
     spent = ctx.ledger.spent()

@@ -1,4 +1,4 @@
-"""The production path end to end: both samplers driven by the OS CSPRNG (ST9, W9, R9, P1).
+"""The production path end to end: both samplers driven by the production CSPRNG (ST9, W9, R9, P1).
 
 Not seeded, so not deterministic: each of the 6 assertions fails with probability 1e-6 (ALPHA), i.e. this test
 fails spuriously about once in 170,000 runs. It is the one test allowed to use production randomness.

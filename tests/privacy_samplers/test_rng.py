@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import ssl
 
 import numpy as np
 import pytest
@@ -24,15 +25,19 @@ def test_st9_modes() -> None:
     assert rng.seeded(7).spawn("a").mode == "test"
 
 
-def test_st9_csprng_reads_os_urandom(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_st9_csprng_reads_openssl_drbg(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
-    real = os.urandom
+    real = ssl.RAND_bytes
 
     def spy(n: int) -> bytes:
         calls.append(n)
         return real(n)
 
-    monkeypatch.setattr(os, "urandom", spy)
+    def kernel(n: int) -> bytes:
+        raise AssertionError("the production generator must not read os.urandom")
+
+    monkeypatch.setattr(ssl, "RAND_bytes", spy)
+    monkeypatch.setattr(os, "urandom", kernel)
     g = rng.csprng()
     words = g.uint64(1000)
     assert words.dtype == np.uint64 and words.shape == (1000,)
@@ -42,6 +47,58 @@ def test_st9_csprng_reads_os_urandom(monkeypatch: pytest.MonkeyPatch) -> None:
     half = g.uint32(7)
     assert half.dtype == np.uint32 and half.shape == (7,)
     assert calls[1:] == [3, 5, 28]
+    assert g.random_bytes(0) == b"" and g.uint64(0).shape == (0,)
+
+
+def test_csprng_splits_requests_above_openssls_int(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = ssl.RAND_bytes
+
+    def spy(n: int) -> bytes:
+        calls.append(n)
+        return real(n)
+
+    monkeypatch.setattr(ssl, "RAND_bytes", spy)
+    monkeypatch.setattr(rng, "_REQUEST_MAX", 16)
+    data = rng.csprng().random_bytes(40)
+    assert len(data) == 40 and calls == [16, 16, 8]
+    assert len({data[:16], data[16:32]}) == 2  # fresh bytes per request (equal with probability 2**-128)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_csprng_forked_child_never_replays_its_parent() -> None:
+    """OpenSSL reseeds a forked child's DRBG before its first output: parent and child, both drawing right after
+    the fork from the same (already instantiated) generator, get different bytes (equal with prob. 2**-512)."""
+    g = rng.csprng()
+    g.random_bytes(64)  # the DRBG is instantiated and has produced output before the fork
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.write(write_end, g.random_bytes(64))
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    parent = g.random_bytes(64)
+    child = b""
+    while len(child) < 64:
+        chunk = os.read(read_end, 64 - len(child))
+        if not chunk:
+            break
+        child += chunk
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    assert len(child) == 64
+    assert child != parent
+
+
+def test_csprng_bytes_are_uniform() -> None:
+    """Byte values, and pairs (a byte with the next byte's high nibble), of 4 MiB of production output are uniform
+    (not seeded: each of the two assertions fails spuriously with probability ALPHA = 1e-6)."""
+    data = np.frombuffer(rng.csprng().random_bytes(1 << 22), dtype=np.uint8)
+    assert stats.chisquare(np.bincount(data, minlength=256)).pvalue > ALPHA
+    pairs = data[0::2].astype(np.int64) << 4 | data[1::2] >> 4
+    assert stats.chisquare(np.bincount(pairs, minlength=4096)).pvalue > ALPHA
 
 
 def test_csprng_children_are_fresh() -> None:

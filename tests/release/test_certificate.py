@@ -87,7 +87,7 @@ def test_production_release_certificate_and_declared_invariants(tmp_path: Path,
     md, page = certificate(ctx)
     assert md.startswith("# Privacy certificate: release `r1`")
     assert "TEST RELEASE" not in md and "TEST RELEASE" not in page
-    assert "OS CSPRNG — production mode" in md
+    assert "CSPRNG: OpenSSL CTR_DRBG (AES-256), seeded by the OS — production mode" in md
     assert "- counts: the number of states (public)" in md
 
 

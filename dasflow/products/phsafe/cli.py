@@ -3,7 +3,7 @@
 
 * ``validate``: config + input phases 1–3; exit 0 or 2 (InputError naming file, row, column).
 * ``private``: config and phases 1–2 always (they are what makes the integer conversion safe); phase 3 too with
-  ``--validate`` — all of it before any noise is drawn. Then plan, prepare, measure with the OS CSPRNG, derive,
+  ``--validate`` — all of it before any noise is drawn. Then plan, prepare, measure with the CSPRNG, derive,
   write ``PH1_num.csv`` … atomically; ``--validate-private-output`` re-reads and checks them (R16).
 * ``non-private``: the Census non-private tables (no noise, NO truncation) in the Census's own non-private
   format (:mod:`.nonprivate`): non-empty rows only, total and marginal cells, all three PH1/PH5 denominator

@@ -8,7 +8,7 @@ else the packaged real 2020 files are used). DATA_DIR holds ``person-records.txt
 enabled universe (US, PR — separate runs with separate budgets) stage 1, stage 2, post-processing, and
 ``OUTPUT_DIR/t1/t1_<U>.csv``, ``OUTPUT_DIR/t2/t2_<U>.csv`` (pipe-delimited) plus ``manifest.json`` (Γ, ρ_i, γ, s,
 θ per level, TotalOnly iterations, rng mode). Files are written under a temporary name and renamed; the
-manifest is written last. Noise comes from the OS CSPRNG (production mode).
+manifest is written last. Noise comes from the CSPRNG (production mode).
 
 DATA_DIR may hold the person records split into several files, ``person-records/*.txt`` (e.g. one per state,
 each with the header) instead of ``person-records.txt``: they are then read one file at a time and their counts
