@@ -150,7 +150,8 @@ def _stage_step(config_file: Path, stage: str, product: str) -> dict[str, Any]:
         return {}
     if stage == "order":
         return {"order": stages.largest_first(ctx),
-                "partitioned": [p.name for p in ctx.config.products if stages.partitioner(ctx, p.name) is not None]}
+                "partitioned": [p.name for p in ctx.config.products if stages.partitioner(ctx, p.name) is not None],
+                "batched": [p.name for p in ctx.config.products if stages.measured_in_batches(ctx, p.name)]}
     if stage == "release":
         release_stage(ctx)
         product = "all"
@@ -197,6 +198,51 @@ def _dask_batch(config_file: str, product: str, batch: list[list[str]]) -> dict[
                   "rss_bytes": rss, "first": "/".join(batch[0])}
 
 
+def _dask_measure_batches(config_file: str, product: str) -> list[list[list[str]]]:
+    from dasflow.pipeline import stages
+    return stages.measure_batches(_dask_context(config_file), product)
+
+
+def _dask_measure_batch(config_file: str, product: str, batch: list[list[str]]) -> dict[str, Any]:
+    from dasflow.pipeline import stages
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = stages.measure_batch(_dask_context(config_file), product, batch)
+    return out | {"pid": os.getpid(), "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
+                  "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "first": "/".join(batch[0])}
+
+
+def _local_cluster(workers: int) -> Any:
+    """A ``LocalCluster`` of ``workers`` single-threaded worker processes with the release flow's settings."""
+    from distributed import LocalCluster
+
+    from dasflow.flows.release import WORKER_THREADS
+    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,  # type: ignore[no-untyped-call]
+                        host="127.0.0.1", dashboard_address=None, env=WORKER_THREADS)
+
+
+def _dask_measure(config_file: Path, product: str, workers: int) -> dict[str, Any]:
+    """A segmented product's measurements drawn ahead on a Dask ``LocalCluster`` of ``workers`` workers, as
+    ``dasflow run --task-runner dask`` maps them (``measure_batches``: one batch of segments per state, largest
+    first, each measure-once in the ledger, nothing committed); the ``measure`` stage then commits every key.
+    The process's wait4 usage covers the scheduler, nannies and workers."""
+    import dask
+    from distributed import Client
+
+    from dasflow.flows.release import WORKER_DASK_CONFIG
+    t0 = time.perf_counter()
+    with dask.config.set(WORKER_DASK_CONFIG), _local_cluster(workers) as cluster, \
+            Client(cluster) as client:  # type: ignore[no-untyped-call]
+        batches = client.submit(_dask_measure_batches, str(config_file), product, pure=False).result()
+        done = client.gather([client.submit(_dask_measure_batch, str(config_file), product, b, pure=False,
+                                            priority=-i) for i, b in enumerate(batches)])
+    return {"batches": len(done), "segments": sum(d["segments"] for d in done),
+            "drawn": sum(d["drawn"] for d in done), "processes": len({d["pid"] for d in done}),
+            "batch_cpu_s": round(sum(d["cpu_s"] for d in done), 2),
+            "worker_peak_rss_bytes": max((d["peak_rss_bytes"] for d in done), default=0),
+            "wall_seconds": time.perf_counter() - t0}
+
+
 def _dask_post(config_file: Path, product: str, workers: int) -> dict[str, Any]:
     """A partitioned product's post-processing parts on a Dask ``LocalCluster`` of ``workers`` single-threaded
     worker processes, as ``dasflow run --task-runner dask`` maps them (``task_waves``: waves of batches; the
@@ -204,18 +250,17 @@ def _dask_post(config_file: Path, product: str, workers: int) -> dict[str, Any]:
     with the release flow's worker settings. Every worker plans the waves at once (each loads the public
     inputs its parts share). The process's wait4 usage covers the scheduler, nannies and workers."""
     import dask
-    from distributed import Client, LocalCluster, wait
+    from distributed import Client, wait
 
-    from dasflow.flows.release import WORKER_DASK_CONFIG, WORKER_THREADS
+    from dasflow.flows.release import WORKER_DASK_CONFIG
     t0 = time.perf_counter()
-    with dask.config.set(WORKER_DASK_CONFIG), LocalCluster(  # type: ignore[no-untyped-call]
-            n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
-            env=WORKER_THREADS) as cluster, Client(cluster) as client:  # type: ignore[no-untyped-call]
+    with dask.config.set(WORKER_DASK_CONFIG), _local_cluster(workers) as cluster, \
+            Client(cluster) as client:  # type: ignore[no-untyped-call]
         addresses = sorted(client.nthreads())
         plans = [client.submit(_dask_waves, str(config_file), product, workers, workers=[a], pure=False)
                  for a in addresses]
         waves = plans[0].result()
-        wait(plans)
+        wait(plans)  # type: ignore[no-untyped-call]
         batches: list[dict[str, Any]] = []
         for wave in waves:
             batches += client.gather([client.submit(_dask_batch, str(config_file), product, b, pure=False)
@@ -305,7 +350,7 @@ def run_size(persons: int, workdir: Path, keep: bool, *, production: bool = Fals
         row = {"stage": stage, "product": product, **r}
         if "cpu_seconds" in m:
             row |= {"stage_wall_s": round(m["wall_seconds"], 2), "stage_cpu_s": round(m["cpu_seconds"], 2)}
-        if stage == "postprocess-parts":
+        if stage in ("postprocess-parts", "measure-batches"):
             row["dask"] = m
         rows.append(row)
         print(f"  {stage:<11} {product:<10} {row.get('stage_wall_s', r['process_wall_s']):8.2f} s wall "
@@ -327,6 +372,7 @@ def run_size(persons: int, workdir: Path, keep: bool, *, production: bool = Fals
         if lanes > 1:  # the largest plan first, as the release flow starts them
             products = order["order"]
         split = set(order["partitioned"]) if dask_workers else set()
+        batched = set(order["batched"]) if dask_workers else set()
         root = store_dir / "runs" / raw["release_id"]
         measured: list[str] = []
         lock = threading.Lock()
@@ -335,6 +381,8 @@ def run_size(persons: int, workdir: Path, keep: bool, *, production: bool = Fals
             for stage in ("preprocess", "measure", "postprocess"):
                 if stage == "postprocess" and p in split:  # its parts on the Dask cluster; the stage combines
                     step("postprocess-parts", p, ["dask-post", str(config_file), p, str(dask_workers)])
+                if stage == "measure" and p in batched:  # its segments on the Dask cluster; the stage commits
+                    step("measure-batches", p, ["dask-measure", str(config_file), p, str(dask_workers)])
                 step(stage, p, ["stage", str(config_file), stage, p])
                 if stage == "measure" and prune_prepared:
                     shutil.rmtree(root / "prepared" / p, ignore_errors=True)
@@ -485,6 +533,8 @@ def _worker(argv: list[str]) -> None:
         out = _synth_step(Path(argv[1]), int(argv[2]))
     elif argv[0] == "config":
         out = release_config(Path(argv[1]), int(argv[2]), production=argv[3:] == ["production"])
+    elif argv[0] == "dask-measure":
+        out = _dask_measure(Path(argv[1]), argv[2], int(argv[3]))
     elif argv[0] == "dask-post":
         out = _dask_post(Path(argv[1]), argv[2], int(argv[3]))
     elif argv[0] == "baseline":

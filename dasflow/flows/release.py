@@ -26,6 +26,8 @@ from dasflow.io.store import LocalStore, open_store
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import candidate_context, code_version, freeze_config, open_run
 from dasflow.tasks.stages import (
+    measure_batch_task,
+    measure_batches_task,
     measure_task,
     plan_task,
     postprocess_batch_task,
@@ -49,10 +51,21 @@ def product_flow(release_id: str, store_uri: str, product: str) -> dict[str, Any
     post-processing comes in independent parts (TopDown: per state, per family of parents) has them grouped
     into batches sized for the worker slots (``task_waves``), each wave's batches mapped onto the runner; they
     read and write their parts in the store (only small summaries travel through the scheduler). The
-    post-process task, on the runner too, then combines the stored parts."""
+    post-process task, on the runner too, then combines the stored parts.
+
+    On a Dask cluster a segmented product's measurements (TopDown's keys below the state level) are drawn first
+    on the workers, in batches of segments by state (``measure_batches``; each segment measure-once in the
+    ledger, nothing committed); the measure task then commits every key, drawing only what no batch drew. On
+    threads the measure task draws everything itself (one state's counts in memory at a time)."""
     prepared = preprocess_task(release_id, store_uri, product)
-    measured = measure_task(release_id, store_uri, product)
     slots, processes = _worker_slots()
+    drawn_ahead: list[dict[str, Any]] = []
+    if processes != [None]:
+        segments = measure_batches_task(release_id, store_uri, product)
+        if segments:
+            drawn_ahead = measure_batch_task.map(unmapped(release_id), unmapped(store_uri), unmapped(product),
+                                                 segments).result()
+    measured = measure_task(release_id, store_uri, product)
     plans = []
     for address in processes:
         with _pinned(address):
@@ -66,6 +79,7 @@ def product_flow(release_id: str, store_uri: str, product: str) -> dict[str, Any
         plan.wait()
     files = product_release_task(release_id, store_uri, product)
     return {"preprocess": prepared, "measure": measured, "postprocess": post, "release_files": files,
+            "measure_batches": len(drawn_ahead), "measure_processes": sorted({b["process"] for b in drawn_ahead}),
             "postprocess_parts": sum(b["parts"] for b in batches), "postprocess_batches": len(batches),
             "part_processes": sorted({b["process"] for b in batches})}
 

@@ -258,13 +258,7 @@ def base_rng(ctx: RunContext) -> rng.Generator:
 def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progress) -> dict[str, Any]:
     """Measure every planned key of the product exactly once (the ledger's protocol)."""
     meter = StageMeter.start()
-    plan = ctx.ledger.plan()
-    pairs = planned(ctx, product)
-    missing = [s.key for s, _ in pairs if s.key not in plan]
-    if missing:
-        raise LedgerRefusal(f"{product}: keys not in the frozen plan: {missing[:5]}; refused before any noise")
-    ctx.bind_inputs()  # every NMF drawn or reused here must belong to the current confidential inputs
-    account.require_reserved(ctx.store, ctx.config.account, ctx.release_id)
+    pairs = _measure_guard(ctx, product)
     cache: dict[str, Mapping[str, pd.DataFrame]] = {}  # prepared frames, loaded only if something is drawn
     plugin = ctx.plugin(product)
     g = base_rng(ctx)
@@ -340,6 +334,104 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
         write_manifest(ctx, "measure", product, _measurement_hashes(ctx, product), {},
                        {"inputs_sha256": ctx.ledger.binding["inputs_sha256"], "metrics": meter.read()})
     return {"product": product, "keys": len(pairs), "drawn_now": drawn, "rng_mode": g.mode}
+
+
+def _measure_guard(ctx: RunContext, product: str) -> list[tuple[MeasurementSpec, MeasurementSpec]]:
+    """What must hold before any of the product's noise is drawn: every planned key in the frozen plan, the
+    ledger bound to the current confidential inputs, the release's budget reserved in its account. Returns
+    the plan's (ledger spec, product spec) pairs."""
+    plan = ctx.ledger.plan()
+    pairs = planned(ctx, product)
+    missing = [s.key for s, _ in pairs if s.key not in plan]
+    if missing:
+        raise LedgerRefusal(f"{product}: keys not in the frozen plan: {missing[:5]}; refused before any noise")
+    ctx.bind_inputs()  # every NMF drawn or reused here must belong to the current confidential inputs
+    account.require_reserved(ctx.store, ctx.config.account, ctx.release_id)
+    return pairs
+
+
+def _in_batches(ctx: RunContext, product: str) -> SegmentedMeasure | None:
+    """The product object if its keys may be drawn segment by segment in any order (segmented, and not
+    adaptive: no key reads an earlier key's measurement); else None."""
+    obj = ctx.plugin(product).product(ctx.product_config(product))
+    if not isinstance(obj, SegmentedMeasure) or any(
+            hasattr(obj, name) for name in ("measure_adaptive", "measure_segment_adaptive")):
+        return None
+    return obj
+
+
+def measured_in_batches(ctx: RunContext, product: str) -> bool:
+    """Whether the product's segments may be drawn in batches ahead of its measure stage (:func:`measure_batches`;
+    they are once its preprocess is partitioned)."""
+    return _in_batches(ctx, product) is not None
+
+
+def _segmented(ctx: RunContext, product: str) -> SegmentedMeasure | None:
+    """The product object if it is measured in batches and its preprocess is partitioned; else None."""
+    obj = _in_batches(ctx, product)
+    if obj is None:
+        return None
+    record = manifest_if_current(ctx, "preprocess", product, input_hashes(ctx))
+    return obj if record is not None and "partitions" in record else None
+
+
+def measure_batches(ctx: RunContext, product: str) -> list[list[list[str]]]:
+    """The product's segments to draw ahead of its measure stage on parallel workers (:func:`measure_batch`),
+    as batches of ``[ledger key, segment]``: every segment of every segmented key not yet committed, grouped by
+    the preprocessing partitions holding its counts (a worker reads a state's frames once for all keys), the
+    batches with the most segments first; keys in plan order within a batch. Empty when the product is not
+    segmented, is adaptive, or was not preprocessed in partitions (the measure stage then draws everything).
+    Public: segments and partitions come from the plan and the public spine."""
+    obj = _segmented(ctx, product)
+    if obj is None:
+        return []
+    groups: dict[tuple[str, ...], list[list[str]]] = {}
+    for spec, native in planned(ctx, product):
+        segments = obj.segments(native)
+        if not segments or ctx.ledger.committed(spec.key) is not None:
+            continue
+        for segment in segments:
+            parts = obj.segment_parts(native, segment)
+            groups.setdefault(tuple(parts) if parts is not None else (), []).append([spec.key, segment])
+    return sorted(groups.values(), key=len, reverse=True)
+
+
+def measure_batch(ctx: RunContext, product: str, batch: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """Draw one batch of :func:`measure_batches` (``ledger.draw_segments``: measure-once per segment, nothing
+    committed); the measure stage then commits every key, drawing only the segments no batch drew (a batch that
+    failed). Any number of batches may run at once, on any workers, in any order, and again after a crash: each
+    segment is stored once, and its noise is spawned from its key and segment alone, so the NMFs are the same
+    bytes however the batches ran (test mode). Returns how many segments it drew now."""
+    pairs = {spec.key: (spec, native) for spec, native in _measure_guard(ctx, product)}
+    obj = _segmented(ctx, product)
+    if obj is None:
+        raise InputError(f"{product}: its measurements are not drawn in batches")
+    unknown = sorted({key for key, _ in batch} - set(pairs))
+    if unknown:
+        raise LedgerRefusal(f"{product}: {unknown[:3]} are not planned keys; refused before any noise")
+    prepared = load_prepared(ctx, product)
+    assert isinstance(prepared, PartitionedPrepared)  # _segmented: a partitioned preprocess
+    g = base_rng(ctx)
+    attempt = new_token()
+    frames: dict[tuple[str, ...], Mapping[str, pd.DataFrame]] = {}
+    by_key: dict[str, list[str]] = {}
+    for key, segment in batch:
+        by_key.setdefault(key, []).append(segment)
+    drawn = 0
+    for key in (k for k in pairs if k in by_key):  # plan order
+        spec, native = pairs[key]
+        segments = obj.segments(native) or []
+
+        def draw(segment: str, spec: MeasurementSpec = spec, native: MeasurementSpec = native) -> NoisyMeasurement:
+            parts = obj.segment_parts(native, segment)
+            held = tuple(parts) if parts is not None else ()
+            if held not in frames:
+                frames.clear()
+                frames[held] = prepared if parts is None else prepared.partitions(parts)
+            return obj.measure_segment(frames[held], native, segment, g.spawn(spec.key))
+
+        drawn += ctx.ledger.draw_segments(spec, segments, by_key[key], draw, attempt=attempt)
+    return {"segments": len(batch), "drawn": drawn}
 
 
 def measure_one(product: Any, prepared: Mapping[str, pd.DataFrame], spec: MeasurementSpec, g: rng.Generator,

@@ -296,27 +296,14 @@ class Ledger:
         drawn), and its result is written and dropped before the next segment is drawn. A committed key returns
         its index (verified against the commit) without reading a segment. Privacy: the segments partition the
         key's measured units, each unit's noise is drawn once, so the key spends its planned budget once."""
-        planned = self.plan().get(spec.key)
-        if planned is None:
-            raise LedgerRefusal(f"unplanned measurement {spec.key!r}: refused before any noise")
-        if planned != spec_record(spec):
-            raise LedgerRefusal(f"measurement {spec.key!r} differs from its frozen plan entry: refused")
-        bad = [s for s in segments if not SEGMENT_ID.fullmatch(s)]
-        if bad or len(set(segments)) != len(segments) or not segments:
-            raise LedgerRefusal(f"{spec.key!r}: segments must be distinct path segments, at least one: {bad[:3]}")
+        planned = self._planned_segments(spec, segments)
         commit = self.committed(spec.key)
         if commit is not None:
             found = self.segments(spec, commit)
             if found is None:
                 raise IntegrityError(f"{self.store.uri}/{commit.nmf_key}: {spec.key!r} was committed unsegmented")
             return found, 0
-        faults.point(f"measure:before-reserve:{spec.key}")
-        self.store.put_if_absent(
-            self._entry(spec.key, "reserved"),
-            _dumps({"key": spec.key, "attempt": attempt, "host": socket.gethostname(), "pid": os.getpid(),
-                    "time": time.time(), "segments": list(segments)}),
-        )
-        faults.point(f"measure:after-reserve:{spec.key}")
+        self._reserve_segmented(spec, segments, attempt)
         index_key = self.nmf_key(spec.key)
         drawn = 0
         written = False
@@ -351,6 +338,48 @@ class Ledger:
                 raise LedgerRefusal(f"conflicting commit for {spec.key!r}: refused")
         faults.point(f"measure:after-commit:{spec.key}")
         return entries, drawn
+
+    def draw_segments(
+        self, spec: MeasurementSpec, segments: Sequence[str], subset: Sequence[str],
+        draw: Callable[[str], NoisyMeasurement], *, attempt: str
+    ) -> int:
+        """Draw some of a segmented key's segments ahead of its commit (several workers, each its own subset);
+        returns how many were drawn now. Each segment follows the same measure-once protocol as in
+        :meth:`measure_segmented` (reused if stored, refused if drawn but gone, else drawn and written
+        create-only with its entry); nothing is committed: :meth:`measure_segmented` later finds the segments
+        stored and commits the key's index. A committed key draws nothing. Privacy: unchanged — one stored
+        object per segment whoever draws it (a concurrent loser's draw is discarded unseen), so each unit of the
+        key is noised once and the key spends its planned budget once."""
+        self._planned_segments(spec, segments)
+        unknown = sorted(set(subset) - set(segments))
+        if unknown:
+            raise LedgerRefusal(f"{spec.key!r}: {unknown[:3]} are not segments of the key: refused before any noise")
+        if self.committed(spec.key) is not None:
+            return 0
+        self._reserve_segmented(spec, segments, attempt)
+        return sum(int(self._segment_once(spec, segment, draw)[2]) for segment in subset)
+
+    def _planned_segments(self, spec: MeasurementSpec, segments: Sequence[str]) -> dict[str, Any]:
+        """The key's frozen plan entry, checked against ``spec``; ``segments`` checked as distinct path segments."""
+        planned = self.plan().get(spec.key)
+        if planned is None:
+            raise LedgerRefusal(f"unplanned measurement {spec.key!r}: refused before any noise")
+        if planned != spec_record(spec):
+            raise LedgerRefusal(f"measurement {spec.key!r} differs from its frozen plan entry: refused")
+        bad = [s for s in segments if not SEGMENT_ID.fullmatch(s)]
+        if bad or len(set(segments)) != len(segments) or not segments:
+            raise LedgerRefusal(f"{spec.key!r}: segments must be distinct path segments, at least one: {bad[:3]}")
+        return planned
+
+    def _reserve_segmented(self, spec: MeasurementSpec, segments: Sequence[str], attempt: str) -> None:
+        """Reserve a segmented key (create-only; an earlier reservation, or a concurrent worker's, stands)."""
+        faults.point(f"measure:before-reserve:{spec.key}")
+        self.store.put_if_absent(
+            self._entry(spec.key, "reserved"),
+            _dumps({"key": spec.key, "attempt": attempt, "host": socket.gethostname(), "pid": os.getpid(),
+                    "time": time.time(), "segments": list(segments)}),
+        )
+        faults.point(f"measure:after-reserve:{spec.key}")
 
     def _segment_once(self, spec: MeasurementSpec, segment: str, draw: Callable[[str], NoisyMeasurement]
                       ) -> tuple[Segment, str, bool]:

@@ -89,6 +89,19 @@ def measure_task(release_id: str, store_uri: str, product: str) -> dict[str, Any
     return stages.measure_stage(ctx, product, progress_reporter(artifact_id))
 
 
+@task(name="measure-batches", **TASK_OPTS)
+def measure_batches_task(release_id: str, store_uri: str, product: str) -> list[list[list[str]]]:
+    """The product's segments to draw on the workers before its measure task, in batches (empty: none)."""
+    return stages.measure_batches(_shared_run(release_id, store_uri), product)
+
+
+@task(name="measure-batch", task_run_name="measure-{product}-{batch[0][1]}", **TASK_OPTS)
+def measure_batch_task(release_id: str, store_uri: str, product: str, batch: list[list[str]]) -> dict[str, Any]:
+    """One batch of segments drawn measure-once on a worker (nothing committed; the measure task commits): it
+    reads its partitions' counts from the store and writes its NMF segments there, returning a small summary."""
+    return stages.measure_batch(_shared_run(release_id, store_uri), product, batch) | {"process": os.getpid()}
+
+
 #: seconds between two updates of a progress artifact (the last key always updates it)
 PROGRESS_SECONDS = 2.0
 

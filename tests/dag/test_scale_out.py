@@ -11,16 +11,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from dasflow.config import parse_release_config
-from dasflow.errors import IntegrityError
+from dasflow.errors import InputError, IntegrityError, LedgerRefusal
 from dasflow.io.store import LocalStore, ObjectStore, S3Store
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import freeze_config, open_run
 from dasflow.products.topdown.partitioned import PartitionedTopDown
 from dasflow.release.stage import release_stage
-from tests.dag.helpers import release_files, topdown_release
+from tests.dag.helpers import local_release, release_files, topdown_release
 from tests.dag.test_pipeline import run_all
 from tests.servers import KEY, SECRET, free_port, make_bucket, moto_server, s3_client
 
@@ -134,6 +135,93 @@ def test_parts_equal_the_single_process_estimator_for_the_detailed_strategy(tmp_
         assert np.array_equal(whole[level].to_numpy(), got.to_numpy()), level
 
 
+def _nmf_tables(store_dir: Path, release_id: str) -> dict[str, pd.DataFrame]:
+    """Every stored NMF object of a release (segments, indexes, whole keys) as its table, metadata aside (the
+    binding in the metadata names the store, which differs between two test directories)."""
+    base = store_dir / "runs" / release_id / "measurements"
+    return {p.relative_to(base).as_posix(): pq.read_table(p).replace_schema_metadata(None).to_pandas()
+            for p in sorted(base.rglob("*.parquet"))}
+
+
+def _ready_to_measure(tmp: Path, release_id: str) -> tuple[Path, object]:
+    raw = topdown_release(tmp, release_id, segment_blocks=12,
+                          states=("44", "11", "10", "09", "02", "56", "50", "38", "46"), persons=8000)
+    ctx = freeze_config(parse_release_config(raw), LocalStore(tmp / "store"))
+    stages.validate_stage(ctx, "topdown")
+    stages.plan_stage(ctx)
+    stages.preprocess_stage(ctx, "topdown")
+    return tmp / "store", ctx
+
+
+def test_measurement_batches_drawn_in_any_order_and_after_a_failure_give_the_serial_nmfs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TopDown's segments drawn ahead of the measure stage in batches by state (as Dask workers draw them): one
+    batch failing mid-way, then all of them in reverse order, one of them twice; the measure stage then commits
+    every key. Each segment is drawn exactly once, and the NMFs equal the serial measure stage's."""
+    ref_dir, ref = _ready_to_measure(tmp_path / "serial", "batches")
+    stages.measure_stage(ref, "topdown")  # type: ignore[arg-type]
+    expected = _nmf_tables(ref_dir, "batches")
+    store_dir, ctx = _ready_to_measure(tmp_path / "batched", "batches")
+    batches = stages.measure_batches(ctx, "topdown")  # type: ignore[arg-type]
+    pairs = [tuple(pair) for batch in batches for pair in batch]
+    assert len(pairs) == len(set(pairs)) and len(batches) >= 5
+    obj = ctx.plugin("topdown").product(ctx.product_config("topdown"))  # type: ignore[attr-defined]
+    keyed = {spec.key: native for spec, native in stages.planned(ctx, "topdown")}  # type: ignore[arg-type]
+    wanted = {(key, seg) for key, native in keyed.items() for seg in obj.segments(native) or []}
+    assert set(pairs) == wanted  # every segment of every segmented key, once
+    for batch in batches:  # a batch is the segments of one set of partitions (a state, or a run of small ones)
+        assert len({tuple(obj.segment_parts(keyed[k], s)) for k, s in batch}) == 1
+    assert [len(b) for b in batches] == sorted((len(b) for b in batches), reverse=True)
+    assert any("." in s for _, s in pairs)  # county chunks of a large state are drawn too
+
+    real = obj.measure_segment
+    calls: list[str] = []
+
+    def lost_worker(prepared, spec, segment, g):  # type: ignore[no-untyped-def]
+        calls.append(segment)
+        if len(calls) == 2:
+            raise OSError("worker lost")
+        return real(prepared, spec, segment, g)
+
+    monkeypatch.setattr(obj, "measure_segment", lost_worker)
+    with pytest.raises(OSError, match="worker lost"):
+        stages.measure_batch(ctx, "topdown", batches[0])  # type: ignore[arg-type]
+    monkeypatch.undo()
+    drawn = [stages.measure_batch(ctx, "topdown", b)["drawn"] for b in reversed(batches)]  # type: ignore[arg-type]
+    assert sum(drawn) == len(pairs) - 1  # the segment stored before the failure is reused, never redrawn
+    assert stages.measure_batch(ctx, "topdown", batches[0]) == {"segments": len(batches[0]), "drawn": 0}  # type: ignore[arg-type]
+    out = stages.measure_stage(ctx, "topdown")  # type: ignore[arg-type]
+    unsegmented = sum(1 for native in keyed.values() if not obj.segments(native))
+    assert out["drawn_now"] == unsegmented  # only the keys at and above the state level are drawn here
+    got = _nmf_tables(store_dir, "batches")
+    assert sorted(got) == sorted(expected)
+    for name, table in expected.items():
+        pd.testing.assert_frame_equal(got[name], table, obj=name)
+    assert stages.measure_batches(ctx, "topdown") == []  # type: ignore[arg-type]  # every key committed
+    assert stages.measure_batch(ctx, "topdown", batches[-1])["drawn"] == 0  # type: ignore[arg-type]
+    with pytest.raises(LedgerRefusal, match="not planned"):
+        stages.measure_batch(ctx, "topdown", [["topdown/nope", "44"]])  # type: ignore[arg-type]
+    spec = next(s for s, n in stages.planned(ctx, "topdown") if obj.segments(n))  # type: ignore[arg-type]
+    with pytest.raises(LedgerRefusal, match="not segments of the key"):
+        ctx.ledger.draw_segments(spec, obj.segments(keyed[spec.key]), ["99"], real,  # type: ignore[attr-defined]
+                                 attempt="x")
+
+
+def test_only_segmented_non_adaptive_products_are_measured_in_batches(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    store, cfg = local_release(tmp_path / "counts")
+    ctx = freeze_config(cfg, store)
+    run_all(ctx)
+    assert stages.measure_batches(ctx, "counts") == []  # not segmented
+    with pytest.raises(InputError, match="not drawn in batches"):
+        stages.measure_batch(ctx, "counts", [["counts/x", "01"]])
+    _, td = _ready_to_measure(tmp_path / "adaptive", "adaptive")
+    obj = td.plugin("topdown").product(td.product_config("topdown"))  # type: ignore[attr-defined]
+    assert stages.measure_batches(td, "topdown")  # type: ignore[arg-type]
+    monkeypatch.setattr(obj, "measure_segment_adaptive", lambda *a: None, raising=False)
+    assert stages.measure_batches(td, "topdown") == []  # type: ignore[arg-type]  # a later key reads an earlier one
+
+
 @pytest.mark.slow
 def test_dask_local_cluster_gives_byte_identical_release_files(tmp_path: Path) -> None:
     """The same release through the Prefect flow on the thread runner and on a 2-worker
@@ -141,15 +229,23 @@ def test_dask_local_cluster_gives_byte_identical_release_files(tmp_path: Path) -
     from dasflow.flows.release import run_release
 
     results = {}
+    nmfs: dict[str, dict[str, pd.DataFrame]] = {}
     for runner in ("thread", "dask"):
         raw = topdown_release(tmp_path / runner, "scale-out", segment_blocks=12) | {"task_runner": runner}
         out = run_release(parse_release_config(raw))["products"]["topdown"]
         assert out["postprocess_parts"] >= 4
         # threads run the parts in this process; Dask on the cluster's worker processes
         assert (out["part_processes"] == [os.getpid()]) == (runner == "thread"), out["part_processes"]
+        # on Dask the segments are drawn on the workers first; on threads the measure task draws them all
+        assert (out["measure_batches"] > 0) == (runner == "dask"), out["measure_batches"]
+        assert os.getpid() not in out["measure_processes"]
         results[runner] = release_files(tmp_path / runner / "store", "scale-out")
+        nmfs[runner] = _nmf_tables(tmp_path / runner / "store", "scale-out")
     assert any(n.startswith("topdown/") for n in results["thread"])
     assert results["thread"] == results["dask"]
+    assert sorted(nmfs["thread"]) == sorted(nmfs["dask"])
+    for name, table in nmfs["thread"].items():
+        pd.testing.assert_frame_equal(nmfs["dask"][name], table, obj=name)
 
 
 def test_command_line_execution_settings_override_the_config_not_its_hash(tmp_path: Path) -> None:
