@@ -118,6 +118,9 @@ def _parser(plugins: Sequence[ProductPlugin[Any]] | None = None) -> argparse.Arg
                             help="where mapped tasks run: threads here, or a Dask cluster (overrides the config)")
         parser.add_argument("--dask-address", default=None,
                             help="Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: a local 2-worker cluster)")
+        parser.add_argument("--measure-on-workers", action=argparse.BooleanOptionalAction, default=None,
+                            help="draw TopDown's measurements on the Dask workers, which then read the prepared "
+                                 "counts (default: yes on the local cluster, no at --dask-address)")
     stat = sub.add_parser("status", help="stages done / pending, ledger")
     stat.add_argument("release_id")
     stat.add_argument("--store", default=None)

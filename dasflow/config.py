@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from dasflow.errors import InputError
 
-EXECUTION_FIELDS = ("store", "task_runner", "dask_address", "validation_chunk_rows")
+EXECUTION_FIELDS = ("store", "task_runner", "dask_address", "measure_on_workers", "validation_chunk_rows")
 RELEASE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -95,6 +95,10 @@ class ReleaseConfig(BaseModel):
                                 "(dasflow.privacy.account); required in production RNG mode")
     task_runner: Literal["thread", "dask"] = "thread"
     dask_address: str | None = None
+    measure_on_workers: bool | None = Field(
+        default=None, description="draw a segmented product's measurements on the Dask workers (they then read "
+        "the prepared counts and draw noise); default: yes on the local cluster dasflow starts, no on a cluster at "
+        "dask_address (docs/scale-out.md)")
     validation_chunk_rows: int | None = Field(default=None, ge=1, description="rows per chunk when the validate "
                                               "stage streams an input file (default 1,000,000; docs/validation.md)")
 

@@ -63,7 +63,8 @@ def _report(ctx: RunContext, seconds: float) -> None:
 def _execution(cfg: ReleaseConfig, args: argparse.Namespace) -> ReleaseConfig:
     """The config with the command line's execution settings (not part of the frozen config's hash)."""
     update = {k: v for k, v in (("task_runner", getattr(args, "task_runner", None)),
-                                ("dask_address", getattr(args, "dask_address", None))) if v is not None}
+                                ("dask_address", getattr(args, "dask_address", None)),
+                                ("measure_on_workers", getattr(args, "measure_on_workers", None))) if v is not None}
     if update.get("dask_address") and "task_runner" not in update:
         update["task_runner"] = "dask"
     return cfg.model_copy(update=update) if update else cfg

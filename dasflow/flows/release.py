@@ -41,7 +41,7 @@ from dasflow.tasks.stages import (
 
 
 @flow(name="dasflow-product", flow_run_name="{product}-{release_id}", log_prints=True)
-def product_flow(release_id: str, store_uri: str, product: str) -> dict[str, Any]:
+def product_flow(release_id: str, store_uri: str, product: str, measure_on_workers: bool = False) -> dict[str, Any]:
     """One product of a release: preprocess → measure → post-process → its release files (tables and derived
     files, in this product's lane rather than one after another in the release stage).
 
@@ -53,14 +53,15 @@ def product_flow(release_id: str, store_uri: str, product: str) -> dict[str, Any
     read and write their parts in the store (only small summaries travel through the scheduler). The
     post-process task, on the runner too, then combines the stored parts.
 
-    On a Dask cluster a segmented product's measurements (TopDown's keys below the state level) are drawn first
-    on the workers, in batches of segments by state (``measure_batches``; each segment measure-once in the
-    ledger, nothing committed); the measure task then commits every key, drawing only what no batch drew. On
-    threads the measure task draws everything itself (one state's counts in memory at a time)."""
+    With ``measure_on_workers`` on a Dask cluster, a segmented product's measurements (TopDown's keys below the
+    state level) are drawn first on the workers, in batches of segments by state (``measure_batches``; each
+    segment measure-once in the ledger, nothing committed); the measure task then commits every key, drawing
+    only what no batch drew. Otherwise the measure task draws everything itself (one state's counts in memory
+    at a time)."""
     prepared = preprocess_task(release_id, store_uri, product)
     slots, processes = _worker_slots()
     drawn_ahead: list[dict[str, Any]] = []
-    if processes != [None]:
+    if measure_on_workers and processes != [None]:
         segments = measure_batches_task(release_id, store_uri, product)
         if segments:
             drawn_ahead = measure_batch_task.map(unmapped(release_id), unmapped(store_uri), unmapped(product),
@@ -113,7 +114,8 @@ def product_task(config: dict[str, Any], store_uri: str, product: str) -> dict[s
     """One product's subflow (:func:`product_flow`) as a task of the release flow, so that several products can
     run side by side; its own tasks run on the release's task runner (threads or the Dask cluster)."""
     cfg = parse_release_config(config)
-    return product_flow.with_options(task_runner=task_runner(cfg))(cfg.release_id, store_uri, product)
+    return product_flow.with_options(task_runner=task_runner(cfg))(cfg.release_id, store_uri, product,
+                                                                   bool(cfg.measure_on_workers))
 
 
 def _no_start_after_a_failure(futures: list[PrefectFuture[Any]]) -> None:
@@ -201,7 +203,8 @@ def _api_url() -> str:
 @contextlib.contextmanager
 def local_dask_cluster(cfg: ReleaseConfig, workers: int = 2) -> Iterator[ReleaseConfig]:
     """``cfg`` with a Dask scheduler address: the configured one, or a ``distributed.LocalCluster`` of
-    ``workers`` single-threaded worker processes on 127.0.0.1 for the duration of the run."""
+    ``workers`` single-threaded worker processes on 127.0.0.1 for the duration of the run — child processes of
+    this one on this machine, so they draw the measurements too unless ``measure_on_workers`` is false."""
     if cfg.task_runner != "dask" or cfg.dask_address:
         yield cfg
         return
@@ -211,7 +214,8 @@ def local_dask_cluster(cfg: ReleaseConfig, workers: int = 2) -> Iterator[Release
     with dask.config.set(WORKER_DASK_CONFIG), LocalCluster(  # type: ignore[no-untyped-call]
             n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
             env=WORKER_THREADS | {"PREFECT_API_URL": _api_url()}) as cluster:
-        yield cfg.model_copy(update={"dask_address": cluster.scheduler_address})
+        yield cfg.model_copy(update={"dask_address": cluster.scheduler_address,
+                                     "measure_on_workers": cfg.measure_on_workers is not False})
 
 
 #: A worker runs one task per thread; numeric libraries must not start their own thread pools on top (they

@@ -8,6 +8,7 @@ import os
 import uuid
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,7 +19,7 @@ from dasflow.config import parse_release_config
 from dasflow.errors import InputError, IntegrityError, LedgerRefusal
 from dasflow.io.store import LocalStore, ObjectStore, S3Store
 from dasflow.pipeline import stages
-from dasflow.pipeline.run import freeze_config, open_run
+from dasflow.pipeline.run import RunContext, freeze_config, open_run
 from dasflow.products.topdown.partitioned import PartitionedTopDown
 from dasflow.release.stage import release_stage
 from tests.dag.helpers import local_release, release_files, topdown_release
@@ -143,7 +144,7 @@ def _nmf_tables(store_dir: Path, release_id: str) -> dict[str, pd.DataFrame]:
             for p in sorted(base.rglob("*.parquet"))}
 
 
-def _ready_to_measure(tmp: Path, release_id: str) -> tuple[Path, object]:
+def _ready_to_measure(tmp: Path, release_id: str) -> tuple[Path, RunContext]:
     raw = topdown_release(tmp, release_id, segment_blocks=12,
                           states=("44", "11", "10", "09", "02", "56", "50", "38", "46"), persons=8000)
     ctx = freeze_config(parse_release_config(raw), LocalStore(tmp / "store"))
@@ -159,14 +160,14 @@ def test_measurement_batches_drawn_in_any_order_and_after_a_failure_give_the_ser
     batch failing mid-way, then all of them in reverse order, one of them twice; the measure stage then commits
     every key. Each segment is drawn exactly once, and the NMFs equal the serial measure stage's."""
     ref_dir, ref = _ready_to_measure(tmp_path / "serial", "batches")
-    stages.measure_stage(ref, "topdown")  # type: ignore[arg-type]
+    stages.measure_stage(ref, "topdown")
     expected = _nmf_tables(ref_dir, "batches")
     store_dir, ctx = _ready_to_measure(tmp_path / "batched", "batches")
-    batches = stages.measure_batches(ctx, "topdown")  # type: ignore[arg-type]
+    batches = stages.measure_batches(ctx, "topdown")
     pairs = [tuple(pair) for batch in batches for pair in batch]
     assert len(pairs) == len(set(pairs)) and len(batches) >= 5
-    obj = ctx.plugin("topdown").product(ctx.product_config("topdown"))  # type: ignore[attr-defined]
-    keyed = {spec.key: native for spec, native in stages.planned(ctx, "topdown")}  # type: ignore[arg-type]
+    obj: Any = ctx.plugin("topdown").product(ctx.product_config("topdown"))
+    keyed = {spec.key: native for spec, native in stages.planned(ctx, "topdown")}
     wanted = {(key, seg) for key, native in keyed.items() for seg in obj.segments(native) or []}
     assert set(pairs) == wanted  # every segment of every segmented key, once
     for batch in batches:  # a batch is the segments of one set of partitions (a state, or a run of small ones)
@@ -177,7 +178,7 @@ def test_measurement_batches_drawn_in_any_order_and_after_a_failure_give_the_ser
     real = obj.measure_segment
     calls: list[str] = []
 
-    def lost_worker(prepared, spec, segment, g):  # type: ignore[no-untyped-def]
+    def lost_worker(prepared: Any, spec: Any, segment: str, g: Any) -> Any:
         calls.append(segment)
         if len(calls) == 2:
             raise OSError("worker lost")
@@ -185,25 +186,25 @@ def test_measurement_batches_drawn_in_any_order_and_after_a_failure_give_the_ser
 
     monkeypatch.setattr(obj, "measure_segment", lost_worker)
     with pytest.raises(OSError, match="worker lost"):
-        stages.measure_batch(ctx, "topdown", batches[0])  # type: ignore[arg-type]
+        stages.measure_batch(ctx, "topdown", batches[0])
     monkeypatch.undo()
-    drawn = [stages.measure_batch(ctx, "topdown", b)["drawn"] for b in reversed(batches)]  # type: ignore[arg-type]
+    drawn = [stages.measure_batch(ctx, "topdown", b)["drawn"] for b in reversed(batches)]
     assert sum(drawn) == len(pairs) - 1  # the segment stored before the failure is reused, never redrawn
-    assert stages.measure_batch(ctx, "topdown", batches[0]) == {"segments": len(batches[0]), "drawn": 0}  # type: ignore[arg-type]
-    out = stages.measure_stage(ctx, "topdown")  # type: ignore[arg-type]
+    assert stages.measure_batch(ctx, "topdown", batches[0]) == {"segments": len(batches[0]), "drawn": 0}
+    out = stages.measure_stage(ctx, "topdown")
     unsegmented = sum(1 for native in keyed.values() if not obj.segments(native))
     assert out["drawn_now"] == unsegmented  # only the keys at and above the state level are drawn here
     got = _nmf_tables(store_dir, "batches")
     assert sorted(got) == sorted(expected)
     for name, table in expected.items():
         pd.testing.assert_frame_equal(got[name], table, obj=name)
-    assert stages.measure_batches(ctx, "topdown") == []  # type: ignore[arg-type]  # every key committed
-    assert stages.measure_batch(ctx, "topdown", batches[-1])["drawn"] == 0  # type: ignore[arg-type]
+    assert stages.measure_batches(ctx, "topdown") == []  # every key committed
+    assert stages.measure_batch(ctx, "topdown", batches[-1])["drawn"] == 0
     with pytest.raises(LedgerRefusal, match="not planned"):
-        stages.measure_batch(ctx, "topdown", [["topdown/nope", "44"]])  # type: ignore[arg-type]
-    spec = next(s for s, n in stages.planned(ctx, "topdown") if obj.segments(n))  # type: ignore[arg-type]
+        stages.measure_batch(ctx, "topdown", [["topdown/nope", "44"]])
+    spec = next(s for s, n in stages.planned(ctx, "topdown") if obj.segments(n))
     with pytest.raises(LedgerRefusal, match="not segments of the key"):
-        ctx.ledger.draw_segments(spec, obj.segments(keyed[spec.key]), ["99"], real,  # type: ignore[attr-defined]
+        ctx.ledger.draw_segments(spec, obj.segments(keyed[spec.key]), ["99"], real,
                                  attempt="x")
 
 
@@ -216,10 +217,10 @@ def test_only_segmented_non_adaptive_products_are_measured_in_batches(tmp_path: 
     with pytest.raises(InputError, match="not drawn in batches"):
         stages.measure_batch(ctx, "counts", [["counts/x", "01"]])
     _, td = _ready_to_measure(tmp_path / "adaptive", "adaptive")
-    obj = td.plugin("topdown").product(td.product_config("topdown"))  # type: ignore[attr-defined]
-    assert stages.measure_batches(td, "topdown")  # type: ignore[arg-type]
+    obj: Any = td.plugin("topdown").product(td.product_config("topdown"))
+    assert stages.measure_batches(td, "topdown")
     monkeypatch.setattr(obj, "measure_segment_adaptive", lambda *a: None, raising=False)
-    assert stages.measure_batches(td, "topdown") == []  # type: ignore[arg-type]  # a later key reads an earlier one
+    assert stages.measure_batches(td, "topdown") == []  # a later key reads an earlier one
 
 
 @pytest.mark.slow
@@ -256,10 +257,28 @@ def test_command_line_execution_settings_override_the_config_not_its_hash(tmp_pa
     args = _parser().parse_args(["run", "x.json", "--dask-address", "tcp://10.0.0.5:8786"])
     out = _execution(cfg, args)
     assert (out.task_runner, out.dask_address) == ("dask", "tcp://10.0.0.5:8786")
+    assert out.measure_on_workers is None  # an agency's cluster: the flow process measures unless asked
     assert out.sha256() == cfg.sha256()  # the same release, resumable on another runner
     args = _parser().parse_args(["resume", "cli", "--store", "s", "--task-runner", "thread"])
     assert _execution(cfg, args).task_runner == "thread"
     assert _execution(cfg, _parser().parse_args(["run", "x.json"])) is cfg
+    for flag, want in (("--measure-on-workers", True), ("--no-measure-on-workers", False)):
+        got = _execution(cfg, _parser().parse_args(["run", "x.json", "--dask-address", "tcp://h:1", flag]))
+        assert got.measure_on_workers is want and got.sha256() == cfg.sha256()
+
+
+def test_the_local_cluster_measures_on_its_workers_unless_told_not_to(tmp_path: Path) -> None:
+    """The 2-worker cluster dasflow starts runs on this machine as child processes: it draws the measurements
+    unless ``measure_on_workers`` is false; a configured cluster's address is passed through unchanged."""
+    from dasflow.flows.release import local_dask_cluster
+
+    cfg = parse_release_config(topdown_release(tmp_path, "local") | {"task_runner": "dask"})
+    for setting, want in ((None, True), (False, False), (True, True)):
+        with local_dask_cluster(cfg.model_copy(update={"measure_on_workers": setting})) as run_cfg:
+            assert run_cfg.dask_address and run_cfg.measure_on_workers is want
+    external = cfg.model_copy(update={"dask_address": "tcp://10.0.0.5:8786"})
+    with local_dask_cluster(external) as run_cfg:
+        assert run_cfg is external and not run_cfg.measure_on_workers
 
 
 def test_parts_are_grouped_into_waves_of_batches_sized_by_public_work() -> None:
@@ -307,9 +326,10 @@ def _s3_copy(local: Path, store: ObjectStore) -> None:
 @pytest.mark.xdist_group("s3servers")
 def test_cli_release_on_an_existing_dask_cluster_with_an_s3_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """``dasflow run --dask-address`` against a separately started ``distributed.LocalCluster`` (the scheduler
-    address only, as an agency's cluster) with the release on S3 (moto): the workers read and write the parts
-    through S3 with their own credentials, and the release bytes equal the thread runner's."""
+    """``dasflow run --dask-address --measure-on-workers`` against a separately started
+    ``distributed.LocalCluster`` (the scheduler address only, as an agency's cluster) with the release on S3
+    (moto): the workers draw the measurement segments and read and write the parts through S3 with their own
+    credentials, and the release bytes equal the thread runner's."""
     import dask
     from distributed import LocalCluster
 
@@ -334,14 +354,20 @@ def test_cli_release_on_an_existing_dask_cluster_with_an_s3_store(tmp_path: Path
         with dask.config.set(WORKER_DASK_CONFIG), LocalCluster(  # type: ignore[no-untyped-call]
                 n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
                 env=creds | WORKER_THREADS | {"PREFECT_API_URL": _api_url()}) as cluster:
-            assert main(["run", str(config), "--dask-address", cluster.scheduler_address]) == 0
+            assert main(["run", str(config), "--dask-address", cluster.scheduler_address,
+                         "--measure-on-workers"]) == 0
         assert "release ext done" in capsys.readouterr().out
         root = "runs/ext/release/"
         got = {k.removeprefix(root): store.get(k) for k in store.list(root)}
         parts = [k for k in store.list("runs/ext/postprocessed/topdown/parts/") if k.endswith(".json")]
+        reserved = [json.loads(store.get(k)) for k in store.list("runs/ext/ledger/entries/")
+                    if k.endswith(".reserved.json")]
         probes = store.list("cluster-probes/")
     assert got == expected
     assert len(parts) >= 4  # the workers wrote the parts to S3
+    # the segmented keys were reserved and drawn by the worker processes (--measure-on-workers), the rest here
+    assert {r["pid"] for r in reserved if "segments" in r} - {os.getpid()}
+    assert {r["pid"] for r in reserved if "segments" not in r} == {os.getpid()}
     assert probes == []  # the preflight's probe object is gone
 
 
