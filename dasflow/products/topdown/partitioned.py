@@ -222,7 +222,8 @@ def _segment_answers(table: pd.DataFrame, n_rows: int) -> tuple[IntArray, npt.ND
     as int64 (a county-sized segment of the detailed query is ≈ 1 GB in int64)."""
     units = table["UNIT"].to_numpy(np.int64)
     values = table[NOISY_COLUMN].to_numpy()
-    variance = np.array([float(v) for v in table[VARIANCE_COLUMN]], dtype=np.float64)
+    codes, distinct = pd.factorize(table[VARIANCE_COLUMN], use_na_sentinel=False)  # a few γ per segment
+    variance = np.array([float(v) for v in distinct], dtype=np.float64)[codes]
     if not units.size:
         return units, np.zeros((0, n_rows)), variance
     out: npt.NDArray[Any] = np.empty((units.size, n_rows), dtype=np.int8)
