@@ -144,9 +144,9 @@ def release_flow(config: dict[str, Any], require_approval: bool = False) -> dict
     ``require_approval`` (every deployment run) the flow pauses after planning until an operator approves the
     plan in the UI (``flows/approval.py``); nothing is drawn before.
 
-    The products' subflows are submitted to the flow's task runner, largest plan first (``largest_first``): as
-    many run at a time as it has threads (one by default, so that one product's data is in memory at a time,
-    as a national run needs; ``run_release(product_lanes=...)``). They are independent once the plan is
+    The products' validations, then their subflows, are submitted to the flow's task runner, the subflows
+    largest plan first (``largest_first``): as many run at a time as it has threads (one by default, so that
+    one product's data is in memory at a time, as a national run needs; ``run_release(product_lanes=...)``). They are independent once the plan is
     frozen: each measures only its own planned keys, each key under its own create-only ledger entries, with
     noise that depends on no other draw (the CSPRNG, or in test mode a generator derived from seed and key
     alone), so the release bytes do not depend on how many run at once, or in which order. After a failure no
@@ -154,8 +154,12 @@ def release_flow(config: dict[str, Any], require_approval: bool = False) -> dict
     is raised."""
     cfg = parse_release_config(config)
     store_uri = candidate_context(cfg).store.uri  # an existing release must have this very config
-    # validation before freezing: a refused input leaves the release id reusable, and nothing is planned on it
-    validated = {p.name: validate_task(config, p.name) for p in cfg.products}
+    # validation before freezing: a refused input leaves the release id reusable, and nothing is planned on it.
+    # With product lanes the products validate side by side (each streams its own files; Great Expectations runs
+    # under one lock); after a failure no further validation starts, and the first failure is raised
+    checks = {p.name: validate_task.submit(config, p.name) for p in cfg.products}
+    _no_start_after_a_failure(list(checks.values()))
+    validated = {name: future.result() for name, future in checks.items()}
     freeze_config(cfg)
     plan = plan_task(cfg.release_id, store_uri)
     print(f"release {cfg.release_id}: plan frozen, total rho = {plan['rho']} "

@@ -6,6 +6,7 @@ raised."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -81,6 +82,46 @@ def test_after_a_failed_product_no_further_product_starts(tmp_path: Path, monkey
     manifests = tmp_path / "store" / "runs" / cfg.release_id / "manifests"
     assert (manifests / "validate").exists() and not (manifests / "measure").exists()
     assert not (manifests / "release").exists()
+
+
+def test_products_validate_side_by_side_and_a_refusal_freezes_nothing(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """With two lanes the first two validations run at once (a barrier both must reach, which serial runs never
+    pass); the second one's refusal is the failure raised, and no plan is frozen."""
+    real = stages.validate_stage
+    both = threading.Barrier(2, timeout=60)
+    started: list[str] = []
+
+    def validate(ctx, product):  # type: ignore[no-untyped-def]
+        started.append(product)
+        if len(started) <= 2:
+            both.wait()  # BrokenBarrierError unless the other validation is running too
+        if len(started) == 2:
+            raise Boom(f"{product} refused")
+        return real(ctx, product)
+
+    monkeypatch.setattr(stages, "validate_stage", validate)
+    cfg = demo.prepare_demo(tmp_path / "store", PERSONS, 3)
+    second = cfg.products[1].name
+    with pytest.raises(Boom):
+        run_release(cfg, product_lanes=2)
+    assert len(started) >= 2 and not both.broken
+    assert not (tmp_path / "store" / "runs" / cfg.release_id / "ledger" / "plan.json").exists()
+    assert second in started
+
+
+def test_after_a_refused_input_no_further_validation_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[str] = []
+
+    def validate(ctx, product):  # type: ignore[no-untyped-def]
+        started.append(product)
+        raise Boom(f"{product} refused")
+
+    monkeypatch.setattr(stages, "validate_stage", validate)
+    cfg = demo.prepare_demo(tmp_path / "store", PERSONS, 3)
+    with pytest.raises(Boom, match=f"{cfg.products[0].name} refused"):
+        run_release(cfg, product_lanes=1)
+    assert started == [cfg.products[0].name]  # one lane: the refusal is final, nothing else is read
 
 
 def test_products_start_largest_plan_first_ties_in_config_order() -> None:
