@@ -95,6 +95,13 @@ def _budget_formats(plugins: Sequence[ProductPlugin[Any]]) -> list[str]:
     return ["auto", "release", *(p.name for p in plugins if type(p).budget_plan is not ProductPlugin.budget_plan)]
 
 
+def _lanes(text: str) -> int:
+    """``--product-lanes``: a whole number of at least 1 (argparse prints the one-line usage error otherwise)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return int(text)
+
+
 def _parser(plugins: Sequence[ProductPlugin[Any]] | None = None) -> argparse.ArgumentParser:
     """The command line; ``plugins`` (default: every registered product) add their subcommands and budget formats
     (pass ``[]`` for a parser of the core commands only)."""
@@ -118,6 +125,9 @@ def _parser(plugins: Sequence[ProductPlugin[Any]] | None = None) -> argparse.Arg
                             help="where mapped tasks run: threads here, or a Dask cluster (overrides the config)")
         parser.add_argument("--dask-address", default=None,
                             help="Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: a local 2-worker cluster)")
+        parser.add_argument("--product-lanes", type=_lanes, default=1, metavar="N",
+                            help="products validated and run N at a time in this process (default 1: one "
+                                 "product's data in memory at a time)")
         parser.add_argument("--measure-on-workers", action=argparse.BooleanOptionalAction, default=None,
                             help="draw TopDown's measurements on the Dask workers, which then read the prepared "
                                  "counts (default: yes on the local cluster, no at --dask-address)")

@@ -86,7 +86,7 @@ def run_command(args: argparse.Namespace, api_ready: Callable[[], object]) -> in
     gx.warm_up()  # a new release validates first: GX's import overlaps the wait for the Prefect server
     api_ready()
     t0 = time.perf_counter()
-    run_release(cfg)
+    run_release(cfg, product_lanes=getattr(args, "product_lanes", 1))
     _report(open_run(cfg.release_id, cfg.store), time.perf_counter() - t0)
     return 0
 
@@ -99,7 +99,7 @@ def resume_command(args: argparse.Namespace, api_ready: Callable[[], object]) ->
     _reach(cfg)
     api_ready()
     t0 = time.perf_counter()
-    run_release(cfg)
+    run_release(cfg, product_lanes=getattr(args, "product_lanes", 1))
     _report(open_run(ctx.release_id, ctx.config.store), time.perf_counter() - t0)
     return 0
 

@@ -146,11 +146,12 @@ def release_flow(config: dict[str, Any], require_approval: bool = False) -> dict
 
     The products' validations, then their subflows, are submitted to the flow's task runner, the subflows
     largest plan first (``largest_first``): as many run at a time as it has threads (one by default, so that
-    one product's data is in memory at a time, as a national run needs; ``run_release(product_lanes=...)``). They are independent once the plan is
-    frozen: each measures only its own planned keys, each key under its own create-only ledger entries, with
-    noise that depends on no other draw (the CSPRNG, or in test mode a generator derived from seed and key
-    alone), so the release bytes do not depend on how many run at once, or in which order. After a failure no
-    further product starts (those running finish, all of it resumable) and the first failure (in start order)
+    one product's data is in memory at a time, as a national run needs; ``run_release(product_lanes=...)``,
+    ``dasflow run --product-lanes N``). They are independent once the plan is frozen: each measures only its
+    own planned keys, each key under its own create-only ledger entries, with noise that depends on no other
+    draw (the CSPRNG, or in test mode a generator derived from seed and key alone), so the release bytes do
+    not depend on how many run at once, or in which order. After a failure no further product starts (those
+    running finish, all of it resumable) and the first failure (in start order)
     is raised."""
     cfg = parse_release_config(config)
     store_uri = candidate_context(cfg).store.uri  # an existing release must have this very config

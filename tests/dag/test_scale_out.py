@@ -262,6 +262,10 @@ def test_command_line_execution_settings_override_the_config_not_its_hash(tmp_pa
     args = _parser().parse_args(["resume", "cli", "--store", "s", "--task-runner", "thread"])
     assert _execution(cfg, args).task_runner == "thread"
     assert _execution(cfg, _parser().parse_args(["run", "x.json"])) is cfg
+    assert _parser().parse_args(["run", "x.json"]).product_lanes == 1
+    assert _parser().parse_args(["resume", "cli", "--product-lanes", "3"]).product_lanes == 3
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["run", "x.json", "--product-lanes", "0"])
     for flag, want in (("--measure-on-workers", True), ("--no-measure-on-workers", False)):
         got = _execution(cfg, _parser().parse_args(["run", "x.json", "--dask-address", "tcp://h:1", flag]))
         assert got.measure_on_workers is want and got.sha256() == cfg.sha256()
