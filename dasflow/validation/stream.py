@@ -36,6 +36,7 @@ from dasflow.io.files import local_file
 from dasflow.io.store import ObjectStore
 from dasflow.validation import gx
 from dasflow.validation.domain import Column, domain_parts, merge_parts, pad_parts
+from dasflow.validation.lookup import geoid_keys
 
 #: rows per chunk of a single large input file, when the release config does not set
 #: ``validation_chunk_rows`` (≈ 100–200 MB of parsed text columns for the widest input, SafeTab-P's persons)
@@ -195,18 +196,104 @@ def locate(source: ChunkSource, column: str, value: Any) -> tuple[str, int] | No
     return None
 
 
+class DistinctFold:
+    """A column's distinct values over consecutive chunks, in order of first appearance — exactly what
+    :func:`merge_parts` folds — at a cost per chunk that follows the chunk, not the values seen so far.
+
+    ``merge_parts`` concatenates the distinct values seen so far with the chunk's and hashes them all again:
+    with a column of national cardinality (TopDown's block GEOIDs: 8 M at 331 M persons, one chunk per million
+    persons) that was ≈ 3 CPU-s per chunk late in the file, persons × blocks in all. Here a column whose chunks
+    are all of one *keyed kind* — an integer dtype (each value its own int64 key), or text (strings and nulls:
+    a string of exactly 15 ASCII digits keyed by its integer, ``geoid_keys``) — looks its keyed values up by
+    binary search in a :class:`KeySet` (8 bytes per value), and folds the rest (other text, nulls) as before
+    against the unkeyed values seen, usually few. Within one kind a keyed value equals only the values of the
+    same key, so a chunk adds the same values, in the same order, as before. A chunk of another kind (mixed
+    objects, another dtype) turns the column back to the plain fold of everything seen, which is exact too."""
+
+    def __init__(self) -> None:
+        self._pieces: list[pd.Series] = []
+        self._mode: str | None = ""  # "": no chunk yet; "int" / "digits": keyed; None: plain fold
+        self._keys = KeySet()
+        self._other: pd.Series | None = None
+        self._empty: pd.Series | None = None
+        self._cached: pd.Series | None = None
+
+    def add(self, values: Column) -> None:
+        distinct = domain_parts({"v": values})["v"]
+        if len(distinct) == 0:
+            if self._empty is None:
+                self._empty = distinct  # an empty column keeps its first chunk's dtype, as merge_parts does
+            return
+        kind, keys = _value_keys(distinct)
+        if self._mode == "":
+            self._mode = kind
+        elif self._mode is not None and kind != self._mode:  # another kind of chunk: the plain fold from here
+            self._other, self._mode, self._keys = self.series(), None, KeySet()
+        keyed = keys >= 0 if self._mode == "digits" else np.full(len(distinct), self._mode == "int")
+        new = np.ones(len(distinct), dtype=bool)
+        if keyed.any():
+            new[keyed] = ~self._keys.contains(keys[keyed])
+            self._keys.add(keys[keyed & new])
+        if not keyed.all():  # the unkeyed values against those seen, as merge_parts folds them
+            rest = distinct[~keyed]
+            before = 0 if self._other is None else len(self._other)
+            both = rest.reset_index(drop=True) if self._other is None else pd.concat([self._other, rest],
+                                                                                       ignore_index=True)
+            dup = both.duplicated(keep="first").to_numpy()
+            new[~keyed] = ~dup[before:]
+            self._other = both[~dup].reset_index(drop=True)
+        if new.any():
+            self._pieces.append(distinct[new])
+            self._cached = None
+
+    def series(self) -> pd.Series:
+        """The distinct values so far, in order of first appearance."""
+        if self._cached is None:
+            if not self._pieces:
+                return self._empty if self._empty is not None else pd.Series([], dtype=object)
+            self._cached = (pd.concat(self._pieces, ignore_index=True) if len(self._pieces) > 1 else
+                            self._pieces[0].reset_index(drop=True))
+        return self._cached
+
+
+def _value_keys(distinct: pd.Series) -> tuple[str | None, npt.NDArray[np.int64]]:
+    """The keyed kind of a chunk's distinct values and their int64 keys: ``"int"`` (an integer dtype within
+    int64, every value its key), ``"digits"`` (object values that are all strings or nulls: 15 ASCII digits →
+    their integer, anything else −1), or None (not keyed)."""
+    if distinct.dtype.kind == "i" or (distinct.dtype.kind == "u" and int(distinct.max()) <= np.iinfo(np.int64).max):
+        return "int", distinct.to_numpy().astype(np.int64)
+    if distinct.dtype == object and pd.api.types.infer_dtype(distinct, skipna=True) in ("string", "empty"):
+        return "digits", geoid_keys(pa.array(distinct, type=pa.string(), from_pandas=True))
+    return None, np.zeros(0, dtype=np.int64)  # other dtypes, or objects that are not all str (bytes, numbers)
+
+
 @dataclass
 class SuitePart:
     """One input file's share of a streamed suite (the report lists a suite's expectations once per part, as
-    when each file was validated whole): its name, its re-readable chunks and its folded domain parts."""
+    when each file was validated whole): its name, its re-readable chunks and its folded domain parts (the
+    distinct values of a column through :class:`DistinctFold`, extremes through :func:`merge_parts`)."""
 
     file: str
     source: ChunkSource
     extremes_only: frozenset[str]
-    parts: dict[str, pd.Series] = field(default_factory=dict)
+    _extremes: dict[str, pd.Series] = field(default_factory=dict)
+    _distinct: dict[str, DistinctFold] = field(default_factory=dict)
+    _order: list[str] = field(default_factory=list)
 
     def add(self, chunk: Chunk) -> None:
-        self.parts = merge_parts(self.parts, domain_parts(chunk.columns, self.extremes_only), self.extremes_only)
+        for name, values in chunk.columns.items():
+            if name not in self._extremes and name not in self._distinct:
+                self._order.append(name)
+            if name in self.extremes_only:
+                self._extremes = merge_parts(self._extremes, domain_parts({name: values}, self.extremes_only),
+                                             self.extremes_only)
+            else:
+                self._distinct.setdefault(name, DistinctFold()).add(values)
+
+    @property
+    def parts(self) -> dict[str, pd.Series]:
+        """Each column's folded domain part, columns in order of first appearance."""
+        return {n: self._extremes[n] if n in self._extremes else self._distinct[n].series() for n in self._order}
 
     def frame(self) -> pd.DataFrame:
         return pad_parts(self.parts)
