@@ -403,6 +403,7 @@ def measure_batch(ctx: RunContext, product: str, batch: Sequence[Sequence[str]])
     segment is stored once, and its noise is spawned from its key and segment alone, so the NMFs are the same
     bytes however the batches ran (test mode). Returns how many segments it drew now."""
     pairs = {spec.key: (spec, native) for spec, native in _measure_guard(ctx, product)}
+    ctx.ledger.refresh()  # a worker's context outlives its tasks: see every manifest written since the last one
     obj = _segmented(ctx, product)
     if obj is None:
         raise InputError(f"{product}: its measurements are not drawn in batches")

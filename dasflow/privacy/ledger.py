@@ -485,6 +485,12 @@ class Ledger:
                 raise IntegrityError(f"{self.store.uri}/{where}: measurement {key!r} is not bound to {what}: "
                                      f"{field} {bound.get(field)!r} != {mine!r}")
 
+    def refresh(self) -> None:
+        """Forget the trace index (rebuilt at the next draw): a process that draws again later — a Dask worker
+        kept between tasks, a resumed release — must see the manifests written since, or a draw deleted after
+        they recorded it would look never drawn."""
+        self._traces = None
+
     def _trace_index(self) -> dict[str, str]:
         """Ledger key → where a hash of its NMF was recorded outside the ledger: the measure, post-processing and
         release stage manifests (built once per ledger object, on the first draw)."""

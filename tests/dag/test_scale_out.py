@@ -200,6 +200,14 @@ def test_measurement_batches_drawn_in_any_order_and_after_a_failure_give_the_ser
         pd.testing.assert_frame_equal(got[name], table, obj=name)
     assert stages.measure_batches(ctx, "topdown") == []  # every key committed
     assert stages.measure_batch(ctx, "topdown", batches[-1])["drawn"] == 0
+    # an attacker deletes one segment, its entry, the key's index and commit: this context drew before the
+    # measure manifest recorded the key, and must still refuse to draw it again
+    key, segment = batches[-1][0]
+    for gone in (ctx.ledger.segment_key(key, segment), ctx.ledger._segment_entry(key, segment),
+                 ctx.ledger._entry(key, "committed"), ctx.ledger.nmf_key(key)):
+        ctx.store.delete(gone)
+    with pytest.raises(IntegrityError, match="drawn before"):
+        stages.measure_batch(ctx, "topdown", [[key, segment]])
     with pytest.raises(LedgerRefusal, match="not planned"):
         stages.measure_batch(ctx, "topdown", [["topdown/nope", "44"]])
     spec = next(s for s, n in stages.planned(ctx, "topdown") if obj.segments(n))
