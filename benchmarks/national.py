@@ -43,11 +43,17 @@ lives — here the copy is ≈ 48 GB at national size, so the disk peak is the i
 the last measurement, not plus everything after it. A later validate, preprocess or measure of that run would
 refuse (no inputs), which a finished measurement never needs.
 
-``--dask-workers N`` runs a partitioned product's post-processing parts (TopDown's) on a Dask ``LocalCluster``
-of N single-threaded worker processes, in the waves of batches ``dasflow run --task-runner dask`` maps
-(``task_waves``; parts read and write the store, only summaries cross the scheduler); the ``postprocess`` stage
-then only combines the stored parts. The ``postprocess-parts`` step's CPU and peak are the cluster's (its
-driver process's ``wait4``: scheduler, nannies and workers); each batch reports its worker's RSS after it.
+``--dask-workers N`` runs two steps on a Dask ``LocalCluster`` of N single-threaded worker processes, as
+``dasflow run --task-runner dask`` maps them on its local cluster:
+
+* ``measure-batches``: a segmented product's measurements (TopDown's keys below the state level), one task per
+  state's segments, each segment measure-once in the ledger; the ``measure`` stage then commits every key;
+* ``postprocess-parts``: a partitioned product's post-processing parts (TopDown's), in the waves of batches
+  ``task_waves`` makes (parts read and write the store, only summaries cross the scheduler); the
+  ``postprocess`` stage then only combines the stored parts.
+
+Each step's CPU and peak are the cluster's (its driver process's ``wait4``: scheduler, nannies and workers); each
+batch reports its worker's peak (and a parts batch its RSS after it).
 """
 
 from __future__ import annotations
