@@ -25,7 +25,8 @@ def test_st9_modes() -> None:
     assert rng.seeded(7).spawn("a").mode == "test"
 
 
-def test_st9_csprng_reads_openssl_drbg(monkeypatch: pytest.MonkeyPatch) -> None:
+def _spy_on_drbg(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the size of every ``ssl.RAND_bytes`` request (the bytes still come from it)."""
     calls: list[int] = []
     real = ssl.RAND_bytes
 
@@ -33,10 +34,16 @@ def test_st9_csprng_reads_openssl_drbg(monkeypatch: pytest.MonkeyPatch) -> None:
         calls.append(n)
         return real(n)
 
+    monkeypatch.setattr(ssl, "RAND_bytes", spy)
+    return calls
+
+
+def test_st9_csprng_reads_openssl_drbg(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _spy_on_drbg(monkeypatch)
+
     def kernel(n: int) -> bytes:
         raise AssertionError("the production generator must not read os.urandom")
 
-    monkeypatch.setattr(ssl, "RAND_bytes", spy)
     monkeypatch.setattr(os, "urandom", kernel)
     g = rng.csprng()
     words = g.uint64(1000)
@@ -51,14 +58,7 @@ def test_st9_csprng_reads_openssl_drbg(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_csprng_splits_requests_above_openssls_int(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[int] = []
-    real = ssl.RAND_bytes
-
-    def spy(n: int) -> bytes:
-        calls.append(n)
-        return real(n)
-
-    monkeypatch.setattr(ssl, "RAND_bytes", spy)
+    calls = _spy_on_drbg(monkeypatch)
     monkeypatch.setattr(rng, "_REQUEST_MAX", 16)
     data = rng.csprng().random_bytes(40)
     assert len(data) == 40 and calls == [16, 16, 8]
