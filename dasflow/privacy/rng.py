@@ -10,9 +10,10 @@ sampler ever sees a floating-point random number.
   is buffered in dasflow between calls, and OpenSSL reseeds a forked child before its first output, so a forked
   worker process never replays bytes its parent handed out. Why not ``os.urandom``: the kernel's ``getrandom(2)``
   delivers ≈ 300 MB/s here against ≈ 1.3 GB/s for the DRBG, and the exact samplers use ≈ 11 bytes per discrete
-  Gaussian sample, so the system call was more than half of a production sample's cost (48 → 21 ns per sample
-  at σ = 50; ``benchmarks/samplers.py``). Both are cryptographically secure generators seeded by the kernel; the
-  DRBG is what OpenSSL-backed DP libraries draw from.
+  Gaussian sample, so the system call was more than half of a production sample's cost (at σ = 304: 49.5 →
+  22.9 ns per sample, 20.2 → 43.6 M samples per CPU-second; ``benchmarks/samplers.py``, session 16). Both
+  are cryptographically secure generators seeded by the kernel; the DRBG is what OpenSSL-backed DP libraries
+  draw from.
 * :func:`seeded` – tests and benchmarks only. numpy's PCG64 bit generator (its raw 64-bit output stream,
   which numpy keeps stable across releases) keyed by a SHA-256 digest of the seed. A release drawn with it
   must be marked as a test release; ``.mode`` says which kind a generator is, and callers record it with every

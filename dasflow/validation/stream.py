@@ -257,9 +257,11 @@ class DistinctFold:
 
 
 def _value_keys(distinct: pd.Series) -> tuple[str | None, npt.NDArray[np.int64]]:
-    """The keyed kind of a chunk's distinct values and their int64 keys: ``"int"`` (an integer dtype within
+    """The keyed kind of a chunk's distinct values and their int64 keys: ``"int"`` (a numpy integer dtype within
     int64, every value its key), ``"digits"`` (object values that are all strings or nulls: 15 ASCII digits →
     their integer, anything else −1), or None (not keyed)."""
+    if not isinstance(distinct.dtype, np.dtype):  # pandas extension types (nullable Int64, string): plain fold
+        return None, np.zeros(0, dtype=np.int64)
     if distinct.dtype.kind == "i" or (distinct.dtype.kind == "u" and int(distinct.max()) <= np.iinfo(np.int64).max):
         return "int", distinct.to_numpy().astype(np.int64)
     if distinct.dtype == object and pd.api.types.infer_dtype(distinct, skipna=True) in ("string", "empty"):

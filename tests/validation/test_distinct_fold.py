@@ -55,13 +55,15 @@ def _chunks(kind: str, rng: np.random.Generator) -> list[Any]:
         return [np.array([pool[i] for i in rng.integers(0, len(pool), n)], dtype=object) for n in sizes]
     if kind == "string-dtype":
         return [pd.Series(_geoids(rng, n, 40), dtype="string") for n in sizes]
+    if kind == "nullable-int":  # pandas' Int64 with missing values: no numpy key for NA
+        return [pd.Series(np.where(rng.random(n) < 0.2, None, rng.integers(-3, 3, n)), dtype="Int64") for n in sizes]
     if kind == "int-then-text":  # a column whose chunks change type
         return [rng.integers(0, 9, 5), np.array(["7", "x", None], dtype=object), rng.integers(0, 9, 5)]
     raise AssertionError(kind)
 
 
 KINDS = ["geoid-arrow", "geoid-object", "int", "uint-big", "float", "mixed-object", "string-dtype",
-         "int-then-text"]
+         "nullable-int", "int-then-text"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
