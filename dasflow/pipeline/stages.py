@@ -608,9 +608,15 @@ def write_estimates(store: ObjectStore, prefix: str,
 
 
 def partitioner(ctx: RunContext, product: str) -> PartitionedPostprocess | None:
-    """The product's post-processing as steps of parts, if its plugin offers that (``partitioned``)."""
-    plugin = ctx.plugin(product)
-    return plugin.partitioned(plugin.product(ctx.product_config(product)))
+    """The product's post-processing as steps of parts, if its plugin offers that (``partitioned``); one object
+    per context, so the public layout it derives from the spine (national arrays: parts, segments, placement) is
+    built once per worker, not once per batch of parts."""
+    key = f"partitioner:{product}"
+    if key not in ctx._cache:
+        plugin = ctx.plugin(product)
+        ctx._cache[key] = plugin.partitioned(plugin.product(ctx.product_config(product)))
+    split: PartitionedPostprocess | None = ctx._cache[key]
+    return split
 
 
 def stored_parts(ctx: RunContext, product: str) -> StoredParts:
@@ -673,6 +679,7 @@ def postprocess_batch(ctx: RunContext, product: str, batch: Sequence[Sequence[st
             _compute_part(split, parts, step, part, public)
     finally:
         parts.drop_measurements()
+        split.drop_held()
     return {"parts": len(batch), "computed": computed}
 
 

@@ -114,3 +114,8 @@ class PartitionedPostprocess(Protocol):
         """The product's estimates from all parts (same names and columns as ``postprocess`` returns); large ones
         may be :class:`TableStream` s and late ones callables, consumed in the mapping's order."""
         ...
+
+    def drop_held(self) -> None:
+        """Forget any measurement data held between parts (called after each batch of parts: a long-lived
+        worker keeps the object, and with it the public layout it derived once, but no noisy answers)."""
+        ...

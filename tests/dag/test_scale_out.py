@@ -100,6 +100,37 @@ def test_a_part_file_is_checked_against_its_manifest_when_it_is_read(tmp_path: P
     assert stages.stored_parts(open_run("check", str(tmp_path / "store")), "topdown").done(step["step"], part) is None
 
 
+def test_a_worker_derives_the_layout_once_and_holds_no_answers_between_batches(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's context keeps one partitioner: the parts layout (national arrays at scale) is derived once for
+    all its batches, not once per batch; after each batch it holds no decoded measurement segment; the batches
+    recompute the same part bytes (estimates and statuses; the run table holds timings)."""
+    import dasflow.products.topdown.partitioned as tdp
+
+    raw = topdown_release(tmp_path, "once", segment_blocks=12)
+    ctx = freeze_config(parse_release_config(raw), LocalStore(tmp_path / "store"))
+    run_all(ctx)
+    parts = stages.stored_parts(ctx, "topdown")
+    files = sorted(k for k in ctx.store.list(parts.prefix) if k.endswith(("/hist.parquet", "/status.parquet")))
+    before = {k: ctx.store.get(k) for k in files}
+    for k in ctx.store.list(parts.prefix):
+        ctx.store.delete(k)
+    calls: list[int] = []
+    real = tdp.parts_layout
+    monkeypatch.setattr(tdp, "parts_layout", lambda sp, bound: calls.append(1) or real(sp, bound))
+    worker = open_run("once", str(tmp_path / "store"))
+    waves = stages.postprocess_waves(worker, "topdown", 2)
+    batches = [b for w in waves for b in w]
+    assert len(batches) > 2
+    split = stages.partitioner(worker, "topdown")
+    assert isinstance(split, PartitionedTopDown)
+    for batch in batches:
+        assert stages.postprocess_batch(worker, "topdown", batch)["computed"] == len(batch)
+        assert stages.partitioner(worker, "topdown") is split and not split._decoded
+    assert calls == [1]
+    assert {k: ctx.store.get(k) for k in files} == before
+
+
 @pytest.mark.parametrize("segment_blocks", [None, 12])
 def test_parts_equal_the_single_process_estimator_for_the_detailed_strategy(tmp_path: Path,
                                                                             segment_blocks: int | None) -> None:

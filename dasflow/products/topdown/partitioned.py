@@ -518,6 +518,9 @@ class PartitionedTopDown:
                     out.update(_subtree_tables(l, g, lay.own[l], np.unique(lay.own[l]), lay.names))
         return out
 
+    def drop_held(self) -> None:
+        self._decoded.clear()
+
     def post_part(self, step: str, part: str, source: PartSource, public: Mapping[str, Any]) -> Tables:
         sp, lay = self._layout(public)
         a = lay.a
