@@ -135,6 +135,19 @@ def test_s5_s6_spine_validity(pl_spine, geo: pd.DataFrame) -> None:  # type: ign
     assert paths["block"].is_unique
 
 
+def test_families_group_each_level_by_parent_once(pl_spine) -> None:  # type: ignore[no-untyped-def]
+    """``Spine.families``: per level, the children of every parent in order, with the parents of unmeasured
+    (γ = 0) children; computed once per level (the same arrays again), matching a direct grouping."""
+    sp = pl_spine
+    for l in range(1, sp.n_levels):
+        order, fan, first, unmeasured = sp.families(l)
+        for p in range(sp.n_units(l - 1)):
+            kids = order[first[p]:first[p] + fan[p]]
+            assert kids.tolist() == np.flatnonzero(sp.parent[l] == p).tolist()
+        assert unmeasured.tolist() == sorted(set(sp.parent[l][sp.gamma_num[l] == 0].tolist()))
+        assert all(a is b for a, b in zip(sp.families(l), (order, fan, first, unmeasured), strict=True))
+
+
 def test_s7_aian_purity(pl_spine, geo: pd.DataFrame) -> None:  # type: ignore[no-untyped-def]
     """S7: every unit at state level and below is wholly inside or outside the AIAN union."""
     sp = pl_spine

@@ -183,11 +183,7 @@ def estimate_families(spine: Spine, level: int, parents: IntArray, parent_hist: 
     units sum to the state's total exactly (coupled projection in the L2 step, controlled rounding after).
     """
     opts = opts or EstimatorOptions()
-    par_of_child = spine.parent[level]
-    n_children = spine.n_units(level)
-    order = np.argsort(par_of_child, kind="stable")
-    fan = np.bincount(par_of_child, minlength=spine.n_units(level - 1)).astype(np.int64)
-    first_child = np.concatenate([[0], np.cumsum(fan)[:-1]]).astype(np.int64)
+    order, fan, first_child, unmeasured_parents = spine.families(level)
     parents = np.unique(parents.astype(np.int64))
     sel = np.isin(parent_hist.unit, parents)
     p_unit, p_cell, p_cnt = parent_hist.unit[sel], parent_hist.cell[sel], parent_hist.count[sel]
@@ -212,8 +208,7 @@ def estimate_families(spine: Spine, level: int, parents: IntArray, parent_hist: 
                 raise ValueError(f"level {spine.levels[level]}: an only child cannot equal its parent under the "
                                  "invariants (structural zeros or state total inconsistent with the parent)")
     multi_p = parents[fan[parents] > 1]
-    gamma = spine.gamma_num[level]
-    bad = multi_p[np.isin(multi_p, par_of_child[gamma == 0])]
+    bad = multi_p[np.isin(multi_p, unmeasured_parents)]
     if bad.size:
         raise ValueError(f"level {spine.levels[level]}: an unmeasured child has siblings (parent {bad[0]}); "
                          "the spine's bypass guarantees this cannot happen")
@@ -244,7 +239,6 @@ def estimate_families(spine: Spine, level: int, parents: IntArray, parent_hist: 
     keep = n > 0
     u, c, n = u[keep], c[keep], n[keep]
     srt = np.lexsort((c, u))
-    del n_children
     return FamilyResult(Histogram(u[srt], c[srt], n[srt]), status, iters)
 
 

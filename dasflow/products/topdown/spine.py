@@ -181,6 +181,23 @@ class Spine:
         """Children per unit of ``level`` (level < last)."""
         return np.bincount(self.parent[level + 1], minlength=self.n_units(level)).astype(np.int64)
 
+    @functools.cached_property
+    def _family_memo(self) -> dict[int, tuple[IntArray, IntArray, IntArray, IntArray]]:
+        return {}
+
+    def families(self, level: int) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+        """Level ``level``'s (≥ 1) units grouped by parent, built once per spine and level (a post-processing
+        worker solves many parts of one level; each would otherwise sort the nation's units again): ``order``
+        (the units sorted by parent, stable), ``fan`` (children per unit of level − 1), ``first`` (where each
+        parent's children start in ``order``) and the parents of unmeasured children (γ = 0; sorted)."""
+        if level not in self._family_memo:
+            par = self.parent[level]
+            order = np.argsort(par, kind="stable").astype(np.int64)
+            fan = np.bincount(par, minlength=self.n_units(level - 1)).astype(np.int64)
+            first = np.concatenate([[0], np.cumsum(fan)[:-1]]).astype(np.int64)
+            self._family_memo[level] = (order, fan, first, np.unique(par[self.gamma_num[level] == 0]))
+        return self._family_memo[level]
+
     def gamma(self, level: int) -> list[Fraction]:
         return [Fraction(int(g), self.denominator) for g in self.gamma_num[level]]
 
