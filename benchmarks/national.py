@@ -27,21 +27,21 @@ The national size itself (issue #20 item 5) is run as an agency would run it, wi
     .venv/bin/python benchmarks/national.py --persons 331e6 --production --lanes 2 --prune-prepared --prune-inputs \
         --out benchmarks/results/national_331m.json
 
-``--production`` makes a production release (OS CSPRNG, charged to the demo's privacy-loss account), whose
-release stage has no ground-truth twin (a test release's accuracy report recomputes every product's truth from
-the confidential inputs, a test-only cost that is not part of a census run). ``--lanes N`` runs N stage processes
-at a time: the five validations, then each product's preprocess → measure → post-process chain, largest plan
-first (what ``dasflow run --product-lanes N`` does in one process); the whole run's elapsed wall time is then the
-figure. ``--prune-prepared`` deletes a product's prepared frames (``runs/{id}/prepared/{product}/``) once its
-measurements are committed: they are needed again only to re-measure, which the ledger never allows twice, and
-at national size they are tens of GB beside ≈ 46 GB of synthetic inputs. The disk in use is sampled every two
-seconds (``disk_peak_bytes``: the filesystem's peak used bytes above the start of the size).
-``--prune-inputs`` (production only) deletes the synthetic confidential inputs once every product's measurements
-are committed: post-processing and the release stage cannot read them (their store view refuses every
-confidential input), a production release stage has no truth to recompute, and an agency's CEF stays wherever it
-lives — here the copy is ≈ 48 GB at national size, so the disk peak is the inputs plus what the stages write up to
-the last measurement, not plus everything after it. A later validate, preprocess or measure of that run would
-refuse (no inputs), which a finished measurement never needs.
+``--production`` makes a production release (CSPRNG, charged to the demo's privacy-loss account), whose release stage
+has no ground-truth twin (a test release's accuracy report recomputes every product's truth from the confidential
+inputs, a test-only cost that is not part of a census run). ``--lanes N`` runs N stage processes at a time: the five
+validations, then each product's preprocess → measure → post-process → release-files chain, largest plan first (what
+``dasflow run --product-lanes N`` does in one process: a product's release tables are written in its lane, and the
+release stage then only checks them, writes the certificate and the manifest); the whole run's elapsed wall time is then
+the figure. ``--prune-prepared`` deletes a product's prepared frames (``runs/{id}/prepared/{product}/``) once its
+measurements are committed: they are needed again only to re-measure, which the ledger never allows twice, and at
+national size they are tens of GB beside ≈ 46 GB of synthetic inputs. The disk in use is sampled every two seconds
+(``disk_peak_bytes``: the filesystem's peak used bytes above the start of the size). ``--prune-inputs`` (production
+only) deletes the synthetic confidential inputs once every product's measurements are committed: post-processing and the
+release stage cannot read them (their store view refuses every confidential input), a production release stage has no
+truth to recompute, and an agency's CEF stays wherever it lives — here the copy is ≈ 48 GB at national size, so the disk
+peak is the inputs plus what the stages write up to the last measurement, not plus everything after it. A later
+validate, preprocess or measure of that run would refuse (no inputs), which a finished measurement never needs.
 
 ``--dask-workers N`` runs two steps on a Dask ``LocalCluster`` of N single-threaded worker processes, as
 ``dasflow run --task-runner dask`` maps them on its local cluster:
@@ -149,7 +149,7 @@ def _stage_step(config_file: Path, stage: str, product: str) -> dict[str, Any]:
     """One stage function in this (fresh) process; returns its manifest's metrics when it writes one."""
     from dasflow.pipeline import stages
     from dasflow.pipeline.run import manifest_key
-    from dasflow.release.stage import release_stage
+    from dasflow.release.stage import TABLES, product_release_files, release_stage
     ctx = _context(config_file)
     if stage == "plan":
         stages.plan_stage(ctx)
@@ -161,6 +161,9 @@ def _stage_step(config_file: Path, stage: str, product: str) -> dict[str, Any]:
     if stage == "release":
         release_stage(ctx)
         product = "all"
+    elif stage == "release-files":  # a product's release files in its lane, as the release flow makes them
+        stage = TABLES
+        product_release_files(ctx, product)
     else:
         {"validate": stages.validate_stage, "preprocess": stages.preprocess_stage,
          "measure": stages.measure_stage, "postprocess": stages.postprocess_stage}[stage](ctx, product)
@@ -384,7 +387,7 @@ def run_size(persons: int, workdir: Path, keep: bool, *, production: bool = Fals
         lock = threading.Lock()
 
         def chain(p: str) -> None:
-            for stage in ("preprocess", "measure", "postprocess"):
+            for stage in ("preprocess", "measure", "postprocess", "release-files"):
                 if stage == "postprocess" and p in split:  # its parts on the Dask cluster; the stage combines
                     step("postprocess-parts", p, ["dask-post", str(config_file), p, str(dask_workers)])
                 if stage == "measure" and p in batched:  # its segments on the Dask cluster; the stage commits
