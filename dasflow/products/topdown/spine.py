@@ -193,7 +193,7 @@ class Spine:
         if level not in self._family_memo:
             par = self.parent[level]
             order = np.argsort(par, kind="stable").astype(np.int64)
-            fan = np.bincount(par, minlength=self.n_units(level - 1)).astype(np.int64)
+            fan = self.fanout(level - 1)
             first = np.concatenate([[0], np.cumsum(fan)[:-1]]).astype(np.int64)
             self._family_memo[level] = (order, fan, first, np.unique(par[self.gamma_num[level] == 0]))
         return self._family_memo[level]
