@@ -3,6 +3,7 @@ the exact tree-DP oracle for detailed-only strategies, accuracy vs raw noisy ans
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from fractions import Fraction
 from typing import Any
@@ -226,28 +227,71 @@ def test_max_iter_is_logged_and_still_consistent(setup, caplog) -> None:  # type
     assert (diag["consistency_violations"] == 0).all()
 
 
-def test_families_are_independent_tasks(setup) -> None:  # type: ignore[no-untyped-def]
-    """Estimating a subset of a level's parents gives exactly the rows of the whole-level call."""
+def _level_inputs(setup: Any, level: str) -> tuple[Any, int, Histogram, list[GroupAnswers]]:
+    """A seeded release's spine, the index of ``level``, its parents' estimates and its noisy answers."""
     td, blocks, persons = setup
     td2, ms, _, est = _run(td, blocks, persons, 13)
     sp = td2.spine({"blocks": blocks})
-    l = sp.levels.index("tract")
+    l = sp.levels.index(level)
     ph = est[f"internal/{sp.levels[l - 1]}"]
     parent_hist = Histogram(ph["UNIT"].to_numpy(), ph["CELL"].to_numpy(), ph["COUNT"].to_numpy())
     st = td2.config.strategy
     groups = []
     for g in st.per_level[l].groups:
-        t = ms[f"topdown/tract/{g.name}"].table
+        t = ms[f"topdown/{level}/{g.name}"].table
         groups.append(GroupAnswers(g.name, g.row_index(SCHEMA), g.n_rows(SCHEMA), t["UNIT"].to_numpy(),
                                    np.stack(t["NOISY"].to_list()),
                                    np.array([float(v) for v in t["VARIANCE"]]),
                                    g.name == "detailed"))
+    return sp, l, parent_hist, groups
+
+
+def test_families_are_independent_tasks(setup) -> None:  # type: ignore[no-untyped-def]
+    """Estimating a subset of a level's parents gives exactly the rows of the whole-level call."""
+    sp, l, parent_hist, groups = _level_inputs(setup, "tract")
     full = estimate_families(sp, l, np.arange(sp.n_units(l - 1)), parent_hist, groups)
     subset = np.array([0, 2])
     part = estimate_families(sp, l, subset, parent_hist, groups)
     kids = np.isin(sp.parent[l][full.hist.unit], subset)
     assert np.array_equal(part.hist.unit, full.hist.unit[kids])
     assert np.array_equal(part.hist.count, full.hist.count[kids])
+
+
+def test_a_family_estimate_does_not_depend_on_its_batch(setup, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every family stops at its own first converged iterate: the block level solved as one FISTA batch (which
+    drops the stopped families as it goes) equals every family solved alone, bit for bit, down to the
+    continuous iterate before rounding."""
+    from dasflow.products.topdown import batch
+
+    sp, l, parent_hist, groups = _level_inputs(setup, "block")
+    fan = sp.fanout(l - 1)
+    lo = int(fan[fan > 1].min())
+    parents = np.flatnonzero((fan > 1) & (fan <= 2 * lo))  # one batch: fan-outs within a factor 2
+    kept: list[int] = []
+    subset = batch._Ops.subset
+    monkeypatch.setattr(batch._Ops, "subset", lambda self, keep: kept.append(keep.size) or subset(self, keep))
+    iterates: list[tuple[np.ndarray, np.ndarray]] = []
+    fista = batch._fista
+
+    def spy(v0, ops, s_var, step, fam, n_fam, project, opts, restrict=None):  # type: ignore[no-untyped-def]
+        out = fista(v0, ops, s_var, step, fam, n_fam, project, opts, restrict)
+        iterates.append((fam, out[0]))
+        return out
+
+    monkeypatch.setattr(batch, "_fista", spy)
+    whole = estimate_families(sp, l, parents, parent_hist, groups, EstimatorOptions(batch_vars=10**9))
+    assert len(iterates) == 1 and kept, "one batch, and some families stopped before the others"
+    fam, together = iterates.pop()
+    assert np.unique(fam).size == parents.size > 3
+    alone_rows, alone_iters = [], []
+    for p in parents:
+        res = estimate_families(sp, l, np.array([p]), parent_hist, groups)
+        alone_rows.append(res.hist)
+        alone_iters.append(iterates.pop()[1])
+    assert np.array_equal(together, np.concatenate(alone_iters))
+    assert whole.status["converged"] == parents.size
+    for f in ("unit", "cell", "count"):
+        assert np.array_equal(getattr(whole.hist, f), np.concatenate([getattr(h, f) for h in alone_rows]))
 
 
 def test_bad_person_input_is_refused_before_noise(setup) -> None:  # type: ignore[no-untyped-def]
@@ -312,3 +356,44 @@ def test_pure_dp_and_no_total_invariant_paths() -> None:
         assert int(est["block"]["COUNT"].sum()) == root and (est["block"]["COUNT"] > 0).all()
     with pytest.raises(InputError, match="invariants"):
         TopDown(TopDownConfig(spine=sc, strategy=st)).postprocess(ms, {"blocks": blocks})
+
+
+@pytest.mark.parametrize("rule", ["zcdp", "puredp"])
+def test_measured_answers_are_the_true_answers_plus_one_draw_per_answer(rule: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``measure_group`` on units of two γ, in chunks smaller than the level (one chunk of mixed γ, two of one
+    γ): each answer is the unit's true answer (several cells summed into one row for a marginal) plus a noise
+    value drawn for it with the unit's own parameter, every drawn value used exactly once; γ = 0 units are not
+    measured."""
+    from dasflow.products.topdown import measure
+
+    sp = make_spine([[0, 0, 0], [0, 0, 1, 1, 1, 2, 2]], [F(1, 3)] * 3, rule)
+    gam = np.array([2, 1, 0, 2, 2, 1, 1], dtype=np.int64) * sp.gamma_num[2][0]
+    sp = dataclasses.replace(sp, gamma_num=[sp.gamma_num[0], sp.gamma_num[1], gam])
+    st = make_strategy(sp.levels, [F(1, 3)] * 3, F(1, 2), schema=SCHEMA, per_level=MARGINAL,
+                       privacy_defn=rule)
+    r = np.random.default_rng(5)
+    dense = r.poisson(3.0, size=(7, SCHEMA.n_cells)) * (r.random((7, SCHEMA.n_cells)) < 0.5)
+    hist = Histogram.from_dense(np.arange(7, dtype=np.int64), dense)
+    drawn: list[tuple[object, np.ndarray]] = []
+
+    def fake(param, size, g):  # type: ignore[no-untyped-def]
+        values = 10_000 * (len(drawn) + 1) + np.arange(size, dtype=np.int64)  # every value distinct
+        drawn.append((param, values.copy()))  # measure_group may add the true answers in place
+        return values
+
+    monkeypatch.setattr(measure.samplers, "discrete_gaussian" if rule == "zcdp" else "two_sided_geometric", fake)
+    for group in MARGINAL.groups:
+        drawn.clear()
+        rows, R = group.row_index(SCHEMA), group.n_rows(SCHEMA)
+        gm = measure.measure_group(sp, st, 2, group, hist, rng.seeded(1), chunk_cells=2 * R)
+        assert gm.units.tolist() == [0, 1, 3, 4, 5, 6]
+        true = np.zeros((7, R), dtype=np.int64)
+        np.add.at(true, (np.repeat(np.arange(7), SCHEMA.n_cells), np.tile(rows, 7)), dense.reshape(-1))
+        noise = np.asarray(gm.answers, dtype=np.int64) - true[gm.units]
+        param_of = {int(v): measure.noise_parameter(st, F(int(v), sp.denominator), group.alpha) for v in gam if v > 0}
+        used = np.concatenate([v for _, v in drawn])
+        assert sorted(noise.reshape(-1).tolist()) == sorted(used.tolist())  # each draw used once
+        for k, u in enumerate(gm.units):  # each row's draws came from a call with the unit's parameter
+            call = next(i for i, (_, v) in enumerate(drawn) if v[0] <= noise[k, 0] <= v[-1])
+            assert drawn[call][0] == param_of[int(gam[u])] == gm.noise[k]
+            assert np.all((noise[k] >= drawn[call][1][0]) & (noise[k] <= drawn[call][1][-1]))

@@ -15,7 +15,9 @@ Per family (parent p already estimated as integers ``t = x̂_p``; children c wit
    (``s_c = Σ_i 1/v_{c,i}``): the projection onto ``{x ≥ 0, Σ_c x_c = t}`` in that metric is the exact
    weighted simplex projection of :mod:`solvers`, vectorised over all (parent, cell) rows of a batch. Step
    size 1/L per family with L the Gershgorin bound of ``D⁻¹H`` on the family's active variables; adaptive
-   momentum restart; stop when the fixed-point residual is below ``tol`` (absolute, persons). A family that
+   momentum restart; each family stops at its first iterate whose fixed-point residual is below ``tol``
+   (absolute, persons), so its estimate does not depend on the other families of its batch, and the batch
+   iterates on the families still working only. A family that
    reaches ``max_iter`` keeps its last feasible iterate and is logged (status ``max_iter``); a numerical
    failure falls back (logged) to the projection of the detailed answers (status ``fallback``).
 2. **Rounding** ``argmin Σ_c s_c (x_c − x̃_c)²`` over non-negative integers with ``Σ_c x_c = t`` exactly, per
@@ -42,7 +44,7 @@ any subset of parents (the DAG's unit of parallel work), batching families of si
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -101,6 +103,24 @@ class _Ops:
             (w[idx], y[idx]) if n == idx.size else None
             for idx, y, w, n in zip(self.idx, self.y, self.w, self.nrow, strict=True)]
 
+    def subset(self, keep: IntArray) -> _Ops:
+        """The operators on the variables ``keep`` (ascending) alone; every query row holding one of them must
+        hold only kept variables (whole families), so each row's sum runs over the same variables in the same
+        order."""
+        sub = object.__new__(_Ops)
+        sub.idx, sub.y, sub.w, sub.nrow, sub.direct = [], [], [], [], []
+        for idx, y, w, n, direct in zip(self.idx, self.y, self.w, self.nrow, self.direct, strict=True):
+            rows = idx[keep]
+            used = np.zeros(n, dtype=bool)
+            used[rows] = True
+            at = np.flatnonzero(used)
+            sub.idx.append((np.cumsum(used) - 1)[rows])
+            sub.y.append(y[at])
+            sub.w.append(w[at])
+            sub.nrow.append(int(at.size))
+            sub.direct.append(None if direct is None else (direct[0][keep], direct[1][keep]))
+        return sub
+
     def grad(self, v: FloatArray) -> FloatArray:
         out = np.zeros_like(v)
         for idx, y, w, n, direct in zip(self.idx, self.y, self.w, self.nrow, self.direct, strict=True):
@@ -127,18 +147,39 @@ class _Ops:
         return out / s_var
 
 
+def _segments(family_of_var: IntArray, n_fam: int) -> tuple[npt.NDArray[np.bool_], IntArray]:
+    """Families with variables and the start of each one's run (variables are grouped by family)."""
+    starts = np.searchsorted(family_of_var, np.arange(n_fam))
+    nonempty = starts < family_of_var.size
+    return nonempty, starts[nonempty]
+
+
+#: the iteration goes on without the stopped families once they hold this share of its variables
+COMPACT_SHARE = 0.25
+
+
 def _fista(v0: FloatArray, ops: _Ops, s_var: FloatArray, step: FloatArray, family_of_var: IntArray,
-           n_fam: int, project: Any, opts: EstimatorOptions) -> tuple[FloatArray, IntArray, int]:
+           n_fam: int, project: Any, opts: EstimatorOptions,
+           restrict: Callable[[IntArray], tuple[_Ops, FloatArray, FloatArray, Any]] | None = None,
+           ) -> tuple[FloatArray, IntArray, int]:
     """FISTA with per-family momentum and restart in the D-metric. Returns (x, converged flag per family,
-    iterations)."""
+    iterations).
+
+    Every family stops at its first iterate whose fixed-point residual is within ``tol``: that iterate is its
+    estimate, whatever else its batch holds (the families are independent problems: per-family step, momentum,
+    restart and residual, and a row-wise projection). ``restrict(families)`` gives the operators, metric, step
+    and projection of those families alone (ascending indices): once the stopped families hold
+    ``COMPACT_SHARE`` of the working variables the iteration continues on the others only — each of their
+    iterates is the same, bit for bit, since a family's arithmetic never reads another family's variables."""
+    out = v0.copy()
+    converged = np.zeros(n_fam, dtype=bool)
+    fams = np.arange(n_fam)                  # the working families (batch indices) …
+    var_at = np.arange(v0.size)              # … and their variables' places in ``out``
     x = v0.copy()
     yv = v0.copy()
     tk = np.ones(n_fam)
-    conv = np.zeros(n_fam, dtype=bool)
-    # variables are grouped by family (non-decreasing family index): segment reductions via reduceat
-    starts = np.searchsorted(family_of_var, np.arange(n_fam))
-    nonempty = starts < family_of_var.size
-    st = starts[nonempty]
+    stopped = np.zeros(n_fam, dtype=bool)    # per working family
+    nonempty, st = _segments(family_of_var, n_fam)
     unit_step = bool((step == 1.0).all())  # 1.0 · g is g bit for bit: skip the product
     it = 0
     for it in range(1, opts.max_iter + 1):  # noqa: B007
@@ -148,16 +189,20 @@ def _fista(v0: FloatArray, ops: _Ops, s_var: FloatArray, step: FloatArray, famil
         np.divide(g, s_var, out=g)
         x_new = project(np.subtract(yv, g, out=g))
         diff = x_new - yv
-        res = np.zeros(n_fam)
+        res = np.zeros(fams.size)
         res[nonempty] = np.maximum.reduceat(np.abs(diff), st)
-        conv = res <= opts.tol
-        if conv.all():
-            x = x_new
-            break
+        newly = (res <= opts.tol) & ~stopped
+        if newly.any():
+            sel = newly[family_of_var]
+            out[var_at[sel]] = x_new[sel]
+            converged[fams[newly]] = True
+            stopped |= newly
+            if stopped.all():
+                break
         t_new = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * tk * tk))
         mom = (tk - 1.0) / t_new
         dx = x_new - x
-        inner = np.zeros(n_fam)
+        inner = np.zeros(fams.size)
         inner[nonempty] = np.add.reduceat(diff * dx, st)
         restart = inner > 0
         mom = np.where(restart, 0.0, mom)
@@ -165,7 +210,21 @@ def _fista(v0: FloatArray, ops: _Ops, s_var: FloatArray, step: FloatArray, famil
         yv = x_new + mom[family_of_var] * dx
         x = x_new
         tk = t_new
-    return x, conv.astype(np.int64), it
+        if restrict is not None and stopped.any():
+            off = stopped[family_of_var]
+            if np.count_nonzero(off) >= COMPACT_SHARE * off.size:
+                keep, on = ~stopped, ~off
+                fams, var_at = fams[keep], var_at[on]
+                ops, s_var, step, project = restrict(fams)
+                x, yv, tk = x[on], yv[on], tk[keep]
+                family_of_var = (np.cumsum(keep) - 1)[family_of_var[on]]
+                stopped = np.zeros(fams.size, dtype=bool)
+                nonempty, st = _segments(family_of_var, fams.size)
+                unit_step = bool((step == 1.0).all())
+    if not stopped.all():  # max_iter: the last iterate of the families still working
+        sel = ~stopped[family_of_var]
+        out[var_at[sel]] = x[sel]
+    return out, converged.astype(np.int64), it
 
 
 def _group_weights(groups: Sequence[GroupAnswers], child: IntArray) -> list[FloatArray]:
@@ -345,6 +404,14 @@ def _solve_batch(spine: Spine, level: int, bp: IntArray, p_unit: IntArray, p_cel
             DM[mask] = d_var
 
             onto = None if coupled else SimplexProjector(DM, tf, mask)  # DM is fixed: reuse sort orders
+            var_row = np.broadcast_to(np.arange(K)[:, None], (K, C))[mask]
+            restrict = None
+            if not coupled:  # rows (families) are independent: the iteration may drop stopped families
+                def restrict(keep: IntArray) -> tuple[_Ops, FloatArray, FloatArray, Any]:
+                    rows = np.isin(fam_index, keep)
+                    on = rows[var_row]
+                    sub = SimplexProjector(DM[rows], tf[rows], mask[rows])
+                    return ops.subset(np.flatnonzero(on)), d_var[on], np.ones(int(on.sum())), sub.vars
 
             def project(v: FloatArray) -> FloatArray:
                 if onto is not None:
@@ -355,7 +422,7 @@ def _solve_batch(spine: Spine, level: int, bp: IntArray, p_unit: IntArray, p_cel
                 return out
 
             v, conv, iters = _fista(x0[mask], ops, d_var, np.ones(var_child.size), var_fam, bp.size,
-                                    project, opts)
+                                    project, opts, restrict)
             if not np.all(np.isfinite(v)):
                 raise FloatingPointError("non-finite iterate")
             nconv = int(conv.sum())

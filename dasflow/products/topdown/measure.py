@@ -371,13 +371,11 @@ def measure_group(spine: Spine, strategy: Strategy, level: int, group: QueryGrou
     hpos = np.searchsorted(units, hist.unit)
     hpos_c = np.minimum(hpos, max(units.size - 1, 0))
     in_measured = (units[hpos_c] == hist.unit) if units.size else np.zeros(hist.unit.size, dtype=bool)
+    one_row = np.unique(rows).size == rows.size  # every cell its own row (the detailed query)
     step = max(1, chunk_cells // max(R, 1))
     for s in range(0, units.size, step):
         e = min(units.size, s + step)
-        sel = in_measured & (hpos_c >= s) & (hpos_c < e)
-        key = (hpos_c[sel] - s) * R + rows[hist.cell[sel]]
-        true = np.bincount(key, weights=hist.count[sel], minlength=(e - s) * R).astype(np.int64)
-        true = true.reshape(e - s, R)
+        noisy: IntArray | None = None
         for v, param in params.items():
             m = np.flatnonzero(gam[s:e] == v)
             if m.size == 0:
@@ -387,9 +385,25 @@ def measure_group(spine: Spine, strategy: Strategy, level: int, group: QueryGrou
                 noise = samplers.discrete_gaussian(param, size, g)
             else:
                 noise = samplers.two_sided_geometric(param, size, g)
-            true[m] += np.asarray(noise, dtype=np.int64).reshape(m.size, R)
-        out = _fit(out, true)
-        out[s:e] = true
+            drawn = np.asarray(noise, dtype=np.int64).reshape(m.size, R)
+            if m.size == e - s:  # one γ in the chunk: the noise array is the chunk
+                noisy = drawn
+            else:
+                if noisy is None:
+                    noisy = np.empty((e - s, R), dtype=np.int64)
+                noisy[m] = drawn
+        assert noisy is not None  # every unit has a γ (a key of params)
+        # the true answers, added where they are non-zero: O(the chunk's histogram), not O(units × answers)
+        sel = in_measured & (hpos_c >= s) & (hpos_c < e)
+        key = (hpos_c[sel] - s) * R + rows[hist.cell[sel]]
+        flat = noisy.reshape(-1)
+        if one_row:  # distinct keys: one scatter-add
+            flat[key] += hist.count[sel]
+        else:
+            uk, inv = np.unique(key, return_inverse=True)
+            flat[uk] += np.bincount(inv, weights=hist.count[sel], minlength=uk.size).astype(np.int64)
+        out = _fit(out, noisy)
+        out[s:e] = noisy
     noise_of = [params[int(v)] for v in gam]
     var_of = {k: noise_variance(strategy, p) for k, p in params.items()}
     return GroupMeasurement(level, group, units, out, noise_of, [var_of[int(v)] for v in gam])

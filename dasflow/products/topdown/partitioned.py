@@ -464,9 +464,11 @@ class PartitionedTopDown:
 
     def _segment_rows(self, source: PartSource, sp: Spine, lay: _Layout, level: int, template: GroupAnswers,
                       segment: str, r: int) -> GroupAnswers:
-        """Part ``r``'s rows of one measurement segment of a level's query group, as the estimator reads them
-        (float64 answers): the segment is read (verified against its key's committed index) and decoded once
-        while consecutive parts ask for it."""
+        """Part ``r``'s rows of one measurement segment of a level's query group: the segment is read (verified
+        against its key's committed index) and decoded once while consecutive parts ask for it. The answers stay
+        in the decoded segment's compact dtype (a view where the part's rows are contiguous): the estimator
+        reads only the (child, cell) pairs of its parents' support, converting those to float64
+        (:meth:`GroupAnswers.gather`, exact), never the part's whole dense answer array."""
         held = self._decoded.get((level, template.name))
         if held is None or held[0] != segment:
             self._decoded.pop((level, template.name), None)  # at most one segment per key held
@@ -492,8 +494,8 @@ class PartitionedTopDown:
             sel: Any = slice(int(i), int(j))
         else:
             sel = owner == r
-        return GroupAnswers(template.name, template.row_index, template.n_rows, units[sel],
-                            answers[sel].astype(np.float64), variance[sel], template.detailed)
+        return GroupAnswers(template.name, template.row_index, template.n_rows, units[sel], answers[sel],
+                            variance[sel], template.detailed)
 
     def _combine_all(self, sp: Spine, lay: _Layout, source: PartSource) -> Tables:
         """The combine step's ``all`` part: the levels down to :meth:`_whole`, read whole (after the bottom-up
