@@ -59,6 +59,7 @@ batch reports its worker's peak (and a parts batch its RSS after it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import itertools
 import json
@@ -72,6 +73,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -221,13 +223,19 @@ def _dask_measure_batch(config_file: str, product: str, batch: list[list[str]]) 
                   "first": "/".join(batch[0])}
 
 
-def _local_cluster(workers: int) -> Any:
-    """A ``LocalCluster`` of ``workers`` single-threaded worker processes with the release flow's settings."""
+@contextlib.contextmanager
+def _local_cluster(workers: int) -> Iterator[Any]:
+    """A ``LocalCluster`` of ``workers`` single-threaded worker processes with the release flow's settings,
+    closed as the flow closes its own (workers first)."""
     from distributed import LocalCluster
 
-    from dasflow.flows.release import WORKER_THREADS
-    return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,  # type: ignore[no-untyped-call]
-                        host="127.0.0.1", dashboard_address=None, env=WORKER_THREADS)
+    from dasflow.flows.release import WORKER_THREADS, stop_workers
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,  # type: ignore[no-untyped-call]
+                      host="127.0.0.1", dashboard_address=None, env=WORKER_THREADS) as cluster:
+        try:
+            yield cluster
+        finally:
+            stop_workers(cluster)
 
 
 def _dask_measure(config_file: Path, product: str, workers: int) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import concurrent.futures
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -219,8 +220,23 @@ def local_dask_cluster(cfg: ReleaseConfig, workers: int = 2) -> Iterator[Release
     with dask.config.set(WORKER_DASK_CONFIG), LocalCluster(  # type: ignore[no-untyped-call]
             n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
             env=WORKER_THREADS | {"PREFECT_API_URL": _api_url()}) as cluster:
-        yield cfg.model_copy(update={"dask_address": cluster.scheduler_address,
-                                     "measure_on_workers": cfg.measure_on_workers is not False})
+        try:
+            yield cfg.model_copy(update={"dask_address": cluster.scheduler_address,
+                                         "measure_on_workers": cfg.measure_on_workers is not False})
+        finally:
+            stop_workers(cluster)
+
+
+def stop_workers(cluster: Any, timeout: float = 30.0) -> None:
+    """Close a local cluster's workers while its scheduler is still up, before the cluster itself closes: each
+    worker stops its heartbeat and then leaves. Closing the scheduler and the workers together races a
+    worker's last heartbeat against the closed scheduler, and the worker process logs the failure with a
+    traceback (dask/distributed#7192) on the operator's terminal at the end of a good run. Waits at most
+    ``timeout`` seconds; the cluster's own close handles anything left."""
+    cluster.scale(0)
+    deadline = time.monotonic() + timeout
+    while cluster.scheduler_info.get("workers") and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 #: A worker runs one task per thread; numeric libraries must not start their own thread pools on top (they

@@ -324,6 +324,31 @@ def test_the_local_cluster_measures_on_its_workers_unless_told_not_to(tmp_path: 
         assert run_cfg is external and not run_cfg.measure_on_workers
 
 
+def test_the_local_cluster_closes_its_workers_before_its_scheduler(tmp_path: Path, monkeypatch,  # type: ignore[no-untyped-def]
+                                                                     capfd) -> None:
+    """At the end of a run the local cluster's workers leave while the scheduler is up, so no worker's heartbeat
+    meets a closed scheduler (that race logs a traceback on the operator's terminal, dask/distributed#7192):
+    when the cluster closes, no worker is registered any more, and nothing was logged with a traceback."""
+    import distributed
+
+    from dasflow.flows.release import local_dask_cluster
+
+    seen: list[int] = []
+    close = distributed.LocalCluster.close
+
+    def spy(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(len(self.scheduler_info.get("workers", {})))
+        return close(self, *args, **kwargs)
+
+    monkeypatch.setattr(distributed.LocalCluster, "close", spy)
+    cfg = parse_release_config(topdown_release(tmp_path, "local") | {"task_runner": "dask"})
+    with local_dask_cluster(cfg) as run_cfg, distributed.Client(run_cfg.dask_address) as client:
+        assert client.submit(sum, range(10)).result() == 45
+        assert len(client.scheduler_info()["workers"]) == 2
+    assert seen and seen[0] == 0
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_parts_are_grouped_into_waves_of_batches_sized_by_public_work() -> None:
     from dasflow.pipeline.partitions import task_waves
     from dasflow.products.partition import PostStep

@@ -25,7 +25,7 @@ from dasflow.pipeline.inputs import mark_synthetic
 from dasflow.pipeline.run import freeze_config, open_run
 from dasflow.products.topdown import partitioned
 from dasflow.products.topdown.measure import group_states, measured_units, state_segments
-from dasflow.products.topdown.partitioned import PACK_BLOCKS, parts_layout
+from dasflow.products.topdown.partitioned import PACK_BLOCKS, _variances, parts_layout
 from dasflow.products.topdown.plugin import parse_topdown_config
 from dasflow.release.stage import release_stage
 from tests.dag.helpers import release_files, topdown_release
@@ -336,3 +336,16 @@ def test_small_units_share_a_post_processing_part_within_the_bound(tmp_path: Pat
     capped = parts_layout(sp, 25_000)
     assert [n for n in capped.names if "." not in n] == [n for n in layouts[40].names if "." not in n]
     assert len(capped.names) > 1 and not any("." in n for n in capped.names)
+
+
+def test_segment_variances_are_the_exact_values_as_floats() -> None:
+    """Variances grouped by object identity: shared objects, equal values held by distinct objects and float
+    columns all give ``float(v)`` per row."""
+    from fractions import Fraction
+
+    shared = [Fraction(1, 3), Fraction(2, 7)]
+    column = np.empty(7, dtype=object)
+    column[:] = [shared[0], shared[1], shared[0], Fraction(1, 3), Fraction(5, 11), shared[1], shared[0]]
+    assert _variances(column).tolist() == [float(v) for v in column]
+    assert _variances(np.array([0.5, 0.25])).tolist() == [0.5, 0.25]
+    assert _variances(np.empty(0, dtype=object)).size == 0

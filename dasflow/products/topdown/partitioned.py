@@ -215,6 +215,18 @@ def _compact(answers: npt.NDArray[Any]) -> npt.NDArray[Any]:
 DECODE_ROWS = 4096
 
 
+def _variances(column: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+    """An NMF's per-unit variances as floats. Exact variances are ``Fraction`` objects, one object per distinct
+    value as the NMF decoder builds them: they are grouped by object identity (hashing a ``Fraction`` costs more
+    than the rest of a segment's decode), and each group converted once — equal values held by distinct
+    objects only cost one more conversion."""
+    if column.dtype != object:
+        return column.astype(np.float64)
+    ids = np.fromiter(map(id, column), dtype=np.uint64, count=column.size)
+    _, first, codes = np.unique(ids, return_index=True, return_inverse=True)
+    return np.array([float(column[i]) for i in first], dtype=np.float64)[codes.reshape(-1)]
+
+
 def _segment_answers(table: pd.DataFrame, n_rows: int) -> tuple[IntArray, npt.NDArray[Any], npt.NDArray[np.float64]]:
     """One NMF table (a segment of a key) as units, answers and variances: the answers as ``_compact`` gives
     them (the narrowest of int8/16/32/64 holding every answer, float64 for float answers), stacked
@@ -222,8 +234,7 @@ def _segment_answers(table: pd.DataFrame, n_rows: int) -> tuple[IntArray, npt.ND
     as int64 (a county-sized segment of the detailed query is ≈ 1 GB in int64)."""
     units = table["UNIT"].to_numpy(np.int64)
     values = table[NOISY_COLUMN].to_numpy()
-    codes, distinct = pd.factorize(table[VARIANCE_COLUMN], use_na_sentinel=False)  # a few γ per segment
-    variance = np.array([float(v) for v in distinct], dtype=np.float64)[codes]
+    variance = _variances(table[VARIANCE_COLUMN].to_numpy())
     if not units.size:
         return units, np.zeros((0, n_rows)), variance
     out: npt.NDArray[Any] = np.empty((units.size, n_rows), dtype=np.int8)
