@@ -2,6 +2,7 @@
 
     git worktree add /tmp/old 8f61320
     .venv/bin/python benchmarks/topdown_post.py --persons 1000000 3000000 --other /tmp/old [--json out.json]
+    .venv/bin/python benchmarks/topdown_post.py --persons 3000000 --other /tmp/old --modes parts measure
 
 One seeded multi-state synthetic release (dasflow.synth; the scale-out benchmark's states and invariants: total,
 state populations, structural zeros) is validated, preprocessed and measured once per size with this tree. Then
@@ -19,6 +20,13 @@ the whole stage call, whose combine part loads them), wall seconds, peak
 RSS, CPU µs per person, and a digest of every estimate table (diagnostics without their timing columns), which
 must agree between the trees: the seeded release is byte-identical. The minimum CPU over ``--repeat`` runs is
 the figure (the machine is shared).
+``measure``
+    ``measure_stage`` on a store validated, planned and preprocessed by the same tree (a copy of one generated
+    census per run; the stages before it are not timed): every key's noise drawn and every NMF written. Its
+    digest is that of every decoded NMF table, which must agree between the trees (seeded: the same draws).
+
+For ``single`` and ``parts`` each run also reports the estimates' L1 error against the true histograms of every
+level (the preprocessed counts): when an estimator change alters the bytes, this says whether accuracy moved.
 """
 
 from __future__ import annotations
@@ -46,6 +54,21 @@ from dasflow.pipeline.run import open_run
 store, mode = sys.argv[2], sys.argv[3]
 shutil.rmtree(Path(store) / "runs/td-post/postprocessed", ignore_errors=True)
 ctx = open_run("td-post", store)
+if mode == "measure":
+    import glob
+    import pyarrow.parquet as pq
+    stages.validate_stage(ctx, "topdown"); stages.plan_stage(ctx); stages.preprocess_stage(ctx, "topdown")
+    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    stages.measure_stage(ctx, "topdown")
+    wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+    root = Path(store) / "runs/td-post/measurements"
+    h = hashlib.sha256()
+    for f in sorted(glob.glob(str(root / "**/*.parquet"), recursive=True)):
+        t = pq.read_table(f).replace_schema_metadata(None)
+        buf = io.BytesIO(); pq.write_table(t, buf); h.update(f[len(str(root)):].encode()); h.update(buf.getvalue())
+    print(json.dumps({"cpu": r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, "sys": r1.ru_stime - r0.ru_stime,
+                      "wall": wall, "peak_rss_mb": r1.ru_maxrss / 1024, "digest": {"nmf": h.hexdigest()[:16]}}))
+    sys.exit(0)
 plugin = ctx.plugin("topdown") if hasattr(ctx, "plugin") else ctx.adapter("topdown")
 cfg = ctx.product_config("topdown")
 public = ctx.post_public("topdown")
@@ -61,14 +84,26 @@ def digest(frame):
     frame = frame.drop(columns=[c for c in ("seconds", "cpu_seconds") if c in frame.columns])
     buf = io.BytesIO(); frame.reset_index(drop=True).to_parquet(buf, index=False)
     return hashlib.sha256(buf.getvalue()).hexdigest()[:16]
+import glob
+import numpy as np, pandas as pd
+l1 = {}
+for name, frame in est.items():  # L1 error of every level's estimates against its true histogram
+    if not name.startswith("internal/"):
+        continue
+    level = name.removeprefix("internal/")
+    files = glob.glob(f"{store}/runs/td-post/prepared/topdown/part=*/hist/{level}.parquet")
+    true = pd.concat([pd.read_parquet(f) for f in files]).groupby(["UNIT", "CELL"])["COUNT"].sum()
+    frame = frame if isinstance(frame, pd.DataFrame) else pd.concat([t.to_pandas() for t in frame()])
+    l1[level] = int(np.abs(frame.set_index(["UNIT", "CELL"])["COUNT"].sub(true, fill_value=0)).sum())
 print(json.dumps({"cpu": r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, "sys": r1.ru_stime - r0.ru_stime,
-                  "wall": wall, "peak_rss_mb": r1.ru_maxrss / 1024,
+                  "wall": wall, "peak_rss_mb": r1.ru_maxrss / 1024, "l1": l1,
                   "digest": {k: digest(v) for k, v in sorted(est.items())}}))
 '''
 
 
-def prepare(root: Path, persons: int, seed: int) -> None:
-    """Synthetic census, public TopDown files and a measured seeded release ``td-post`` under ``root``."""
+def prepare(root: Path, persons: int, seed: int, measured: bool = True) -> None:
+    """Synthetic census, public TopDown files and a measured seeded release ``td-post`` under ``root`` (only
+    the census and the frozen config unless ``measured``)."""
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(HERE / "benchmarks"))
     from scale_out import build
@@ -80,6 +115,8 @@ def prepare(root: Path, persons: int, seed: int) -> None:
 
     raw = build(root, persons, STATES.split(","), seed) | {"release_id": "td-post"}
     ctx = freeze_config(parse_release_config(raw), LocalStore(root))
+    if not measured:
+        return
     stages.validate_stage(ctx, "topdown")
     stages.plan_stage(ctx)
     stages.preprocess_stage(ctx, "topdown")
@@ -98,13 +135,14 @@ def main() -> int:
     ap.add_argument("--persons", type=int, nargs="+", default=[1_000_000])
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--other", type=Path, help="another dasflow checkout to compare (e.g. a git worktree)")
-    ap.add_argument("--modes", nargs="+", default=["single", "parts"], choices=["single", "parts"])
+    ap.add_argument("--modes", nargs="+", default=["single", "parts"], choices=["single", "parts", "measure"])
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--json")
     ap.add_argument("--prepare", type=Path, help=argparse.SUPPRESS)  # internal: build one store and exit
+    ap.add_argument("--census-only", action="store_true", help=argparse.SUPPRESS)  # internal: with --prepare
     args = ap.parse_args()
     if args.prepare:
-        prepare(args.prepare, args.persons[0], args.seed)
+        prepare(args.prepare, args.persons[0], args.seed, measured=not args.census_only)
         return 0
     trees = {"this": HERE} | ({"other": args.other.resolve()} if args.other else {})
     report: dict[str, Any] = {"load_before": os.getloadavg(), "trees": {k: str(v) for k, v in trees.items()},
@@ -113,13 +151,22 @@ def main() -> int:
         work = Path(tempfile.mkdtemp(prefix="dasflow-td-post-"))
         try:
             # in a child process: this one stays small, and a child's ru_maxrss starts from its parent's RSS
-            subprocess.run([sys.executable, __file__, "--prepare", str(work), "--persons", str(persons),
-                            "--seed", str(args.seed)], check=True, cwd=str(HERE))
+            if {"single", "parts"} & set(args.modes):
+                subprocess.run([sys.executable, __file__, "--prepare", str(work), "--persons", str(persons),
+                                "--seed", str(args.seed)], check=True, cwd=str(HERE))
+            if "measure" in args.modes:
+                subprocess.run([sys.executable, __file__, "--prepare", str(work / "census"), "--persons",
+                                str(persons), "--seed", str(args.seed), "--census-only"], check=True, cwd=str(HERE))
             for mode in args.modes:
                 best: dict[str, dict[str, Any]] = {}
                 for _ in range(args.repeat):
                     for name, tree in trees.items():
-                        r = run(tree, work, mode)
+                        if mode == "measure":  # a fresh copy of the census, taken up to measurement by this tree
+                            shutil.rmtree(work / "measured", ignore_errors=True)
+                            shutil.copytree(work / "census", work / "measured")
+                            r = run(tree, work / "measured", mode)
+                        else:
+                            r = run(tree, work, mode)
                         if name not in best or r["cpu"] < best[name]["cpu"]:
                             best[name] = r
                 row: dict[str, Any] = {"persons": persons, "mode": mode}
