@@ -123,6 +123,14 @@ def prepare(root: Path, persons: int, seed: int, measured: bool = True) -> None:
     stages.measure_stage(ctx, "topdown")
 
 
+def commit(tree: Path) -> str:
+    """A checkout's commit (``+dirty`` with uncommitted changes), to name it in the report without a path of
+    this machine."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True).stdout.strip()
+    return (git("rev-parse", "--short", "HEAD") or "unknown") + ("+dirty" if git("status", "--porcelain") else "")
+
+
 def run(tree: Path, store: Path, mode: str) -> dict[str, Any]:
     out = subprocess.run([sys.executable, "-c", CHILD, str(tree), str(store), mode], check=True,
                          capture_output=True, text=True, cwd=str(tree))
@@ -145,7 +153,7 @@ def main() -> int:
         prepare(args.prepare, args.persons[0], args.seed, measured=not args.census_only)
         return 0
     trees = {"this": HERE} | ({"other": args.other.resolve()} if args.other else {})
-    report: dict[str, Any] = {"load_before": os.getloadavg(), "trees": {k: str(v) for k, v in trees.items()},
+    report: dict[str, Any] = {"load_before": os.getloadavg(), "trees": {k: commit(v) for k, v in trees.items()},
                               "runs": []}
     for persons in args.persons:
         work = Path(tempfile.mkdtemp(prefix="dasflow-td-post-"))

@@ -179,6 +179,8 @@ def _fista(v0: FloatArray, ops: _Ops, s_var: FloatArray, step: FloatArray, famil
     yv = v0.copy()
     tk = np.ones(n_fam)
     stopped = np.zeros(n_fam, dtype=bool)    # per working family
+    size = np.bincount(family_of_var, minlength=n_fam)  # variables per working family
+    held = 0                                 # variables of the stopped working families
     nonempty, st = _segments(family_of_var, n_fam)
     unit_step = bool((step == 1.0).all())  # 1.0 · g is g bit for bit: skip the product
     it = 0
@@ -197,6 +199,7 @@ def _fista(v0: FloatArray, ops: _Ops, s_var: FloatArray, step: FloatArray, famil
             out[var_at[sel]] = x_new[sel]
             converged[fams[newly]] = True
             stopped |= newly
+            held += int(size[newly].sum())
             if stopped.all():
                 break
         t_new = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * tk * tk))
@@ -210,17 +213,16 @@ def _fista(v0: FloatArray, ops: _Ops, s_var: FloatArray, step: FloatArray, famil
         yv = x_new + mom[family_of_var] * dx
         x = x_new
         tk = t_new
-        if restrict is not None and stopped.any():
-            off = stopped[family_of_var]
-            if np.count_nonzero(off) >= COMPACT_SHARE * off.size:
-                keep, on = ~stopped, ~off
-                fams, var_at = fams[keep], var_at[on]
-                ops, s_var, step, project = restrict(fams)
-                x, yv, tk = x[on], yv[on], tk[keep]
-                family_of_var = (np.cumsum(keep) - 1)[family_of_var[on]]
-                stopped = np.zeros(fams.size, dtype=bool)
-                nonempty, st = _segments(family_of_var, fams.size)
-                unit_step = bool((step == 1.0).all())
+        if restrict is not None and held and held >= COMPACT_SHARE * family_of_var.size:
+            keep, on = ~stopped, ~stopped[family_of_var]
+            fams, var_at = fams[keep], var_at[on]
+            ops, s_var, step, project = restrict(fams)
+            x, yv, tk, size = x[on], yv[on], tk[keep], size[keep]
+            family_of_var = (np.cumsum(keep) - 1)[family_of_var[on]]
+            stopped = np.zeros(fams.size, dtype=bool)
+            held = 0
+            nonempty, st = _segments(family_of_var, fams.size)
+            unit_step = bool((step == 1.0).all())
     if not stopped.all():  # max_iter: the last iterate of the families still working
         sel = ~stopped[family_of_var]
         out[var_at[sel]] = x[sel]
