@@ -18,7 +18,7 @@ import hashlib
 import io
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -49,6 +49,14 @@ class InputLayout:
 
     confidential: dict[str, str]
     public: dict[str, str]
+    #: confidential input name → the products that declare it (none: named by the config only)
+    owners: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def confidential_of(self, product: str) -> dict[str, str]:
+        """The confidential inputs a product's stages depend on: those it declares, and (fail closed) every one
+        the config names that no product declares. Another product's inputs are never read by this one."""
+        return {name: prefix for name, prefix in self.confidential.items()
+                if not self.owners.get(name) or product in self.owners[name]}
 
     @property
     def forbidden(self) -> tuple[str, ...]:
@@ -65,10 +73,13 @@ def input_layout(products: list[str], inputs: Mapping[str, str]) -> InputLayout:
     """
     confidential: dict[str, str] = {}
     public: dict[str, str] = {}
+    owners: dict[str, tuple[str, ...]] = {}
     for product in products:
         for decl in get_plugin(product).input_declarations:
             prefix = _slash(inputs.get(decl.name, decl.default))
             (confidential if decl.confidential else public)[decl.name] = prefix
+            if decl.confidential:
+                owners[decl.name] = (*owners.get(decl.name, ()), product)
     for name, prefix in inputs.items():
         if name not in public:
             confidential[name] = _slash(prefix)
@@ -78,7 +89,7 @@ def input_layout(products: list[str], inputs: Mapping[str, str]) -> InputLayout:
                 raise InputError(f"public input {pname!r} ({pprefix}) overlaps the confidential input {cname!r} "
                                  f"({cprefix}) or the confidential area; public and confidential inputs must be "
                                  "disjoint", column=f"inputs.{pname}")
-    return InputLayout(confidential=confidential, public=public)
+    return InputLayout(confidential=confidential, public=public, owners=owners)
 
 
 def object_hashes(store: ObjectStore, prefixes: Mapping[str, str], *, require: bool) -> dict[str, str]:

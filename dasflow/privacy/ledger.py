@@ -163,8 +163,23 @@ class Ledger:
         #: what every NMF and commit of this release is bound to: ``config_sha256``, ``rng_mode`` and (during
         #: measurement, where the confidential inputs are readable) ``inputs_sha256``
         self.binding: dict[str, str] = dict(binding or {})
+        #: product → digest of its confidential inputs (:meth:`bind_inputs`), which replaces ``inputs_sha256`` in
+        #: the binding of that product's keys
+        self.inputs: dict[str, str] = {}
         self._plan: dict[str, dict[str, Any]] | None = None
         self._traces: dict[str, str] | None = None
+
+    def bind_inputs(self, product: str, digest: str) -> None:
+        """Bind the product's measurements to the digest of its confidential inputs: its NMFs and commits record
+        it, and a stored NMF of the product carrying another digest (drawn from other inputs) is refused. Keys of
+        different products may be bound to different digests in one process at once."""
+        self.inputs[product] = digest
+
+    def binding_of(self, spec: MeasurementSpec) -> dict[str, str]:
+        """What ``spec``'s NMF and commit are bound to: the release's binding, with its product's inputs digest
+        when :meth:`bind_inputs` set one."""
+        digest = self.inputs.get(spec.product)
+        return self.binding if digest is None else {**self.binding, "inputs_sha256": digest}
 
     # ----------------------------------------------------------------------------------------------- plan
     def freeze_plan(self, specs: Sequence[MeasurementSpec], cap: Cap,
@@ -256,7 +271,7 @@ class Ledger:
                 raise LedgerRefusal(f"release {self.release_id} was abandoned: nothing is drawn")
             self.check_never_drawn(spec.key)
             fresh = draw()
-            data = encode_nmf(fresh, spec, self.binding)
+            data = encode_nmf(fresh, spec, self.binding_of(spec))
             drawn = self.store.put_if_absent(nmf_key, data)  # a concurrent winner's NMF is used instead
             faults.point(f"measure:after-nmf:{spec.key}")
         if drawn:
@@ -266,11 +281,11 @@ class Ledger:
         else:  # a previous attempt's or a concurrent winner's NMF: read, check it belongs to this key, use it
             data = self.store.get(nmf_key)
             measurement = decode_nmf(data, spec)
-        self._check_binding(spec.key, nmf_binding(data), nmf_key)
+        self._check_binding(spec, nmf_binding(data), nmf_key)
         rows = len(measurement.table)
         commit_rec = _dumps({"key": spec.key, "nmf": nmf_key, "sha256": sha256_bytes(data), "rows": rows,
                              "budget": planned["budget"], "mechanism": planned["mechanism"],
-                             "rng_mode": measurement.rng_mode, "binding": self.binding})
+                             "rng_mode": measurement.rng_mode, "binding": self.binding_of(spec)})
         if not self.store.put_if_absent(self._entry(spec.key, "committed"), commit_rec):
             existing = self.committed(spec.key)
             if existing is None or existing.sha256 != sha256_bytes(data):
@@ -317,12 +332,12 @@ class Ledger:
                 drawn += int(fresh)
             if len(modes) != 1:
                 raise IntegrityError(f"{spec.key!r}: segments drawn under different RNG modes {sorted(modes)}")
-            data = encode_index(entries, spec, modes.pop(), self.binding)
+            data = encode_index(entries, spec, modes.pop(), self.binding_of(spec))
             written = self.store.put_if_absent(index_key, data)
             faults.point(f"measure:after-nmf:{spec.key}")
         if not written:  # a previous attempt's or a concurrent winner's index: its segments exist and match it
             data = self.store.get(index_key)
-            self._check_binding(spec.key, nmf_binding(data), index_key)
+            self._check_binding(spec, nmf_binding(data), index_key)
             entries = decode_index(data, spec, f"{self.store.uri}/{index_key}")
             if [e.segment for e in entries] != list(segments):
                 raise IntegrityError(f"{self.store.uri}/{index_key}: lists segments other than the key's")
@@ -331,7 +346,7 @@ class Ledger:
         commit_rec = _dumps({"key": spec.key, "nmf": index_key, "sha256": sha256_bytes(data),
                              "rows": sum(e.rows for e in entries), "segments": len(entries),
                              "budget": planned["budget"], "mechanism": planned["mechanism"],
-                             "rng_mode": nmf_binding(data)["rng_mode"], "binding": self.binding})
+                             "rng_mode": nmf_binding(data)["rng_mode"], "binding": self.binding_of(spec)})
         if not self.store.put_if_absent(self._entry(spec.key, "committed"), commit_rec):
             existing = self.committed(spec.key)
             if existing is None or existing.sha256 != sha256_bytes(data):
@@ -399,7 +414,7 @@ class Ledger:
                 raise LedgerRefusal(f"release {self.release_id} was abandoned: nothing is drawn")
             self.check_never_drawn(spec.key)
             fresh = draw(segment)
-            data = encode_nmf(fresh, spec, self.binding, segment=segment)
+            data = encode_nmf(fresh, spec, self.binding_of(spec), segment=segment)
             del fresh
             drawn = self.store.put_if_absent(skey, data)  # a concurrent winner's segment is used instead
             faults.point(f"measure:after-segment:{spec.key}:{segment}")
@@ -411,7 +426,7 @@ class Ledger:
                                  "(tampered or corrupt)")
         meta = pq.read_schema(io.BytesIO(data)).metadata or {}
         self._check_segment_meta(spec.key, segment, meta, skey)
-        self._check_binding(spec.key, nmf_binding(data), skey)
+        self._check_binding(spec, nmf_binding(data), skey)
         entry = Segment(segment, skey, sha, pq.read_metadata(io.BytesIO(data)).num_rows)
         if recorded is None:
             self.store.put_if_absent(ekey, _dumps({"key": spec.key, "segment": segment, "nmf": skey,
@@ -442,7 +457,7 @@ class Ledger:
                                  "does not match the SHA-256 in its index (tampered or corrupt)")
         self._check_segment_meta(spec.key, entry.segment, pq.read_schema(io.BytesIO(data)).metadata or {},
                                  entry.nmf_key)
-        self._check_binding(spec.key, nmf_binding(data), entry.nmf_key)
+        self._check_binding(spec, nmf_binding(data), entry.nmf_key)
         return data
 
     def load_segment(self, spec: MeasurementSpec, entry: Segment) -> NoisyMeasurement:
@@ -458,7 +473,7 @@ class Ledger:
         if sha256_bytes(data) != commit.sha256:
             raise IntegrityError(f"{self.store.uri}/{commit.nmf_key}: does not match its committed SHA-256 "
                                  "(tampered or corrupt)")
-        self._check_binding(spec.key, nmf_binding(data), commit.nmf_key)
+        self._check_binding(spec, nmf_binding(data), commit.nmf_key)
         return data
 
     def load(self, spec: MeasurementSpec, commit: Commit) -> NoisyMeasurement:
@@ -472,11 +487,13 @@ class Ledger:
         return NoisyMeasurement(spec=spec, table=table, rng_mode=nmf_binding(data)["rng_mode"])
 
     # ------------------------------------------------------------------------------------------ integrity
-    def _check_binding(self, key: str, bound: Mapping[str, str], where: str) -> None:
+    def _check_binding(self, spec: MeasurementSpec, bound: Mapping[str, str], where: str) -> None:
         """An NMF (or commit) must carry the release's config hash, RNG mode and — when known here — the hash
-        of the confidential inputs it was drawn from."""
+        of its product's confidential inputs it was drawn from."""
+        key = spec.key
+        mine_all = self.binding_of(spec)
         for field in ("config_sha256", "rng_mode", "inputs_sha256"):
-            mine = self.binding.get(field)
+            mine = mine_all.get(field)
             if mine is None:
                 continue
             if bound.get(field) != mine:

@@ -47,7 +47,7 @@ def test_release_carries_no_confidential_digest_and_no_record_value(tmp_path: Pa
     hashes = ctx.confidential_hashes()
     assert {k.rsplit("/", 1)[-1] for k in hashes} >= {"persons.csv", "units.csv"}
     secrets = [h.encode() for h in hashes.values()] + [h.upper().encode() for h in hashes.values()]
-    secrets.append(inputs_digest(hashes).encode())
+    secrets += [inputs_digest(hashes).encode(), inputs_digest(ctx.confidential_hashes("phsafe")).encode()]
     for key in ("confidential/synth/phsafe/persons.csv", "confidential/synth/phsafe/units.csv"):
         header, *rows = ctx.store.get(key).decode().splitlines()
         mafid = header.split("|").index("MAFID") if "|" in header else header.split(",").index("MAFID")

@@ -185,8 +185,8 @@ def test_reserved_with_nmf_is_committed_without_drawing(tmp_path: Path) -> None:
     prepared = stages.load_prepared(ctx, "counts")
     pre = stages.measure_one(ctx.plugin("counts").product(None), prepared, spec,
                              stages.base_rng(ctx).spawn(spec.key), {})
-    ctx.bind_inputs()
-    store.put_if_absent(ctx.ledger.nmf_key(spec.key), encode_nmf(pre, spec, ctx.ledger.binding))
+    ctx.bind_inputs("counts")
+    store.put_if_absent(ctx.ledger.nmf_key(spec.key), encode_nmf(pre, spec, ctx.ledger.binding_of(spec)))
     measurement, drawn = ctx.ledger.measure_once(spec, lambda: pytest.fail("drew again"), attempt="t")
     assert not drawn
     assert measurement.table["NOISY"].tolist() == pre.table["NOISY"].tolist()
@@ -264,7 +264,7 @@ def test_a_fresh_draw_is_committed_from_the_bytes_written_and_equals_their_read_
     ctx = freeze_config(cfg, store)
     stages.validate_stage(ctx, "counts")
     stages.plan_stage(ctx)
-    ctx.bind_inputs()
+    ctx.bind_inputs("counts")
     spec = stages.product_specs(ctx, "counts")[0]
     n = 5
     table = pd.DataFrame({
