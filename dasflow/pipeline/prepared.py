@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import IO, Any, Protocol
 
 import pandas as pd
 import pyarrow.parquet as pq
 
-from dasflow.errors import InputError
+from dasflow.errors import InputError, IntegrityError
 from dasflow.io.store import ObjectStore, StoreError
 
 #: a partition id is one path segment of the store
@@ -91,6 +91,43 @@ def prepare_partitions(store: ObjectStore, root: str, product: str, parts: Seque
     return outputs, computed
 
 
+class _Reads(Protocol):
+    def get_parquet(self, key: str) -> pd.DataFrame: ...
+
+    def reader(self, key: str) -> IO[bytes]: ...
+
+
+class VerifiedReads:
+    """Reads of prepared objects, each checked against the SHA-256 its preprocess manifest records the first time
+    it is read here (``IntegrityError`` naming it otherwise): a reader that uses a few partitions verifies those,
+    not every partition of the product."""
+
+    def __init__(self, store: ObjectStore, expected: Mapping[str, str]) -> None:
+        self._store = store
+        self._expected = expected
+        self._checked: set[str] = set()
+
+    def _check(self, key: str) -> None:
+        if key in self._checked:
+            return
+        try:
+            ok = self._store.sha256(key) == self._expected.get(key)
+        except StoreError:
+            ok = False
+        if not ok:
+            raise IntegrityError(f"{self._store.uri}/{key}: missing, or does not match the SHA-256 its preprocess "
+                                 "manifest records (tampered or corrupt); run preprocess again")
+        self._checked.add(key)
+
+    def get_parquet(self, key: str) -> pd.DataFrame:
+        self._check(key)
+        return self._store.get_parquet(key)
+
+    def reader(self, key: str) -> IO[bytes]:
+        self._check(key)
+        return self._store.reader(key)
+
+
 class PartitionedPrepared(Mapping[str, pd.DataFrame]):
     """The prepared frames of a partitioned preprocess, read by name: ``self[name]`` loads that name's frame of
     every partition (in partition order) and combines them; the last frame read is kept, and combined frames of
@@ -99,7 +136,7 @@ class PartitionedPrepared(Mapping[str, pd.DataFrame]):
     #: combined frames up to this size (deep memory) stay cached, up to ``SMALL_BYTES`` in all
     SMALL_BYTES = 64 << 20
 
-    def __init__(self, store: ObjectStore, parts: Sequence[str], outputs: Mapping[str, Mapping[str, Any]],
+    def __init__(self, store: ObjectStore | _Reads, parts: Sequence[str], outputs: Mapping[str, Mapping[str, Any]],
                  combine: Combine) -> None:
         order = {p: i for i, p in enumerate(parts)}
         keys: dict[str, list[tuple[int, str]]] = {}
@@ -175,7 +212,7 @@ class _PartFrames(Mapping[str, pd.DataFrame]):
     """Some partitions' prepared frames by name, each read from the store and combined when used (the last one
     kept)."""
 
-    def __init__(self, store: ObjectStore, keys: Mapping[str, Sequence[str]], combine: Combine) -> None:
+    def __init__(self, store: ObjectStore | _Reads, keys: Mapping[str, Sequence[str]], combine: Combine) -> None:
         self._store = store
         self._keys = dict(sorted(keys.items()))
         self._combine = combine

@@ -250,17 +250,19 @@ def write_manifest(ctx: RunContext, stage: str, product: str, inputs: Mapping[st
     return record
 
 
-def manifest_if_current(ctx: RunContext, stage: str, product: str,
-                        inputs: Mapping[str, str]) -> dict[str, Any] | None:
-    """The stage's manifest if it matches these inputs and this code version and its outputs are intact."""
+def manifest_if_current(ctx: RunContext, stage: str, product: str, inputs: Mapping[str, str] | None, *,
+                        outputs: bool = True) -> dict[str, Any] | None:
+    """The stage's manifest if it matches these inputs (``None``: whatever inputs it records), this config and
+    this code version, and its outputs are intact (``outputs=False``: not hashed here; the caller checks each
+    output it reads against the manifest, ``prepared.VerifiedReads``)."""
     try:
         record: dict[str, Any] = json.loads(ctx.store.get(manifest_key(ctx, stage, product)))
     except StoreError:
         return None
-    if record.get("code_version") != code_version() or record.get("inputs") != dict(sorted(inputs.items())) \
-            or record.get("config_sha256") != ctx.config_sha256:
+    if record.get("code_version") != code_version() or record.get("config_sha256") != ctx.config_sha256 or \
+            (inputs is not None and record.get("inputs") != dict(sorted(inputs.items()))):
         return None
-    for key, out in record.get("outputs", {}).items():
+    for key, out in record.get("outputs", {}).items() if outputs else ():
         if not ctx.store.exists(key) or ctx.store.sha256(key) != out.get("sha256"):
             return None
     return record

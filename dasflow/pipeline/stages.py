@@ -23,7 +23,7 @@ from dasflow.pipeline.inputs import check_not_empty, check_synthetic
 from dasflow.pipeline.measured import Measured, SegmentLoaders
 from dasflow.pipeline.metrics import StageMeter
 from dasflow.pipeline.partitions import Batch, StoredParts, parts_digest, task_waves
-from dasflow.pipeline.prepared import PartitionedPrepared, prepare_partitions, put_frames
+from dasflow.pipeline.prepared import PartitionedPrepared, VerifiedReads, prepare_partitions, put_frames
 from dasflow.pipeline.run import (
     RunContext,
     code_version,
@@ -98,11 +98,12 @@ def product_specs(ctx: RunContext, product: str) -> list[MeasurementSpec]:
 
 def plan_stage(ctx: RunContext) -> PlanTotal:
     """Plan every product and freeze the plan against the cap, before any noise is drawn. Every product's inputs
-    must have passed validation for this config first (validation runs before freezing, so a refused input
-    leaves the release id reusable)."""
-    check_inputs(ctx)
+    must have passed validation for this config and code first (validation runs before freezing, so a refused
+    input leaves the release id reusable). The plan reads public inputs only, so it does not hash the
+    confidential ones again: an input changed since its validation is refused by its product's preprocess
+    (keyed by the validated hashes), before anything is read from it or drawn."""
     for p in ctx.config.products:
-        if manifest_if_current(ctx, "validate", p.name, input_hashes(ctx, p.name)) is None:
+        if manifest_if_current(ctx, "validate", p.name, None) is None:
             raise InputError(f"{p.name}: inputs have not passed validation for this config; nothing frozen")
     public = freeze_public(ctx)
     specs: list[MeasurementSpec] = []
@@ -237,16 +238,21 @@ def preprocess_stage(ctx: RunContext, product: str) -> dict[str, Any]:
     return write_manifest(ctx, "preprocess", product, inputs, outputs, {"metrics": meter.read(), **extra})
 
 
-def load_prepared(ctx: RunContext, product: str) -> Mapping[str, pd.DataFrame]:
+def load_prepared(ctx: RunContext, product: str, *, verify_on_read: bool = False) -> Mapping[str, pd.DataFrame]:
     """The prepared frames of a product, from its (current) preprocess manifest; of a partitioned preprocess,
-    a mapping that combines a name's per-partition frames when it is read (``PartitionedPrepared``)."""
-    record = manifest_if_current(ctx, "preprocess", product, input_hashes(ctx, product))
+    a mapping that combines a name's per-partition frames when it is read (``PartitionedPrepared``). Every
+    output is checked against the manifest's SHA-256 first, or (``verify_on_read``) each one when it is first
+    read: a batch that reads one state's frames hashes those, not the nation's."""
+    record = manifest_if_current(ctx, "preprocess", product, input_hashes(ctx, product),
+                                 outputs=not verify_on_read)
     if record is None:
         raise InputError(f"{product}: no current preprocess output for release {ctx.release_id}")
+    reads = VerifiedReads(ctx.store, {k: str(v.get("sha256")) for k, v in record["outputs"].items()}) \
+        if verify_on_read else ctx.store
     if "partitions" in record:
-        return PartitionedPrepared(ctx.store, record["partitions"], record["outputs"],
+        return PartitionedPrepared(reads, record["partitions"], record["outputs"],
                                    ctx.plugin(product).combine_prepared)
-    return {out["name"]: ctx.store.get_parquet(key) for key, out in record["outputs"].items()}
+    return {out["name"]: reads.get_parquet(key) for key, out in record["outputs"].items()}
 
 
 def base_rng(ctx: RunContext) -> rng.Generator:
@@ -274,7 +280,7 @@ def measure_stage(ctx: RunContext, product: str, progress: Progress = _no_progre
 
     def prepared() -> Mapping[str, pd.DataFrame]:
         if "prepared" not in cache:
-            cache["prepared"] = load_prepared(ctx, product)
+            cache["prepared"] = load_prepared(ctx, product, verify_on_read=True)  # what is read, hashed as read
         return cache["prepared"]
 
     held: dict[tuple[str, ...], Mapping[str, pd.DataFrame]] = {}
@@ -369,12 +375,13 @@ def measured_in_batches(ctx: RunContext, product: str) -> bool:
     return _in_batches(ctx, product) is not None
 
 
-def _segmented(ctx: RunContext, product: str) -> SegmentedMeasure | None:
-    """The product object if it is measured in batches and its preprocess is partitioned; else None."""
+def _segmented(ctx: RunContext, product: str, *, outputs: bool = True) -> SegmentedMeasure | None:
+    """The product object if it is measured in batches and its preprocess is partitioned (``outputs=False``: its
+    outputs not hashed here, see :func:`load_prepared`); else None."""
     obj = _in_batches(ctx, product)
     if obj is None:
         return None
-    record = manifest_if_current(ctx, "preprocess", product, input_hashes(ctx, product))
+    record = manifest_if_current(ctx, "preprocess", product, input_hashes(ctx, product), outputs=outputs)
     return obj if record is not None and "partitions" in record else None
 
 
@@ -407,13 +414,13 @@ def measure_batch(ctx: RunContext, product: str, batch: Sequence[Sequence[str]])
     bytes however the batches ran (test mode). Returns how many segments it drew now."""
     pairs = {spec.key: (spec, native) for spec, native in _measure_guard(ctx, product)}
     ctx.ledger.refresh()  # a worker's context outlives its tasks: see every manifest written since the last one
-    obj = _segmented(ctx, product)
+    obj = _segmented(ctx, product, outputs=False)
     if obj is None:
         raise InputError(f"{product}: its measurements are not drawn in batches")
     unknown = sorted({key for key, _ in batch} - set(pairs))
     if unknown:
         raise LedgerRefusal(f"{product}: {unknown[:3]} are not planned keys; refused before any noise")
-    prepared = load_prepared(ctx, product)
+    prepared = load_prepared(ctx, product, verify_on_read=True)  # the batch's partitions, hashed as read
     assert isinstance(prepared, PartitionedPrepared)  # _segmented: a partitioned preprocess
     g = base_rng(ctx)
     attempt = new_token()

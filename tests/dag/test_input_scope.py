@@ -13,11 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from dasflow import demo
-from dasflow.errors import IntegrityError
+from dasflow.errors import InputError, IntegrityError
 from dasflow.pipeline import stages
 from dasflow.pipeline.inputs import input_layout, inputs_digest
 from dasflow.pipeline.run import RunContext, freeze_config
 from dasflow.privacy.ledger import nmf_binding
+from tests.dag import counts_product
+from tests.dag.helpers import local_release
 
 PRODUCTS = ("groupsize", "matrix")
 
@@ -53,7 +55,10 @@ def test_a_product_hashes_and_is_bound_to_its_own_inputs_only(tmp_path: Path) ->
     assert all(extra.confidential_of(p)["extra"] == "elsewhere/" for p in PRODUCTS)
     for p in PRODUCTS:
         stages.validate_stage(ctx, p)
-    stages.plan_stage(ctx)
+    planner = freeze_config(cfg)
+    seen = _hashed(planner)
+    stages.plan_stage(planner)  # public inputs only: no confidential file is hashed again
+    assert seen and not any(k.startswith(tuple(own.values())) for k in seen)
     for p in PRODUCTS:  # every stage in a fresh context (process), as a task runs it
         fresh = freeze_config(cfg)
         seen = _hashed(fresh)
@@ -89,3 +94,18 @@ def test_a_product_hashes_and_is_bound_to_its_own_inputs_only(tmp_path: Path) ->
     for spec in stages.product_specs(after, "matrix"):
         commit = after.ledger.committed(spec.key)
         assert commit is not None and after.ledger.load(spec, commit).spec == spec
+
+
+def test_an_input_changed_after_its_validation_is_refused_before_anything_is_drawn(tmp_path: Path) -> None:
+    store, cfg = local_release(tmp_path)
+    ctx = freeze_config(cfg, store)
+    stages.validate_stage(ctx, "counts")
+    store.put(counts_product.PERSONS, store.get(counts_product.PERSONS) + b"06,1\n")  # still a valid file
+    later = freeze_config(cfg, store)
+    stages.plan_stage(later)
+    with pytest.raises(InputError, match="not passed validation"):
+        stages.preprocess_stage(later, "counts")
+    with pytest.raises(InputError, match="no current preprocess"):
+        stages.measure_stage(later, "counts")
+    assert store.list("runs/r1/measurements/") == []
+    assert [e for e in store.list("runs/r1/ledger/entries/") if not e.endswith(".reserved.json")] == []

@@ -470,3 +470,44 @@ def test_a_segment_is_decoded_block_by_block_into_the_narrowest_dtype(monkeypatc
         assert answers.dtype == whole.dtype and np.array_equal(answers, whole), n
         assert units.tolist() == list(range(10, 10 + n)) and np.allclose(variance, 1 / 3)
     assert pt._segment_answers(table.iloc[:0], 3)[1].shape == (0, 3)
+
+
+def test_a_measurement_batch_hashes_its_own_partitions_and_refuses_a_tampered_one(tmp_path: Path) -> None:
+    """A batch of segments verifies the prepared objects it reads (one state's, or a run of small states'), each
+    against the SHA-256 its preprocess manifest records, not every partition of the nation; a partition replaced
+    after preprocessing is an ``IntegrityError`` naming it, and nothing of the segments reading it is drawn."""
+    _, ctx = _ready_to_measure(tmp_path, "verify")
+    batches = stages.measure_batches(ctx, "topdown")
+    prefix = f"{ctx.root}/prepared/topdown/"
+    everything = [k for k in ctx.store.list(prefix) if k.endswith(".parquet")]
+    hashed: list[str] = []
+    sha256 = ctx.store.sha256
+
+    def recording(key: str) -> str:
+        hashed.append(key)
+        return sha256(key)
+
+    ctx.store.sha256 = recording  # type: ignore[method-assign]
+    assert stages.measure_batch(ctx, "topdown", batches[-1])["drawn"] == len(batches[-1])
+    read = {k for k in hashed if k.startswith(prefix) and k.endswith(".parquet")}
+    assert read and len(read) < len(everything) / 2
+    assert len([k for k in hashed if k in read]) == len(read)  # each once
+    # a partition of another batch replaced by a valid Parquet file of other counts
+    obj: Any = ctx.plugin("topdown").product(ctx.product_config("topdown"))
+    keyed = {spec.key: native for spec, native in stages.planned(ctx, "topdown")}
+    key, segment = batches[0][0]
+    parts = obj.segment_parts(keyed[key], segment)
+    names = {k.rsplit("/", 1)[1] for k in read}
+    target = next(k for k in everything if k.rsplit("/", 1)[1] in names and any(f"part={p}/" in k for p in parts))
+    frame = ctx.store.get_parquet(target)
+    frame.iloc[0, -1] = frame.iloc[0, -1] + 1
+    ctx.store.put_parquet(target, frame)
+    before = sorted(ctx.store.list(f"{ctx.root}/measurements/"))
+    with pytest.raises(IntegrityError, match="preprocess manifest") as caught:
+        stages.measure_batch(ctx, "topdown", batches[0])
+    assert target in str(caught.value)
+    # segments of keys reading other (verified) frames may be drawn; none reading the replaced one is
+    level = target.rsplit("/", 1)[1].removesuffix(".parquet")  # hist/{level}.parquet: that level's counts
+    new = set(ctx.store.list(f"{ctx.root}/measurements/")) - set(before)
+    assert not any(f"/topdown/{level}/" in k for k in new)
+    assert any(f"/topdown/{level}/" in f"/{k}/" for k, _ in batches[0])
