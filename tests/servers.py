@@ -19,10 +19,25 @@ from typing import Any
 KEY, SECRET = "dasflowtest", "dasflowtestsecret"
 
 
+#: ports handed to servers a test starts later: below Linux's ephemeral range (32768–60999), where the kernel picks
+#: the source port of every outgoing connection, so a port found free here is not taken by some client's
+#: connection before the server binds it (a port the kernel picks with ``bind(0)`` can be)
+_SERVER_PORTS = range(20000, 32000)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port on 127.0.0.1 that is free now, outside the ephemeral range (tests on parallel workers pick at
+    random, so two rarely meet)."""
+    import random
+
+    for port in random.SystemRandom().sample(_SERVER_PORTS, 200):  # not the test-seeded global generator
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError("no free port in 20000-31999")
 
 
 def s3_client(endpoint: str):  # type: ignore[no-untyped-def]
