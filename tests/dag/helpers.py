@@ -93,3 +93,16 @@ def topdown_release(tmp: Path, release_id: str, *, states: Sequence[str] = ("44"
             "inputs": {"topdown": "confidential/synth/topdown/persons/", "topdown_public": "public/topdown/"},
             "products": [{"name": "topdown", "config_text": json.dumps(config)}],
             "cap": {"rho": "1"}, "rng": {"mode": "test", "seed": 8}}
+
+
+def hashed_keys(store: ObjectStore) -> list[str]:
+    """Record every key ``store`` hashes from now on (the list grows as it does)."""
+    seen: list[str] = []
+    sha256 = store.sha256
+
+    def recording(key: str) -> str:
+        seen.append(key)
+        return sha256(key)
+
+    store.sha256 = recording  # type: ignore[method-assign]
+    return seen

@@ -16,10 +16,10 @@ from dasflow import demo
 from dasflow.errors import InputError, IntegrityError
 from dasflow.pipeline import stages
 from dasflow.pipeline.inputs import input_layout, inputs_digest
-from dasflow.pipeline.run import RunContext, freeze_config
+from dasflow.pipeline.run import freeze_config
 from dasflow.privacy.ledger import nmf_binding
 from tests.dag import counts_product
-from tests.dag.helpers import local_release
+from tests.dag.helpers import hashed_keys, local_release
 
 PRODUCTS = ("groupsize", "matrix")
 
@@ -29,19 +29,6 @@ def _release(root: Path) -> Any:
     keep = ("groupsize", "matrix")
     return cfg.model_copy(update={"products": [p for p in cfg.products if p.name in PRODUCTS],
                                   "inputs": {k: v for k, v in cfg.inputs.items() if k.startswith(keep)}})
-
-
-def _hashed(ctx: RunContext) -> list[str]:
-    """Record every key ``ctx``'s store hashes from now on."""
-    seen: list[str] = []
-    sha256 = ctx.store.sha256
-
-    def recording(key: str) -> str:
-        seen.append(key)
-        return sha256(key)
-
-    ctx.store.sha256 = recording  # type: ignore[method-assign]
-    return seen
 
 
 def test_a_product_hashes_and_is_bound_to_its_own_inputs_only(tmp_path: Path) -> None:
@@ -56,12 +43,12 @@ def test_a_product_hashes_and_is_bound_to_its_own_inputs_only(tmp_path: Path) ->
     for p in PRODUCTS:
         stages.validate_stage(ctx, p)
     planner = freeze_config(cfg)
-    seen = _hashed(planner)
+    seen = hashed_keys(planner.store)
     stages.plan_stage(planner)  # public inputs only: no confidential file is hashed again
     assert seen and not any(k.startswith(tuple(own.values())) for k in seen)
     for p in PRODUCTS:  # every stage in a fresh context (process), as a task runs it
         fresh = freeze_config(cfg)
-        seen = _hashed(fresh)
+        seen = hashed_keys(fresh.store)
         stages.preprocess_stage(fresh, p)
         stages.measure_stage(fresh, p)
         other = own[next(q for q in PRODUCTS if q != p)]

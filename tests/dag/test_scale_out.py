@@ -22,7 +22,7 @@ from dasflow.pipeline import stages
 from dasflow.pipeline.run import RunContext, freeze_config, open_run
 from dasflow.products.topdown.partitioned import PartitionedTopDown
 from dasflow.release.stage import release_stage
-from tests.dag.helpers import local_release, release_files, topdown_release
+from tests.dag.helpers import hashed_keys, local_release, release_files, topdown_release
 from tests.dag.test_pipeline import run_all
 from tests.servers import KEY, SECRET, free_port, make_bucket, moto_server, s3_client
 
@@ -480,14 +480,7 @@ def test_a_measurement_batch_hashes_its_own_partitions_and_refuses_a_tampered_on
     batches = stages.measure_batches(ctx, "topdown")
     prefix = f"{ctx.root}/prepared/topdown/"
     everything = [k for k in ctx.store.list(prefix) if k.endswith(".parquet")]
-    hashed: list[str] = []
-    sha256 = ctx.store.sha256
-
-    def recording(key: str) -> str:
-        hashed.append(key)
-        return sha256(key)
-
-    ctx.store.sha256 = recording  # type: ignore[method-assign]
+    hashed = hashed_keys(ctx.store)
     assert stages.measure_batch(ctx, "topdown", batches[-1])["drawn"] == len(batches[-1])
     read = {k for k in hashed if k.startswith(prefix) and k.endswith(".parquet")}
     assert read and len(read) < len(everything) / 2
