@@ -72,7 +72,8 @@ print(json.dumps({"stages": out, "confidential_input_bytes": inputs}))
 def commit(tree: Path) -> str:
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True).stdout.strip()
-    return (git("rev-parse", "--short", "HEAD") or "unknown") + ("+dirty" if git("status", "--porcelain") else "")
+    dirty = git("status", "--porcelain", "--untracked-files=no")  # a worktree's .venv link is not a change
+    return (git("rev-parse", "--short", "HEAD") or "unknown") + ("+dirty" if dirty else "")
 
 
 def measure(tree: Path, persons: int) -> dict[str, Any]:
