@@ -52,19 +52,29 @@ def weighted_simplex_projection(z: FloatArray, s: FloatArray, t: FloatArray,
 
 class SimplexProjector:
     """:func:`weighted_simplex_projection` for fixed ``(s, t, mask)`` applied to many points (the FISTA
-    iterates of one batch), with results bit-identical to it.
+    iterates of one batch).
+
+    ``__call__`` is bit-identical to the one-shot projection:
 
     - The metric's constants are computed once.
     - The sort order of the previous call is reused for every row it still sorts — checked exactly, ties broken
       by the lower child slot as the stable sort breaks them; only the other rows are sorted again. The prefix
-      sums of ``1/s`` depend on the order alone, so they are recomputed for the re-sorted rows only. Between
-      two close iterates almost no row changes order.
+      sums of ``1/s`` depend on the order alone, so they are recomputed for the re-sorted rows only.
     - The breakpoint test ``a > μ_k`` is evaluated as ``−a < (t − Σz)/Σ(1/s)``: negation and the operand swap
       of a subtraction are exact in IEEE arithmetic, so it selects the same prefix; μ itself is then computed
       once per row exactly as the one-shot projection computes it.
-    - :meth:`vars` takes and returns only the variables (the ``mask`` entries, row-major), so the padding of
-      the ``(K, C)`` layout is touched only by the sort.
-    """
+
+    :meth:`vars` (the FISTA hot path) takes and returns only the variables (the ``mask`` entries, row-major) and
+    sorts nothing: per row it solves ``Σ_c max(0, v_c − μ/s_c) = t`` by Newton's method on the piecewise-linear,
+    convex, decreasing left side (Michelot's active-set iteration), started at the previous call's μ — between
+    two close iterates the active set rarely changes, so one step and its check usually suffice. μ is final
+    when the active set it gives is the one it was computed from: that is the KKT system of the projection, so
+    the result is the projection (the same point as the sorting method's, up to floating-point rounding in
+    μ's sums). A row still changing after ``NEWTON_STEPS`` steps (a rounding cycle between two active sets) is
+    projected by the sorting method instead."""
+
+    #: Newton steps per :meth:`vars` call before the rows still changing fall back to the sorting method
+    NEWTON_STEPS = 50
 
     def __init__(self, s: FloatArray, t: FloatArray, mask: BoolArray) -> None:
         K, C = mask.shape
@@ -81,20 +91,36 @@ class SimplexProjector:
         self.row_var = self.at // max(C, 1)
         self.zero_var = self.zero[self.row_var]
         self.order: IntArray | None = None
-        # sorted layout, transposed to (C, K): a row's prefix sums run along axis 0, one vector add per slot
-        # (the same sequential additions per row as a row-wise cumsum, without a per-row loop)
-        self.idx: IntArray = np.zeros((C, K), dtype=np.int64)   # idx[j, r] = flat (K, C) index of rank j
-        self.cis: FloatArray = np.zeros((C, K))
-        self.later: BoolArray = np.zeros((max(C - 1, 0), K), dtype=bool)  # order[r, j+1] > order[r, j]
-        # buffers of :meth:`vars`: off the mask they keep +inf (breakpoints) and 0 (point) for good
-        self._key = np.full(K * C, np.inf)
-        self._zm = np.zeros(K * C)
+        # ``__call__``'s sorted layout (made at its first call), transposed to (C, K): a row's prefix sums run
+        # along axis 0, one vector add per slot (the same sequential additions per row as a row-wise cumsum,
+        # without a per-row loop)
+        self.idx: IntArray = np.zeros((0, K), dtype=np.int64)   # idx[j, r] = flat (K, C) index of rank j
+        self.cis: FloatArray = np.zeros((0, K))
+        self.later: BoolArray = np.zeros((0, K), dtype=bool)  # order[r, j+1] > order[r, j]
+        # :meth:`vars`: the rows that hold variables (``starts``: each one's first variable), per variable its
+        # row among them, 1/s, and whether its row is projected (t > 0; the others are 0)
+        count = np.bincount(self.row_var, minlength=K)
+        held = count > 0
+        self._starts = (np.cumsum(count) - count)[held]
+        self._held = np.flatnonzero(held)
+        self._vrow = (np.cumsum(held) - 1)[self.row_var]
+        self._inv_var = 1.0 / self.s_var
+        self._t_held = t[held].astype(np.float64)
+        self._live = ~self.zero_var
+        self._live_held = self._t_held > 0
+        self._some_zero = bool(self.zero_var.any())
+        self._inv_sum = np.add.reduceat(self._inv_var, self._starts) if self._starts.size else np.zeros(0)
+        self._mu_warm: FloatArray | None = None
 
     def _resort(self, key: FloatArray, rows: IntArray | None) -> None:
         sel = slice(None) if rows is None else rows
         order = np.argsort(key[sel], axis=1, kind="stable")
         if rows is None:
+            K, C = self.shape
             self.order = order
+            self.idx = np.zeros((C, K), dtype=np.int64)
+            self.cis = np.zeros((C, K))
+            self.later = np.zeros((max(C - 1, 0), K), dtype=bool)
         else:
             assert self.order is not None
             self.order[rows] = order
@@ -146,14 +172,65 @@ class SimplexProjector:
         return x, mu
 
     def vars(self, v: FloatArray) -> FloatArray:
-        """The projection of the point with variables ``v`` (zero off the mask), at the variables only."""
-        prod = self.s_var * v
-        self._key[self.at] = np.negative(prod, out=prod)
-        self._zm[self.at] = v
-        mu = self._mu(self._key.reshape(self.shape), self._zm)
-        x: FloatArray = np.maximum(0.0, v - mu[self.row_var] / self.s_var)
-        x[self.zero_var] = 0.0
+        """The projection of the point with variables ``v`` (zero off the mask), at the variables only (Newton's
+        method on μ, warm-started; see the class docstring)."""
+        st, inv, t = self._starts, self._inv_var, self._t_held
+        if not st.size:
+            return np.zeros_like(v)
+        mu = self._mu_warm if self._mu_warm is not None else self._all_active(v)
+        act: BoolArray | None = None
+        for _ in range(self.NEWTON_STEPS):
+            a, shift = self._active(v, mu)
+            if act is not None and np.array_equal(a, act):
+                break                                 # μ is the one its own active set gives: KKT holds
+            sz = np.add.reduceat(np.where(a, v, 0.0), st)
+            si = np.add.reduceat(np.where(a, inv, 0.0), st)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                mu = np.where(si > 0, (sz - t) / si, 0.0)
+            empty = (si == 0) & self._live_held
+            if empty.any():  # μ at or beyond every breakpoint (right of the root, zero slope): restart from
+                mu[empty] = self._all_active(v)[empty]   # the left, where every variable is active
+            act = a
+        else:
+            mu = self._settle(v, mu, act)
+            shift = mu[self._vrow] * inv
+        self._mu_warm = mu
+        x: FloatArray = np.subtract(v, shift, out=shift)
+        np.maximum(x, 0.0, out=x)
+        if self._some_zero:
+            x[self.zero_var] = 0.0
         return x
+
+    def _active(self, v: FloatArray, mu: FloatArray) -> tuple[BoolArray, FloatArray]:
+        """The variables with ``v − μ/s > 0`` in projected rows (tested as ``v > μ·(1/s)``: the same test, exact
+        in IEEE arithmetic for finite values), and ``μ·(1/s)`` per variable."""
+        shift: FloatArray = mu[self._vrow]
+        shift *= self._inv_var
+        a: BoolArray = np.greater(v, shift)
+        if self._some_zero:
+            a &= self._live
+        return a, shift
+
+    def _all_active(self, v: FloatArray) -> FloatArray:
+        """μ per row with every variable active: ``f(μ) ≥ 0`` there, so it lies left of the root."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out: FloatArray = (np.add.reduceat(v, self._starts) - self._t_held) / self._inv_sum
+        return out
+
+    def _settle(self, v: FloatArray, mu: FloatArray, act: BoolArray | None) -> FloatArray:
+        """μ after the Newton steps ran out: the rows whose active set still changes get the sorting method's."""
+        if act is None:
+            return mu
+        moving = np.logical_or.reduceat(self._active(v, mu)[0] != act, self._starts)
+        if moving.any():
+            rows = self._held[moving]
+            zm = np.zeros(self.shape[0] * self.shape[1])
+            zm[self.at] = v
+            _, exact = weighted_simplex_projection(zm.reshape(self.shape)[rows], self.s_safe[rows], self.t[rows],
+                                                   self.mask[rows])
+            mu = mu.copy()
+            mu[moving] = exact
+        return mu
 
 
 def _counts(z: FloatArray, w: FloatArray, lam: FloatArray, mask: BoolArray) -> IntArray:
