@@ -10,15 +10,21 @@ in one process:
   before a worker kept one partitioner per context — against the same calls on the kept object;
 * **families**: ``Spine.families(level)`` (children by parent) built, against the memoized call, per level — what
   every solved part paid before the memo;
-* **encodings** of one TopDown-sized segment (``--units`` × 2,016 noisy int16 answers, a list column): dictionary
-  + ZSTD (the ledger's choice), byte-stream-split + ZSTD, plain + ZSTD — encode and decode CPU seconds and bytes.
+* **encodings** of one TopDown-sized segment (``--units`` × 2,016 noisy int16 answers, a list column), and of the
+  real NMF segments ``--nmf`` names (e.g. a kept national run's block-level segments): delta (DELTA_BINARY_PACKED,
+  uncompressed: the ledger's choice since session 20), dictionary + ZSTD (before), byte-stream-split + ZSTD, plain
+  + ZSTD — encode and decode CPU seconds (the least of ``--repeat``; decoding single-threaded, as in a worker) and
+  bytes. ``--encodings-only`` skips the spine.
 
     .venv/bin/python benchmarks/topdown_setup.py --persons 331e6 --out benchmarks/results/topdown_setup_331m.json
+    .venv/bin/python benchmarks/topdown_setup.py --encodings-only --repeat 5 \
+        --nmf '/work/p10/national-*/store/runs/*/measurements/topdown/block/detailed/seg=*.parquet'
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import io
 import json
 import sys
@@ -96,31 +102,59 @@ def setup(persons: int) -> dict[str, Any]:
     return out
 
 
-def encodings(units: int, cells: int = 2016) -> dict[str, Any]:
+#: Parquet options per encoding of the answer vectors (``NOISY.list.element``); the other columns as the ledger
+#: writes them (``encode_nmf``: LZ4, dictionaries for text, a delta-encoded UNIT)
+def _options(columns: list[str]) -> dict[str, dict[str, Any]]:
+    lz4 = {c: "lz4" for c in columns if c != "NOISY"}
+    text = [c for c in columns if c not in ("NOISY", "UNIT")]
+    delta = {"UNIT": "DELTA_BINARY_PACKED"}
+
+    def vec(codec: str, encoding: str | None) -> dict[str, Any]:
+        return {"compression": {**lz4, "NOISY.list.element": codec}, "write_statistics": ["UNIT"],
+                "use_dictionary": text + ([] if encoding else ["NOISY.list.element"]),
+                "column_encoding": {**delta, **({"NOISY.list.element": encoding} if encoding else {})}}
+
+    return {"delta (ledger)": vec("none", "DELTA_BINARY_PACKED"),
+            "dictionary+zstd (ledger before session 20)": vec("zstd", None),
+            "byte-stream-split+zstd": vec("zstd", "BYTE_STREAM_SPLIT"),
+            "plain+zstd": vec("zstd", "PLAIN")}
+
+
+def _measure(tables: list[pa.Table], repeat: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, kw in _options(tables[0].column_names).items():
+        datas = []
+        for table in tables:
+            buf = io.BytesIO()
+            pq.write_table(table, buf, **kw)
+            datas.append(buf.getvalue())
+        out[name] = {
+            "encode_cpu_s": _cpu(lambda kw=kw: [pq.write_table(t, io.BytesIO(), **kw) for t in tables], repeat),
+            "decode_cpu_s": _cpu(lambda datas=datas: [pq.read_table(io.BytesIO(d), use_threads=False) for d in datas],
+                                 repeat),
+            "bytes": sum(len(d) for d in datas)}
+    return out
+
+
+def encodings(units: int, cells: int = 2016, repeat: int = 3) -> dict[str, Any]:
     rng = np.random.default_rng(1)
     vals = np.rint(rng.normal(0, 60, (units, cells))).astype(np.int16)
     vals[:, :100] += rng.integers(0, 50, (units, 100)).astype(np.int16)  # a few larger true counts
     offsets = pa.array(np.arange(0, units * cells + 1, cells, dtype=np.int32))
     table = pa.table({"UNIT": np.arange(units, dtype=np.int64),
                       "NOISY": pa.ListArray.from_arrays(offsets, pa.array(vals.reshape(-1)))})
-    base = {"compression": {"UNIT": "lz4", "NOISY.list.element": "zstd"}}
-    options = {
-        "dictionary+zstd (ledger)": {**base, "use_dictionary": ["NOISY.list.element"],
-                                     "column_encoding": {"UNIT": "DELTA_BINARY_PACKED"}},
-        "byte-stream-split+zstd": {**base, "use_dictionary": False, "column_encoding": {
-            "UNIT": "DELTA_BINARY_PACKED", "NOISY.list.element": "BYTE_STREAM_SPLIT"}},
-        "plain+zstd": {**base, "use_dictionary": False, "column_encoding": {
-            "UNIT": "DELTA_BINARY_PACKED", "NOISY.list.element": "PLAIN"}},
-    }
-    out: dict[str, Any] = {"units": units, "cells": cells}
-    for name, kw in options.items():
-        buf = io.BytesIO()
-        pq.write_table(table, buf, **kw)
-        data = buf.getvalue()
-        out[name] = {"encode_cpu_s": _cpu(lambda kw=kw: pq.write_table(table, io.BytesIO(), **kw)),
-                     "decode_cpu_s": _cpu(lambda data=data: pq.read_table(io.BytesIO(data))),
-                     "bytes": len(data)}
-    return out
+    return {"units": units, "cells": cells, **_measure([table], repeat)}
+
+
+def nmf_encodings(pattern: str, repeat: int) -> dict[str, Any]:
+    """The encodings on real NMF segments (their columns as stored, schema metadata dropped)."""
+    files = sorted(glob.glob(pattern))
+    if not files:
+        raise SystemExit(f"no NMF segment matches {pattern}")
+    tables = [pq.read_table(f).replace_schema_metadata(None) for f in files]
+    return {"files": len(files), "units": sum(t.num_rows for t in tables),
+            "answers": sum(len(t.column("NOISY").combine_chunks().values) for t in tables),
+            **_measure(tables, repeat)}
 
 
 def main() -> int:
@@ -128,9 +162,16 @@ def main() -> int:
     ap.add_argument("--persons", type=float, default=331e6)
     ap.add_argument("--units", type=int, default=25_000, help="units of the encoded segment")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--nmf", default=None, help="glob of real NMF segment files to encode as well")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--encodings-only", action="store_true", help="skip the spine setup measurements")
     args = ap.parse_args()
-    result = {"benchmark": "topdown_setup", "persons": int(args.persons), "setup": setup(int(args.persons)),
-              "encodings": encodings(args.units)}
+    result: dict[str, Any] = {"benchmark": "topdown_setup", "persons": int(args.persons)}
+    if not args.encodings_only:
+        result["setup"] = setup(int(args.persons))
+    result["encodings"] = encodings(args.units, repeat=args.repeat)
+    if args.nmf:
+        result["nmf_encodings"] = nmf_encodings(args.nmf, args.repeat)
     text = json.dumps(result, indent=1)
     print(text)
     if args.out:

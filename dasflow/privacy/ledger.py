@@ -666,18 +666,19 @@ def encode_nmf(m: NoisyMeasurement, spec: MeasurementSpec | None = None,
     # Wide integer columns (row keys such as SafeTab-P's GROUP, noisy counts) are delta-encoded without a
     # dictionary: building a dictionary of millions of distinct keys only to fall back to plain pages cost more
     # than the rest of the encode (demo's 2.8 M-row segment: 0.37-0.54 -> 0.22 CPU-s, 14.7 -> 2.8 MB)
-    # Integer answer vectors (a list column: TopDown's NOISY) are dictionary-encoded and ZSTD-compressed: noisy
-    # counts take few distinct values, and without the leaf's path Parquet wrote them plain. TopDown's largest
-    # segment at 100 M persons (25,000 blocks × 2,016 cells): 77.3 → 32.5 MB, decoded in 0.53 instead of 0.69
-    # CPU-s, encoded in 0.70 instead of 0.63 (the block-level NMFs were ≈ 30 GB at national size)
+    # Integer answer vectors (a list column: TopDown's NOISY) are delta-encoded (DELTA_BINARY_PACKED: bit-packed
+    # differences, ≈ 6.5 bits per noisy block count), uncompressed: without the leaf's path Parquet wrote them
+    # plain (TopDown's largest segment at 100 M persons, 25,000 blocks × 2,016 cells: 77.3 MB). Against the
+    # dictionary + ZSTD encoding used before, on three 10 M-person block-level segments (53,134 blocks):
+    # 1.60 → 1.29 CPU-s to encode, 1.03 → 0.89 to decode, 84.7 → 86.4 MB (BENCHMARKS.md, session 20)
     numeric = [f.name for f in table.schema if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)]
     wide = [f.name for f in table.schema if pa.types.is_int32(f.type) or pa.types.is_int64(f.type)]
     vectors = [f"{f.name}.list.element" for f in table.schema
                if pa.types.is_list(f.type) and pa.types.is_integer(f.type.value_type)]
     codecs: dict[str, str] = {f.name: "lz4" for f in table.schema if f"{f.name}.list.element" not in vectors}
-    pq.write_table(table, buf, compression={**codecs, **dict.fromkeys(vectors, "zstd")}, write_statistics=numeric,
-                   use_dictionary=[*(f.name for f in table.schema if f.name not in wide), *vectors],
-                   column_encoding=dict.fromkeys(wide, "DELTA_BINARY_PACKED"))
+    pq.write_table(table, buf, compression={**codecs, **dict.fromkeys(vectors, "none")}, write_statistics=numeric,
+                   use_dictionary=[f.name for f in table.schema if f.name not in wide],
+                   column_encoding=dict.fromkeys([*wide, *vectors], "DELTA_BINARY_PACKED"))
     return buf.getvalue()
 
 
