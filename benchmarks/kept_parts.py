@@ -1,0 +1,95 @@
+"""TopDown's post-processing parts on a kept national run, this tree against another checkout, side by side.
+
+    .venv/bin/python benchmarks/national.py --persons 10e6 --production --lanes 1 --dask-workers 2 --keep \\
+        --workdir /work/p10
+    git worktree add --detach /tmp/old <rev>
+    .venv/bin/python benchmarks/kept_parts.py --workdir /work/p10 --other /tmp/old --repeat 2 \\
+        --out benchmarks/results/kept_parts_session20.json
+
+Every part of every wave of the kept run (its national geography, its committed NMFs) is computed again in one
+fresh process per (tree, repeat), in wave order, with the code of the tree under test only, as a worker computes
+its batches (measurements dropped after each batch). Reported per run: user and system CPU seconds and wall
+seconds of the parts (the run context and task plan are built before the clock starts), and a digest of every
+part's outputs except its timing file (``run.parquet``: iterations and seconds), which must agree between the
+trees when an estimator change is meant to keep the estimates. The least CPU over ``--repeat`` runs is the figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parents[1]
+
+# Runs inside a fresh interpreter with the tree under test first on sys.path (argv: tree, workdir).
+CHILD = r'''
+import glob, hashlib, json, resource, sys, time
+from pathlib import Path
+tree = sys.argv[1]
+sys.path.insert(0, tree); sys.path.insert(0, tree + "/benchmarks")
+import dasflow
+assert dasflow.__file__.startswith(tree), dasflow.__file__
+import national
+from dasflow.pipeline import stages
+run = glob.glob(sys.argv[2] + "/national-*")[0]
+ctx = national._context(Path(run, "config.json"))
+waves = stages.postprocess_waves(ctx, "topdown", 2)
+split = stages.partitioner(ctx, "topdown")
+parts = stages.stored_parts(ctx, "topdown")
+public = ctx.post_public("topdown")
+r0, w0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+n = 0
+for wave in waves:
+    for batch in wave:
+        for step, part in batch:
+            stages._compute_part(split, parts, step, part, public, force=True)
+            n += 1
+        parts.drop_measurements()
+        split.drop_held()
+r1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - w0
+root = Path(run, "store", "runs")
+digest = hashlib.sha256()
+for f in sorted(root.glob("*/postprocessed/topdown/parts/**/*.parquet")):
+    if f.name != "run.parquet":
+        digest.update(str(f.relative_to(root)).encode() + f.read_bytes())
+print(json.dumps({"parts": n, "user": round(r1.ru_utime - r0.ru_utime, 2), "sys": round(r1.ru_stime - r0.ru_stime, 2),
+                  "wall": round(wall, 2), "digest": digest.hexdigest()}))
+'''
+
+
+def _run(tree: Path, workdir: Path) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(tree), str(workdir)], check=True, capture_output=True,
+                         text=True).stdout
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    result["cpu"] = round(result["user"] + result["sys"], 2)
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workdir", type=Path, required=True, help="a national.py --keep workdir")
+    ap.add_argument("--other", type=Path, required=True, help="another dasflow checkout (e.g. a git worktree)")
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    runs: dict[str, list[dict[str, Any]]] = {"this": [], "other": []}
+    for _ in range(args.repeat):  # interleaved, so that a change in the machine's load hits both trees
+        for name, tree in (("this", HERE), ("other", args.other.resolve())):
+            runs[name].append(_run(tree, args.workdir))
+            print(name, runs[name][-1], flush=True)
+    best = {name: min(rs, key=lambda r: r["cpu"]) for name, rs in runs.items()}
+    result = {"benchmark": "kept_parts", "workdir": str(args.workdir), "other": str(args.other), "runs": runs,
+              "best": best, "cpu_ratio_other_over_this": round(best["other"]["cpu"] / best["this"]["cpu"], 3),
+              "identical": len({r["digest"] for rs in runs.values() for r in rs}) == 1}
+    print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1))
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
