@@ -65,8 +65,9 @@ class SimplexProjector:
       once per row exactly as the one-shot projection computes it.
 
     :meth:`vars` (the FISTA hot path) takes and returns only the variables (the ``mask`` entries, row-major) and
-    sorts nothing: per row it solves ``Σ_c max(0, v_c − μ/s_c) = t`` by Newton's method on the piecewise-linear,
-    convex, decreasing left side (Michelot's active-set iteration), started at the previous call's μ — between
+    sorts nothing: per row it solves ``Σ_c max(0, v_c − μ/s_c) = t`` by Newton's method on the left-hand side, a
+    piecewise-linear, convex, decreasing function of μ (Michelot's active-set iteration; from either side of the
+    root one step lands at or left of it, then the steps rise to it), started at the previous call's μ — between
     two close iterates the active set rarely changes, so one step and its check usually suffice. μ is final
     when the active set it gives is the one it was computed from: that is the KKT system of the projection, so
     the result is the projection (the same point as the sorting method's, up to floating-point rounding in
@@ -202,8 +203,9 @@ class SimplexProjector:
         return x
 
     def _active(self, v: FloatArray, mu: FloatArray) -> tuple[BoolArray, FloatArray]:
-        """The variables with ``v − μ/s > 0`` in projected rows (tested as ``v > μ·(1/s)``: the same test, exact
-        in IEEE arithmetic for finite values), and ``μ·(1/s)`` per variable."""
+        """The active variables — where ``x = max(0, v − m)``, ``m = μ·(1/s)``, is positive — in projected rows,
+        and ``m`` per variable. ``v > m`` is the test (for finite values it holds exactly when ``v − m > 0``, so the
+        active set is exactly where the returned projection is positive)."""
         shift: FloatArray = mu[self._vrow]
         shift *= self._inv_var
         a: BoolArray = np.greater(v, shift)
