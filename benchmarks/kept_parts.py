@@ -1,17 +1,18 @@
 """TopDown's post-processing parts on a kept national run, this tree against another checkout, side by side.
 
     .venv/bin/python benchmarks/national.py --persons 10e6 --production --lanes 1 --dask-workers 2 --keep \\
-        --workdir /work/p10
-    git worktree add --detach /tmp/old <rev>
-    .venv/bin/python benchmarks/kept_parts.py --workdir /work/p10 --other /tmp/old --repeat 2 \\
+        --workdir <kept-run dir>
+    git worktree add --detach <worktree> <rev>
+    .venv/bin/python benchmarks/kept_parts.py --workdir <kept-run dir> --other <worktree> --repeat 2 \\
         --out benchmarks/results/kept_parts_session20.json
 
 Every part of every wave of the kept run (its national geography, its committed NMFs) is computed again in one
 fresh process per (tree, repeat), in wave order, with the code of the tree under test only, as a worker computes
 its batches (measurements dropped after each batch). Reported per run: user and system CPU seconds and wall
 seconds of the parts (the run context and task plan are built before the clock starts), and a digest of every
-part's outputs except its timing file (``run.parquet``: iterations and seconds), which must agree between the
-trees when an estimator change is meant to keep the estimates. The least CPU over ``--repeat`` runs is the figure.
+part's outputs in the tree's own parts directory (keyed by its code version; paths relative to it) except
+its timing file (``run.parquet``: iterations and seconds), which must agree between the trees when an
+estimator change is meant to keep the estimates. The least CPU over ``--repeat`` runs is the figure.
 """
 
 from __future__ import annotations
@@ -51,12 +52,14 @@ for wave in waves:
         parts.drop_measurements()
         split.drop_held()
 r1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - w0
-root = Path(run, "store", "runs")
+# this tree's own parts only: the parts directory is keyed by the code version, so each tree writes its own
+mine = Path(run, "store", parts.prefix)
 digest = hashlib.sha256()
-for f in sorted(root.glob("*/postprocessed/topdown/parts/**/*.parquet")):
+for f in sorted(mine.glob("**/*.parquet")):
     if f.name != "run.parquet":
-        digest.update(str(f.relative_to(root)).encode() + f.read_bytes())
-print(json.dumps({"parts": n, "user": round(r1.ru_utime - r0.ru_utime, 2), "sys": round(r1.ru_stime - r0.ru_stime, 2),
+        digest.update(str(f.relative_to(mine)).encode() + f.read_bytes())
+print(json.dumps({"run": Path(run).name, "parts": n, "user": round(r1.ru_utime - r0.ru_utime, 2),
+                  "sys": round(r1.ru_stime - r0.ru_stime, 2),
                   "wall": round(wall, 2), "digest": digest.hexdigest()}))
 '''
 
@@ -67,6 +70,11 @@ def _run(tree: Path, workdir: Path) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     result["cpu"] = round(result["user"] + result["sys"], 2)
     return result
+
+
+def _commit(tree: Path) -> str:
+    return subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
 
 
 def main() -> int:
@@ -82,7 +90,9 @@ def main() -> int:
             runs[name].append(_run(tree, args.workdir))
             print(name, runs[name][-1], flush=True)
     best = {name: min(rs, key=lambda r: r["cpu"]) for name, rs in runs.items()}
-    result = {"benchmark": "kept_parts", "workdir": str(args.workdir), "other": str(args.other), "runs": runs,
+    # the trees by commit and the kept run by name: no path of this machine in the result
+    result = {"benchmark": "kept_parts", "kept_run": runs["this"][0]["run"],
+              "this_commit": _commit(HERE), "other_commit": _commit(args.other), "runs": runs,
               "best": best, "cpu_ratio_other_over_this": round(best["other"]["cpu"] / best["this"]["cpu"], 3),
               "identical": len({r["digest"] for rs in runs.values() for r in rs}) == 1}
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1))

@@ -18,7 +18,7 @@ in one process:
 
     .venv/bin/python benchmarks/topdown_setup.py --persons 331e6 --out benchmarks/results/topdown_setup_331m.json
     .venv/bin/python benchmarks/topdown_setup.py --encodings-only --repeat 5 \
-        --nmf '/work/p10/national-*/store/runs/*/measurements/topdown/block/detailed/seg=*.parquet'
+        --nmf '<kept-run dir>/national-*/store/runs/*/measurements/topdown/block/detailed/seg=*.parquet'
 """
 
 from __future__ import annotations
