@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import io
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -739,16 +738,6 @@ def verify_release(ctx: RunContext, *, deep: bool = True) -> None:
         for key, info in manifest.get("files", {}).items():
             if not ctx.store.exists(key) or ctx.store.sha256(key) != info.get("sha256"):
                 raise IntegrityError(f"{ctx.store.uri}/{key}: released file does not match MANIFEST.json")
-
-
-def _table_bytes(name: str, frame: pd.DataFrame) -> bytes:
-    """A release file: Parquet for ``.parquet``, else pipe-delimited text with a header (the Census
-    convention for the PHSafe and SafeTab-P ``.csv`` files)."""
-    if name.endswith(".parquet"):
-        buf = io.BytesIO()
-        frame.to_parquet(buf, index=False)
-        return buf.getvalue()
-    return str(frame.to_csv(index=False, sep="|", lineterminator="\n")).encode()
 
 
 def ledger_csv(ctx: RunContext) -> str:

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dasflow.errors import InputError
+from dasflow.io.delimited import pipe_text
 from dasflow.io.store import ObjectWriter, sha256_bytes
 from dasflow.pipeline.estimates import StoredEstimates
 from dasflow.pipeline.metrics import StageMeter
@@ -171,7 +172,7 @@ class _TableSink:
                 self.parquet = pq.ParquetWriter(self.writer, table.schema)
             self.parquet.write_table(table)
         else:
-            self.writer.write(chunk.to_csv(index=False, sep="|", lineterminator="\n", header=self.first).encode())
+            self.writer.write(pipe_text(chunk, header=self.first))
         self.first = False
 
     def close(self) -> None:

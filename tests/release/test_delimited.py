@@ -1,0 +1,86 @@
+"""Pipe-delimited release text through Arrow: the same bytes as pandas' writer, the same verdict as the pandas
+check of a COUNT column (``dasflow.io.delimited``)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dasflow.io.delimited import _arrow_writable, integer_counts, pipe_text
+from dasflow.release.publish import OutputInvalid, _check_table
+
+
+def _pandas(frame: pd.DataFrame, header: bool = True) -> bytes:
+    return str(frame.to_csv(index=False, sep="|", lineterminator="\n", header=header)).encode()
+
+
+def _frames() -> dict[str, pd.DataFrame]:
+    rng = np.random.default_rng(20)
+    n = 5_000
+    geoid = pd.array([f"{i:015d}" for i in rng.integers(0, 10**15, n)], dtype="string")
+    codes = {"HHGQ": rng.integers(0, 8, n), "CENRACE": rng.integers(0, 63, n).astype(np.int16),
+             "COUNT": rng.integers(-3, 10**12, n), "BIG": rng.integers(0, 2**63, n, dtype=np.uint64)}
+    base = pd.DataFrame({"GEOID": geoid, **codes})
+    odd = base.head(6).copy()
+    odd["GEOID"] = pd.array(["a|b", 'say "x"', "line\nbreak", "cr\rhere", "", None], dtype="string")
+    floats = base.head(50).assign(MOE=rng.random(50) * 1e-5)
+    return {
+        "integers and digit strings": base,
+        "values pandas quotes": odd,
+        "missing and unicode strings": base.head(4).assign(NAME=pd.array(["Añasco", None, "", "Łódź"],
+                                                                         dtype="string")),
+        "no rows": base.head(0),
+        "floats (pandas only)": floats,
+        "booleans (pandas only)": base.head(5).assign(FLAG=[True, False, True, True, False]),
+        "objects (pandas only)": base.head(5).assign(GEOID=base["GEOID"].head(5).astype(object)),
+        "header pandas quotes": base.head(5).rename(columns={"COUNT": "CO|UNT"}),
+        "non-default index": base.iloc[[7, 3, 11]],
+    }
+
+
+@pytest.mark.parametrize("header", [True, False])
+@pytest.mark.parametrize("name", list(_frames()))
+def test_pipe_text_is_byte_identical_to_pandas(name: str, header: bool) -> None:
+    frame = _frames()[name]
+    assert pipe_text(frame, header=header) == _pandas(frame, header=header)
+
+
+def test_arrow_writes_only_integer_and_string_columns_with_plain_headers() -> None:
+    frames = _frames()
+    assert _arrow_writable(frames["integers and digit strings"])
+    assert _arrow_writable(frames["values pandas quotes"])  # eligible: Arrow refuses the values, pandas writes
+    for name in ("floats (pandas only)", "booleans (pandas only)", "objects (pandas only)", "header pandas quotes"):
+        assert not _arrow_writable(frames[name]), name
+
+
+def _table(text: str) -> io.BytesIO:
+    return io.BytesIO(text.encode())
+
+
+@pytest.mark.parametrize(("text", "verdict"), [
+    ("GEOID|COUNT\n01|5\n02|-7\n03|0\n", True),
+    ("GEOID|COUNT\n", True),                              # header only: pandas passes it too
+    ("GEOID|COUNT\n01|5\n02|\n", False),                  # empty count
+    ("GEOID|COUNT\n01|5\n02|1.5\n", False),               # not an integer
+    ("GEOID|COUNT\n01|5\n02|1.0\n", False),               # not shown by Arrow: pandas decides (it passes)
+    ("GEOID|COUNT\n01|5|9\n", False),                     # ragged row
+    ("GEOID|N\n01|5\n", False),                           # no COUNT column
+    ("COUNT|COUNT\n1|2\n", False),                        # duplicate header: pandas decides
+    ("", False),
+])
+def test_integer_counts_is_true_only_where_the_pandas_check_passes(text: str, verdict: bool) -> None:
+    assert integer_counts(_table(text)) is verdict
+
+
+def test_check_table_still_names_the_row_of_a_bad_count_after_the_arrow_pass() -> None:
+    lines = [f"{i:02d}|{i}\n" for i in range(40)]
+    rows = "".join(lines)
+    with pytest.raises(OutputInvalid, match=r"row 32, column COUNT: not an integer: 'x'"):
+        _check_table("t/a.csv", _table("GEOID|COUNT\n" + "".join(lines[:30]) + "30|x\n" + "".join(lines[30:])))
+    _check_table("t/b.csv", _table("GEOID|COUNT\n01|1.0\n"))  # integral, as before: passes through pandas
+    _check_table("t/c.csv", _table("GEOID|COUNT\n" + rows))
+    with pytest.raises(OutputInvalid, match="unreadable table"):
+        _check_table("t/d.csv", _table("GEOID|COUNT\n01|5\n02|5|9\n"))
