@@ -3,7 +3,8 @@
 
 Release tables are mostly integer codes and counts with digit-string GEOIDs: pandas formats them one Python
 object at a time and parses them back the same way in the release stage's check (4.5× and 5.8× the CPU of
-Arrow on a 10 M run's tables, ``benchmarks/release_text.py``). Arrow is used only where its result is provably the pandas one:
+Arrow on a 10 M run's tables, ``benchmarks/release_text.py``). Arrow is used only where its result is
+provably the pandas one:
 
 * writing: every column is a NumPy integer or a string column and no header name needs quoting; Arrow then
   writes the rows unquoted (``quoting_style="none"``), which it refuses — falling back to pandas for that
