@@ -30,18 +30,19 @@ The national size itself (issue #20 item 5) is run as an agency would run it, wi
 ``--production`` makes a production release (CSPRNG, charged to the demo's privacy-loss account), whose release stage
 has no ground-truth twin (a test release's accuracy report recomputes every product's truth from the confidential
 inputs, a test-only cost that is not part of a census run). ``--lanes N`` runs N stage processes at a time: the five
-validations, then each product's preprocess → measure → post-process → release-files chain, largest plan first (what
-``dasflow run --product-lanes N`` does in one process: a product's release tables are written in its lane, and the
-release stage then only checks them, writes the certificate and the manifest); the whole run's elapsed wall time is then
-the figure. ``--prune-prepared`` deletes a product's prepared frames (``runs/{id}/prepared/{product}/``) once its
-measurements are committed: they are needed again only to re-measure, which the ledger never allows twice, and at
-national size they are tens of GB beside ≈ 46 GB of synthetic inputs. The disk in use is sampled every two seconds
-(``disk_peak_bytes``: the filesystem's peak used bytes above the start of the size). ``--prune-inputs`` (production
-only) deletes the synthetic confidential inputs once every product's measurements are committed: post-processing and the
-release stage cannot read them (their store view refuses every confidential input), a production release stage has no
-truth to recompute, and an agency's CEF stays wherever it lives — here the copy is ≈ 48 GB at national size, so the disk
-peak is the inputs plus what the stages write up to the last measurement, not plus everything after it. A later
-validate, preprocess or measure of that run would refuse (no inputs), which a finished measurement never needs.
+validations (the costliest first, ``validation_order``), then each product's preprocess → measure → post-process →
+release-files chain, largest plan first (what ``dasflow run --product-lanes N`` does in one process: a product's release
+tables are written in its lane, and the release stage then only checks them, writes the certificate and the manifest);
+the whole run's elapsed wall time is then the figure. ``--prune-prepared`` deletes a product's prepared frames
+(``runs/{id}/prepared/{product}/``) once its measurements are committed: they are needed again only to re-measure, which
+the ledger never allows twice, and at national size they are tens of GB beside ≈ 46 GB of synthetic inputs. The disk in
+use is sampled every two seconds (``disk_peak_bytes``: the filesystem's peak used bytes above the start of the size).
+``--prune-inputs`` (production only) deletes the synthetic confidential inputs once every product's measurements are
+committed: post-processing and the release stage cannot read them (their store view refuses every confidential input), a
+production release stage has no truth to recompute, and an agency's CEF stays wherever it lives — here the copy is ≈ 48
+GB at national size, so the disk peak is the inputs plus what the stages write up to the last measurement, not plus
+everything after it. A later validate, preprocess or measure of that run would refuse (no inputs), which a finished
+measurement never needs.
 
 ``--dask-workers N`` runs two steps on a Dask ``LocalCluster`` of N single-threaded worker processes, as
 ``dasflow run --task-runner dask`` maps them on its local cluster:
@@ -382,8 +383,9 @@ def run_size(persons: int, workdir: Path, keep: bool, *, production: bool = Fals
     config_file.write_text(json.dumps(raw))
     products = [p["name"] for p in raw["products"]]
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=max(1, lanes)) as pool:
-        list(pool.map(lambda p: step("validate", p, ["stage", str(config_file), "validate", p]), products))
+    with ThreadPoolExecutor(max_workers=max(1, lanes)) as pool:  # the costliest validations first, as the flow
+        checks = _child(["validation-order", str(config_file)])["result"]["order"]
+        list(pool.map(lambda p: step("validate", p, ["stage", str(config_file), "validate", p]), checks))
         step("plan", "all", ["stage", str(config_file), "plan", "all"])
         order = _child(["stage", str(config_file), "order", "all"])["result"]
         if lanes > 1:  # the largest plan first, as the release flow starts them
@@ -554,6 +556,10 @@ def _worker(argv: list[str]) -> None:
         out = _dask_measure(Path(argv[1]), argv[2], int(argv[3]))
     elif argv[0] == "dask-post":
         out = _dask_post(Path(argv[1]), argv[2], int(argv[3]))
+    elif argv[0] == "validation-order":
+        from dasflow.config import parse_release_config
+        from dasflow.pipeline.stages import validation_order
+        out = {"order": validation_order(parse_release_config(json.loads(Path(argv[1]).read_text())))}
     elif argv[0] == "baseline":
         from dasflow.pipeline import stages  # noqa: F401  (the interpreter with a stage's imports)
         from dasflow.release import stage  # noqa: F401

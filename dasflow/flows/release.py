@@ -158,8 +158,9 @@ def release_flow(config: dict[str, Any], require_approval: bool = False) -> dict
     store_uri = candidate_context(cfg).store.uri  # an existing release must have this very config
     # validation before freezing: a refused input leaves the release id reusable, and nothing is planned on it.
     # With product lanes the products validate side by side (each streams its own files; Great Expectations runs
-    # under one lock); after a failure no further validation starts, and the first failure is raised
-    checks = {p.name: validate_task.submit(config, p.name) for p in cfg.products}
+    # under one lock), the costliest first (``validation_order``); after a failure no further validation starts,
+    # and the first failure (in start order) is raised
+    checks = {name: validate_task.submit(config, name) for name in stages.validation_order(cfg)}
     _no_start_after_a_failure(list(checks.values()))
     validated = {name: future.result() for name, future in checks.items()}
     freeze_config(cfg)

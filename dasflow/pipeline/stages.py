@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from dasflow.config import ReleaseConfig
 from dasflow.errors import InputError, IntegrityError, LedgerRefusal
 from dasflow.io.store import ObjectStore, new_token
 from dasflow.pipeline.inputs import check_not_empty, check_synthetic
@@ -37,6 +38,7 @@ from dasflow.privacy.measurement import MeasurementSpec, NoisyMeasurement
 from dasflow.products.base import SegmentedMeasure, StreamedPostprocess
 from dasflow.products.partition import PartitionedPostprocess, TableStream
 from dasflow.products.plugin import overrides
+from dasflow.registry import get_plugin
 from dasflow.validation import run_product_suite, run_streamed_suite, store_results
 from dasflow.validation.stream import DEFAULT_CHUNK_ROWS
 
@@ -126,6 +128,17 @@ def largest_first(ctx: RunContext) -> list[str]:
         cells[entry["product"]] = cells.get(entry["product"], 0) + int(entry["cells"])
     names = [p.name for p in ctx.config.products]
     return sorted(names, key=lambda name: (-cells.get(name, 0), names.index(name)))
+
+
+def validation_order(cfg: ReleaseConfig) -> list[str]:
+    """The release's products by their plugins' declared ``validation_cost``, most first (ties in config order):
+    the order to start their validations in when several run at once, since the plan waits for the last. At
+    national size it ends the validations ≈ 75 s sooner on two lanes than config order (largest-first packing
+    of the fifth national run's validate times: 610 s against 685 s). Declared constants only: the order is
+    the same for every input."""
+    names = [p.name for p in cfg.products]
+    cost = {name: get_plugin(name).validation_cost for name in names}
+    return sorted(names, key=lambda name: (-cost[name], names.index(name)))
 
 
 def freeze_public(ctx: RunContext) -> dict[str, Any]:

@@ -138,6 +138,11 @@ class ProductPlugin(ABC, Generic[C]):
     #: the neighbouring relation the plan is calibrated under and its conversions to an account's relation
     #: (``dasflow.privacy.relations``); None: declares none, so accounts refuse the product's plan
     relation: ClassVar[ProductRelation | None] = None
+    #: relative CPU of validating the product's inputs, per person of the census (the national benchmark's
+    #: validate CPU-s per person, in µs): releases start validations by it, largest first, so that the longest
+    #: do not start last when several run at once. A declared constant, never a property of the inputs (file
+    #: sizes would be): the start order recorded by the orchestrator says nothing about the data
+    validation_cost: ClassVar[float] = 1.0
 
     # ------------------------------------------------------------------------------------ config and inputs
     @abstractmethod

@@ -17,6 +17,7 @@ from dasflow.config import ReleaseConfig
 from dasflow.flows.release import run_release
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import freeze_config
+from dasflow.registry import get_plugin
 from dasflow.release.stage import release_stage
 from tests.dag.helpers import release_files
 
@@ -102,7 +103,7 @@ def test_products_validate_side_by_side_and_a_refusal_freezes_nothing(tmp_path: 
 
     monkeypatch.setattr(stages, "validate_stage", validate)
     cfg = demo.prepare_demo(tmp_path / "store", PERSONS, 3)
-    second = cfg.products[1].name
+    second = stages.validation_order(cfg)[1]
     with pytest.raises(Boom):
         run_release(cfg, product_lanes=2)
     assert len(started) >= 2 and not both.broken
@@ -119,9 +120,11 @@ def test_after_a_refused_input_no_further_validation_starts(tmp_path: Path, monk
 
     monkeypatch.setattr(stages, "validate_stage", validate)
     cfg = demo.prepare_demo(tmp_path / "store", PERSONS, 3)
-    with pytest.raises(Boom, match=f"{cfg.products[0].name} refused"):
+    first = stages.validation_order(cfg)[0]
+    assert first != cfg.products[0].name  # started first as the costliest validation, not as the first in config
+    with pytest.raises(Boom, match=f"{first} refused"):
         run_release(cfg, product_lanes=1)
-    assert started == [cfg.products[0].name]  # one lane: the refusal is final, nothing else is read
+    assert started == [first]  # one lane: the refusal is final, nothing else is read
 
 
 def test_products_start_largest_plan_first_ties_in_config_order() -> None:
@@ -130,3 +133,20 @@ def test_products_start_largest_plan_first_ties_in_config_order() -> None:
     ctx = SimpleNamespace(ledger=SimpleNamespace(plan=lambda: plan),
                           config=SimpleNamespace(products=[SimpleNamespace(name=n) for n in "abcdef"]))
     assert stages.largest_first(ctx) == ["c", "b", "d", "a", "e", "f"]  # type: ignore[arg-type]
+
+
+def test_validations_start_costliest_first_ties_in_config_order(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """By the plugins' declared ``validation_cost`` (never by the inputs): SafeTab-P's person files first and the
+    matrix product (a small count over TopDown's persons) last, whatever the config's order; equal costs keep it."""
+    cfg = demo.prepare_demo(tmp_path / "store", PERSONS, 3)
+    names = [p.name for p in cfg.products]
+    order = stages.validation_order(cfg)
+    assert sorted(order) == sorted(names) and order[0] == "safetab-p" and order[-1] == "matrix"
+    costs = [get_plugin(n).validation_cost for n in order]
+    assert costs == sorted(costs, reverse=True)
+    reversed_cfg = cfg.model_copy(update={"products": cfg.products[::-1]})
+    assert stages.validation_order(reversed_cfg) == order
+    for name in names:
+        monkeypatch.setattr(type(get_plugin(name)), "validation_cost", 1.0)
+    assert stages.validation_order(cfg) == names and stages.validation_order(reversed_cfg) == names[::-1]

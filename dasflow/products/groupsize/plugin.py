@@ -66,6 +66,7 @@ def households_frame(units: pa.Table) -> pd.DataFrame:
 class GroupSizePlugin(ProductPlugin[GroupSizeConfig]):
     title = 'Group sizes'
     name = "groupsize"
+    validation_cost = 0.22  # validate CPU µs per person at 331 M persons (BENCHMARKS.md, fifth national run)
     #: households fixed (n public); → account relations by query (dasflow.products.groupsize.relation)
     relation = RELATION
     input_declarations = (

@@ -28,6 +28,7 @@ RECORD_FILES = "Parquet record files"
 class MatrixPlugin(ProductPlugin[MatrixConfig]):
     title = 'Matrix mechanism (Eigen-Design)'
     name = "matrix"
+    validation_cost = 0.07  # validate CPU µs per person at 331 M persons (BENCHMARKS.md, fifth national run)
     #: add/remove one person; one marginal per key (0/+1 cells), so → change-one ρ × 2, ε × 2
     relation = relations.add_remove_product(change=relations.COUNTS_CHANGE)
     input_declarations = (InputDeclaration("matrix", "confidential/matrix/", confidential=True),)

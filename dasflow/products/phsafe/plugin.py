@@ -38,6 +38,7 @@ PERSON_FILES = ("persons", "units")
 class PHSafePlugin(ProductPlugin[PHSafeConfig]):
     title = 'PHSafe'
     name = "phsafe"
+    validation_cost = 0.89  # validate CPU µs per person at 331 M persons (BENCHMARKS.md, fifth national run)
     #: add/remove one person (household-truncated); → change-one by the triangle inequality (ρ × 4, ε × 2)
     relation = relations.add_remove_product()
     input_declarations = (

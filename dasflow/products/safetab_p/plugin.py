@@ -123,6 +123,7 @@ class PipelineSafeTabP(SafeTabP):
 class SafeTabPPlugin(ProductPlugin[SafeTabPConfig]):
     title = 'SafeTab-P'
     name = "safetab-p"
+    validation_cost = 1.38  # validate CPU µs per person at 331 M persons (BENCHMARKS.md, fifth national run)
     #: add/remove one person; keys are 0/+1 group counts, so → change-one ρ × 2, ε × 2
     relation = relations.add_remove_product(change=relations.COUNTS_CHANGE)
     may_be_empty = True  # publishes only what its adaptive thresholds allow

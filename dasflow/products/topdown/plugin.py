@@ -125,6 +125,7 @@ class TopDownPlugin(ProductPlugin[TopDownConfig]):
     pipeline plans every product before measuring it)."""
 
     name = "topdown"
+    validation_cost = 0.91  # validate CPU µs per person at 331 M persons (BENCHMARKS.md, fifth national run)
     #: change one record; → add/remove ρ × 1/2, ε × 1/2 (dasflow.products.topdown.relation)
     relation = RELATION
     synth_format = "topdown"
