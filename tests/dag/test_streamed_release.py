@@ -205,3 +205,32 @@ def test_a_bad_row_in_a_later_chunk_names_its_row_and_publishes_nothing(tmp_path
             ctx.ledger.plan_record())
     assert store.list(prefix) == []
     assert not any(p.name.endswith(".tmp") for p in (tmp_path / "store" / prefix).iterdir())
+
+
+def _grouped(b: pd.DataFrame, width: int) -> pd.DataFrame:
+    return (pd.DataFrame({"GEOID": b["GEOID"].str[:width], "CELL": b["CELL"], "COUNT": b["COUNT"]})
+            .groupby(["GEOID", "CELL"], sort=True, as_index=False).sum())
+
+
+def test_level_sums_are_the_string_group_by_of_every_level() -> None:
+    """Integer-keyed sums per level (``_level_sums``) equal the string group-by they replace, frame for frame
+    (values, order, dtypes), on rows in any order with repeated (block, cell) pairs; any other GEOID form, a cell
+    outside the schema or no rows hands the chunk back to the group-by."""
+    rng = np.random.default_rng(21)
+    n_cells, n = 2016, 20_000
+    blocks = np.unique(rng.integers(0, 10**15, 600))
+    blocks = np.concatenate([blocks, blocks[:5] // 10**4 * 10**4 + 7])  # blocks sharing a tract
+    geoid = pd.Series([f"{g:015d}" for g in rng.choice(blocks, n)], dtype="string").iloc[::-1]
+    b = pd.DataFrame({"GEOID": geoid.to_numpy(), "CELL": rng.integers(0, n_cells, n),
+                      "COUNT": rng.integers(0, 50, n)}, index=rng.permutation(n))
+    b["GEOID"] = b["GEOID"].astype("string")
+    cells, counts = b["CELL"].to_numpy(np.int64), b["COUNT"].to_numpy(np.int64)
+    sums = topdown_product._level_sums(b["GEOID"], cells, counts, n_cells)
+    assert sums is not None and sorted(sums) == [2, 5, 11, 12, 15]
+    for width, frame in sums.items():
+        pd.testing.assert_frame_equal(frame, _grouped(b, width), check_dtype=True)
+    assert len(sums[15]) < n  # repeated pairs were summed
+    for bad in (b.assign(GEOID=b["GEOID"].str[:14]), b.assign(GEOID=b["GEOID"].str.replace("0", "a", n=1))):
+        assert topdown_product._level_sums(bad["GEOID"], cells, counts, n_cells) is None
+    assert topdown_product._level_sums(b["GEOID"], cells, counts, int(cells.max())) is None
+    assert topdown_product._level_sums(b["GEOID"].iloc[:0], cells[:0], counts[:0], n_cells) is None

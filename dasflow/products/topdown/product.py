@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from dasflow.errors import InputError
 from dasflow.products.base import (
@@ -395,10 +397,12 @@ class TopDown:
             cells, counts = b["CELL"].to_numpy(np.int64), b["COUNT"].to_numpy(np.int64)
             np.add.at(us, cells, counts)
             seen[cells] = True
+            sums = _level_sums(b["GEOID"], cells, counts, n_cells)
             for name, width in STANDARD_LEVELS:
                 if width:
-                    agg = (pd.DataFrame({"GEOID": b["GEOID"].str[:width], "CELL": cells, "COUNT": counts})
-                           .groupby(["GEOID", "CELL"], sort=True, as_index=False).sum())
+                    agg = sums[width] if sums is not None else \
+                        (pd.DataFrame({"GEOID": b["GEOID"].str[:width], "CELL": cells, "COUNT": counts})
+                         .groupby(["GEOID", "CELL"], sort=True, as_index=False).sum())
                     yield f"topdown_{name}", self._geo_table(agg)
                     empty = False
         present = np.flatnonzero(seen)
@@ -428,6 +432,43 @@ class TopDown:
         if len(self._spines) == 1:
             return next(iter(self._spines.values()))
         raise InputError("topdown: measure() needs the spine of the plan; call plan() with the same product")
+
+
+#: characters of a block GEOID (state 2, county 3, tract 6, block 4)
+BLOCK_GEOID_WIDTH = 15
+
+
+def _level_sums(geoid: pd.Series, cells: npt.NDArray[np.int64], counts: npt.NDArray[np.int64],
+                n_cells: int) -> dict[int, pd.DataFrame] | None:
+    """Block rows summed to every standard level's (GEOID prefix, cell), keyed by prefix width: the frames
+    ``groupby([GEOID.str[:width], CELL], sort=True, as_index=False).sum()`` gives, from integer keys instead
+    of strings. Every block GEOID is 15 ASCII digits, so a prefix is the GEOID's integer divided by a power of
+    ten, its order is the strings' order, and ``prefix · n_cells + cell`` orders as (GEOID, cell) does; each
+    level is summed from the next finer one (integer sums: exact in any order). ``None`` where that does not
+    hold (another GEOID form, a key that would not fit in 63 bits, a cell outside the schema, no rows): the
+    caller groups the strings."""
+    n = len(geoid)
+    if n == 0 or 10 ** BLOCK_GEOID_WIDTH * n_cells >= 2**63 or cells.min() < 0 or cells.max() >= n_cells:
+        return None
+    text = pa.array(geoid, type=pa.string())
+    if text.null_count or not pc.all(pc.equal(pc.utf8_length(text), BLOCK_GEOID_WIDTH)).as_py() \
+            or not pc.all(pc.ascii_is_decimal(text)).as_py():
+        return None
+    geo = pc.cast(text, pa.int64()).to_numpy()
+    key = geo * n_cells + cells
+    rep = np.arange(n)  # a row of the chunk in each group, for its GEOID text
+    out: dict[int, pd.DataFrame] = {}
+    finer = BLOCK_GEOID_WIDTH
+    for width in sorted((w for _, w in STANDARD_LEVELS if w), reverse=True):
+        key = (key // n_cells) // 10 ** (finer - width) * n_cells + key % n_cells
+        order = np.argsort(key, kind="stable")
+        key, counts, rep = key[order], counts[order], rep[order]
+        starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+        key, counts, rep = key[starts], np.add.reduceat(counts, starts), rep[starts]
+        out[width] = pd.DataFrame({"GEOID": geoid.iloc[rep].str[:width].reset_index(drop=True),
+                                   "CELL": key % n_cells, "COUNT": counts})
+        finer = width
+    return out
 
 
 def _batched(frames: Iterable[pd.DataFrame], rows: int) -> Iterator[pd.DataFrame]:
