@@ -56,16 +56,16 @@ def pipe_text(frame: pd.DataFrame, header: bool = True) -> bytes:
 
 def integer_counts(fh: IO[bytes], column: str = "COUNT") -> bool:
     """Whether a pipe-delimited table read from ``fh`` parses whole and has a ``column`` holding only integers,
-    as Arrow reads it. ``True`` implies the pandas check passes; ``False`` means only "not shown here" (no such
-    column, or something Arrow does not accept): the caller's exact check then decides and names the row.
-    Memory: one block of rows at a time."""
+    as Arrow reads it: every row is parsed (a ragged row fails) and only that column converted (the others are
+    never typed, so no guess about them can fail). ``True`` implies the pandas check passes; ``False`` means
+    only "not shown here" (no such column, or something Arrow does not accept): the caller's exact check then
+    decides and names the row. Memory: one block of rows at a time."""
     try:
         reader = pacsv.open_csv(fh, parse_options=pacsv.ParseOptions(delimiter="|"),
                                 convert_options=pacsv.ConvertOptions(column_types={column: pa.int64()},
-                                                                     null_values=[], strings_can_be_null=False))
-        if reader.schema.names.count(column) != 1:
-            return False
+                                                                     include_columns=[column], null_values=[],
+                                                                     strings_can_be_null=False))
         batches: Iterator[pa.RecordBatch] = iter(reader)
         return all(batch.column(column).null_count == 0 for batch in batches)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError):
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError, UnicodeDecodeError):
         return False

@@ -26,10 +26,12 @@ def _frames() -> dict[str, pd.DataFrame]:
     base = pd.DataFrame({"GEOID": geoid, **codes})
     odd = base.head(6).copy()
     odd["GEOID"] = pd.array(["a|b", 'say "x"', "line\nbreak", "cr\rhere", "", None], dtype="string")
+    commas = base.head(4).assign(NAME=pd.array(["a,b", " lead", "tab\there", "semi;colon"], dtype="string"))
     floats = base.head(50).assign(MOE=rng.random(50) * 1e-5)
     return {
         "integers and digit strings": base,
         "values pandas quotes": odd,
+        "commas, blanks and tabs (not quoted)": commas,
         "missing and unicode strings": base.head(4).assign(NAME=pd.array(["Añasco", None, "", "Łódź"],
                                                                          dtype="string")),
         "no rows": base.head(0),
@@ -68,11 +70,22 @@ def _table(text: str) -> io.BytesIO:
     ("GEOID|COUNT\n01|5\n02|1.0\n", False),               # not shown by Arrow: pandas decides (it passes)
     ("GEOID|COUNT\n01|5|9\n", False),                     # ragged row
     ("GEOID|N\n01|5\n", False),                           # no COUNT column
-    ("COUNT|COUNT\n1|2\n", False),                        # duplicate header: pandas decides
+    ("GEOID|COUNT\n01|5\n02|x\n", False),
+    ("GEOID|COUNT\n1|5\nUS|7\n", True),                  # a later GEOID that is not a number: never typed
     ("", False),
 ])
 def test_integer_counts_is_true_only_where_the_pandas_check_passes(text: str, verdict: bool) -> None:
     assert integer_counts(_table(text)) is verdict
+
+
+def test_a_duplicated_count_header_passes_arrow_only_where_pandas_passes() -> None:
+    """pandas checks the first COUNT (it renames the second ``COUNT.1``); Arrow converts the first too."""
+    for text in ("COUNT|COUNT\n1|x\n", "COUNT|COUNT\n1|2\n"):
+        assert integer_counts(_table(text)) is True
+        _check_table("t/dup.csv", _table(text))
+    assert integer_counts(_table("COUNT|COUNT\nx|1\n")) is False
+    with pytest.raises(OutputInvalid, match="row 2, column COUNT"):
+        _check_table("t/dup.csv", _table("COUNT|COUNT\nx|1\n"))
 
 
 def test_check_table_still_names_the_row_of_a_bad_count_after_the_arrow_pass() -> None:
