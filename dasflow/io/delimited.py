@@ -6,7 +6,8 @@ object at a time and parses them back the same way in the release stage's check 
 Arrow on a 10 M run's tables, ``benchmarks/release_text.py``). Arrow is used only where its result is
 provably the pandas one:
 
-* writing: every column is a NumPy integer or a string column and no header name needs quoting; Arrow then
+* writing: every column is a NumPy integer or a string column (a lone column: integers only, as pandas quotes
+  an empty field that is a whole row) and no header name needs quoting; Arrow then
   writes the rows unquoted (``quoting_style="none"``), which it refuses — falling back to pandas for that
   chunk — exactly when a value holds the delimiter, a quote or a line break, the only values pandas quotes.
   Integers print the same in both; a missing string is an empty field in both.
@@ -33,8 +34,9 @@ def _arrow_writable(frame: pd.DataFrame) -> bool:
     for name, dtype in frame.dtypes.items():
         if not isinstance(name, str) or any(c in name for c in _NEEDS_QUOTES):
             return False
-        if not (isinstance(dtype, np.dtype) and dtype.kind in "iu") and not isinstance(dtype, pd.StringDtype):
-            return False
+        integer = isinstance(dtype, np.dtype) and dtype.kind in "iu"
+        if not integer and (not isinstance(dtype, pd.StringDtype) or len(frame.columns) == 1):
+            return False  # a lone text column: pandas quotes an empty field that is a whole row (``""``)
     return True
 
 

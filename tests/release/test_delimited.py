@@ -35,6 +35,9 @@ def _frames() -> dict[str, pd.DataFrame]:
         "missing and unicode strings": base.head(4).assign(NAME=pd.array(["Añasco", None, "", "Łódź"],
                                                                          dtype="string")),
         "no rows": base.head(0),
+        "one text column with empty and missing values": pd.DataFrame(
+            {"NAME": pd.array(["", "x", None], dtype="string")}),
+        "one integer column": base[["COUNT"]],
         "floats (pandas only)": floats,
         "booleans (pandas only)": base.head(5).assign(FLAG=[True, False, True, True, False]),
         "objects (pandas only)": base.head(5).assign(GEOID=base["GEOID"].head(5).astype(object)),
