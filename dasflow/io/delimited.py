@@ -1,25 +1,18 @@
-"""Pipe-delimited release text, written and checked through Arrow's CSV engine where that gives the very bytes
-(and the very verdict) of the pandas path it replaces, and through pandas otherwise.
+"""Pipe-delimited release text, written through Arrow's CSV writer where that gives the very bytes of the pandas
+path it replaces, and through pandas otherwise.
 
 Release tables are mostly integer codes and counts with digit-string GEOIDs: pandas formats them one Python
-object at a time and parses them back the same way in the release stage's check (4.5× and 5.8× the CPU of
-Arrow on a 10 M run's tables, ``benchmarks/release_text.py``). Arrow is used only where its result is
-provably the pandas one:
+object at a time (4.5× the CPU of Arrow on a 10 M run's tables, ``benchmarks/release_text.py``). Arrow is used
+only where its result is provably the pandas one:
 
 * writing: every column is a NumPy integer or a string column (a lone column: integers only, as pandas quotes
   an empty field that is a whole row) and no header name needs quoting; Arrow then
   writes the rows unquoted (``quoting_style="none"``), which it refuses — falling back to pandas for that
   chunk — exactly when a value holds the delimiter, a quote or a line break, the only values pandas quotes.
   Integers print the same in both; a missing string is an empty field in both.
-* checking: a COUNT column that Arrow parses as 64-bit integers with no empty field passes pandas'
-  ``to_numeric`` test too; anything Arrow does not accept (a ragged row, a non-integer, bad UTF-8) is handed to
-  the pandas check, which names the file's row.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterator
-from typing import IO
 
 import numpy as np
 import pandas as pd
@@ -54,20 +47,3 @@ def pipe_text(frame: pd.DataFrame, header: bool = True) -> bytes:
             head = ("|".join(frame.columns) + "\n").encode() if header else b""
             return head + bytes(sink.getvalue().to_pybytes())
     return str(frame.to_csv(index=False, sep="|", lineterminator="\n", header=header)).encode()
-
-
-def integer_counts(fh: IO[bytes], column: str = "COUNT") -> bool:
-    """Whether a pipe-delimited table read from ``fh`` parses whole and has a ``column`` holding only integers,
-    as Arrow reads it: every row is parsed (a ragged row fails) and only that column converted (the others are
-    never typed, so no guess about them can fail). ``True`` implies the pandas check passes; ``False`` means
-    only "not shown here" (no such column, or something Arrow does not accept): the caller's exact check then
-    decides and names the row. Memory: one block of rows at a time."""
-    try:
-        reader = pacsv.open_csv(fh, parse_options=pacsv.ParseOptions(delimiter="|"),
-                                convert_options=pacsv.ConvertOptions(column_types={column: pa.int64()},
-                                                                     include_columns=[column], null_values=[],
-                                                                     strings_can_be_null=False))
-        batches: Iterator[pa.RecordBatch] = iter(reader)
-        return all(batch.column(column).null_count == 0 for batch in batches)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, KeyError, UnicodeDecodeError):
-        return False
