@@ -81,14 +81,12 @@ def main() -> int:
     rows: dict[str, dict[str, float]] = {}
     same_bytes = True
     for _ in range(args.repeat):
-        for what, fns in {"write": (lambda: {n: _pandas_write(c) for n, c in chunks.items()},
-                                    lambda: {n: _arrow_write(c) for n, c in chunks.items()}),
-                          }.items():
-            before, now = _timed(fns[0]), _timed(fns[1])
-            same_bytes &= before[2] == now[2] == tables  # and both the kept run's (pandas-written) files
-            for label, (cpu, wall, _) in (("pandas", before), ("arrow", now)):
-                row = rows.setdefault(f"{what}_{label}", {"cpu_s": float("inf"), "wall_s": float("inf")})
-                row["cpu_s"], row["wall_s"] = min(row["cpu_s"], round(cpu, 3)), min(row["wall_s"], round(wall, 3))
+        before = _timed(lambda: {n: _pandas_write(c) for n, c in chunks.items()})
+        now = _timed(lambda: {n: _arrow_write(c) for n, c in chunks.items()})
+        same_bytes &= before[2] == now[2] == tables  # and both the kept run's (pandas-written) files
+        for label, (cpu, wall, _) in (("pandas", before), ("arrow", now)):
+            row = rows.setdefault(f"write_{label}", {"cpu_s": float("inf"), "wall_s": float("inf")})
+            row["cpu_s"], row["wall_s"] = min(row["cpu_s"], round(cpu, 3)), min(row["wall_s"], round(wall, 3))
     out = {"benchmark": "release_text", "kept_run": run.name, "tables": len(tables),
            "bytes": sum(len(d) for d in tables.values()), "repeat": args.repeat, "figures": rows,
            "write_cpu_ratio_pandas_over_arrow": round(rows["write_pandas"]["cpu_s"] / rows["write_arrow"]["cpu_s"], 2),
