@@ -66,6 +66,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from dasflow.io.arrays import unique
+
 CostKind = Literal["l2", "l1"]
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -755,7 +757,7 @@ def solve_tree(
                 touched_cols.append(redo[np.flatnonzero(touch.any(axis=0))])
         if not touched_cols:
             return TreeSolution(tuple(values), objective(values, costs), rounds, tuple(radii))
-        dirty = np.unique(np.concatenate(touched_cols)).astype(np.int64)
+        dirty = unique(np.concatenate(touched_cols)).astype(np.int64)
     raise RuntimeError(f"tree DP did not reach an interior optimum after {max_widenings} widenings")
 
 

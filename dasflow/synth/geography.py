@@ -15,6 +15,7 @@ from functools import cache
 import numpy as np
 import numpy.typing as npt
 
+from dasflow.io.arrays import unique
 from dasflow.synth import params as prm
 from dasflow.synth.reference import counties, states
 from dasflow.synth.seeding import stream
@@ -55,19 +56,19 @@ class StateGeography:
 
     def counts(self) -> dict[str, int]:
         """Number of geographic entities per geolevel."""
-        bg = np.unique(self.block_tract.astype(np.int64) * 10 + self.block_group).size
+        bg = unique(self.block_tract.astype(np.int64) * 10 + self.block_group).size
         return {
             "counties": int(self.county_fips.size),
             "tracts": int(self.tract_code.size),
             "block_groups": int(bg),
             "blocks": self.n_blocks,
-            "places": int(np.unique(self.block_place[self.block_place != NO_PLACE]).size),
+            "places": int(unique(self.block_place[self.block_place != NO_PLACE]).size),
             "county_subdivisions": int(
-                np.unique(
+                unique(
                     self.county_fips[self.tract_county][self.block_tract].astype(np.int64) * 100000 + self.block_cousub
                 ).size
             ),
-            "aiannh_areas": int(np.unique(self.block_aiannh[self.block_aiannh != NO_AIANNH]).size),
+            "aiannh_areas": int(unique(self.block_aiannh[self.block_aiannh != NO_AIANNH]).size),
         }
 
 

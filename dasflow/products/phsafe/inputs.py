@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from dasflow.errors import InputError
+from dasflow.io.arrays import unique
 from dasflow.io.files import arrow_reason
 
 #: column -> anchored regular expression of its valid text values (phsafe.md §1.5).
@@ -497,7 +498,7 @@ def read_rows_of(path: Path, name: str, mafids: np.ndarray) -> dict[str, np.ndar
     filtered (same rows, same values). The file as a whole passed phases 1–2 in the validate stage (bound to
     its hash); here every row's layout and MAFID is checked again (in the scan), and every column of the rows
     kept."""
-    keys = np.unique(np.asarray(mafids, dtype=np.int64))
+    keys = unique(np.asarray(mafids, dtype=np.int64))
 
     def select(values: np.ndarray) -> np.ndarray:
         if keys.size == 0:

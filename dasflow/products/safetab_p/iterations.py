@@ -24,6 +24,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from dasflow.errors import InputError
+from dasflow.io.arrays import unique
 
 CODES_FILE = "race-and-ethnicity-codes.txt"
 RACE_ITER_FILE = "race-characteristic-iterations.txt"
@@ -231,7 +232,7 @@ def race_iterations(level: LevelIndex, combos: IntArray) -> tuple[IntArray, IntA
     rows_all = np.repeat(np.arange(n, dtype=np.int64)[:, None], k, axis=1)[valid]
     codes_all = combos[valid].astype(np.int64)
     r_o, i_o = _explode(level.aoic_ptr, level.aoic_idx, rows_all, codes_all)
-    aoic_keys = np.unique(r_o * n_it + i_o)
+    aoic_keys = unique(r_o * n_it + i_o)
     r_a, i_a = _explode(level.alone_ptr, level.alone_idx, rows_all, codes_all)
     akeys, counts = np.unique(r_a * n_it + i_a, return_counts=True)
     alone_keys = akeys[counts == n_codes[akeys // n_it]]
@@ -262,12 +263,12 @@ def stability_bound(level: LevelIndex, max_race_codes: int) -> int:
             return 0
         top = int(np.sort(b[code_ids])[::-1][:R].sum())
         _, its = _explode(level.aoic_ptr, level.aoic_idx, np.zeros(len(code_ids), np.int64), code_ids)
-        return min(top, len(np.unique(its)))
+        return min(top, len(unique(its)))
 
     if R >= 2 and n_codes >= 2:
         best = max(best, cover(np.arange(n_codes, dtype=np.int64)))
         owner = np.repeat(np.arange(n_codes, dtype=np.int64), a)
-        for alpha in np.unique(level.alone_idx):
+        for alpha in unique(level.alone_idx):
             members = owner[level.alone_idx == alpha]
             if len(members) >= 2:
                 best = max(best, int(a[members].max()) + cover(members))

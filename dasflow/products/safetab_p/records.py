@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from dasflow.errors import InputError, IntegrityError
+from dasflow.io.arrays import unique
 from dasflow.io.files import arrow_reason
 from dasflow.products.safetab_p.iterations import IterationIndex
 from dasflow.products.safetab_p.regions import PR_STATE_FIPS, Universe, base_type, region_types
@@ -184,22 +185,40 @@ def _run_states(st: IntArray, universe: Universe, state_filter: Sequence[str]) -
     return np.asarray(st != int(PR_STATE_FIPS))
 
 
-def _idents(df: pd.DataFrame, rt: str) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.bool_]]:
-    """Each GRF-C row's region ID of type ``rt`` and whether the block is in a region of that type."""
+#: digits of a region ID per base region type (every ID of a type has this width, so its order as text is its
+#: order as an integer)
+_ID_WIDTH = {"USA": 1, "STATE": 2, "COUNTY": 5, "TRACT": 11, "PLACE": 7, "AIANNH": 4}
+
+
+def _digit_columns(table: pa.Table) -> dict[str, IntArray]:
+    """The GRF-C's geography columns (already checked as digits) as int64."""
+    return {c: pc.cast(table.column(c), pa.int64()).to_numpy() for c in GRFC_COLUMNS}
+
+
+def _region_codes(cols: dict[str, IntArray], rt: str) -> tuple[IntArray, npt.NDArray[np.bool_]]:
+    """Each GRF-C row's region ID of type ``rt`` as an integer (its digits: state+county for a county, …) and
+    whether the block is in a region of that type (PLACEFP 99999 and AIANNHCE 9999 are none)."""
     bt = base_type(rt)
+    st = cols["TABBLKST"]
     if bt == "USA":
-        ident, inside = pd.Series(["1"] * len(df), index=df.index), np.ones(len(df), bool)
-    elif bt == "STATE":
-        ident, inside = df.TABBLKST, np.ones(len(df), bool)
-    elif bt == "COUNTY":
-        ident, inside = df.TABBLKST + df.TABBLKCOU, np.ones(len(df), bool)
-    elif bt == "TRACT":
-        ident, inside = df.TABBLKST + df.TABBLKCOU + df.TABTRACTCE, np.ones(len(df), bool)
-    elif bt == "PLACE":
-        ident, inside = df.TABBLKST + df.PLACEFP, (df.PLACEFP != "99999").to_numpy()
-    else:  # AIANNH
-        ident, inside = df.AIANNHCE, (df.AIANNHCE != "9999").to_numpy()
-    return ident.to_numpy(dtype=object), np.asarray(inside, dtype=bool)
+        return np.ones(st.size, dtype=np.int64), np.ones(st.size, dtype=bool)
+    if bt == "STATE":
+        return st, np.ones(st.size, dtype=bool)
+    county = st * 1000 + cols["TABBLKCOU"]
+    if bt == "COUNTY":
+        return county, np.ones(st.size, dtype=bool)
+    if bt == "TRACT":
+        return county * 1_000_000 + cols["TABTRACTCE"], np.ones(st.size, dtype=bool)
+    if bt == "PLACE":
+        return st * 100_000 + cols["PLACEFP"], cols["PLACEFP"] != 99999
+    return cols["AIANNHCE"], cols["AIANNHCE"] != 9999  # AIANNH
+
+
+def _region_text(codes: IntArray, rt: str) -> npt.NDArray[np.object_]:
+    """Integer region IDs of type ``rt`` as their text (zero-padded to the type's width), as Python strings."""
+    width = _ID_WIDTH[base_type(rt)]
+    text = np.asarray(codes, dtype=np.int64).astype(f"U{width}")
+    return (np.char.zfill(text, width) if text.size else text).astype(object)
 
 
 def _check_digits(table: pa.Table, source: str, offset: int = 0) -> None:
@@ -215,21 +234,21 @@ def load_geography(table: pa.Table, universe: Universe, state_filter: Sequence[s
                    source: str) -> Geography:
     """Validate the GRF-C and build the region domains of one run (from public geography only)."""
     _check_digits(table, source)
-    df = table.to_pandas()
+    cols = _digit_columns(table)
     key = block_key(table)
     _first_bad(pd.Series(key).duplicated().to_numpy(), table.column("TABBLK"), "duplicate block", source,
                "TABBLK")
-    keep = _run_states(pc.cast(table.column("TABBLKST"), pa.int64()).to_numpy(), universe, state_filter)
-    df = df[keep]
+    keep = _run_states(cols["TABBLKST"], universe, state_filter)
+    cols = {c: v[keep] for c, v in cols.items()}
     key = key[keep]
     region_ids: dict[str, npt.NDArray[np.object_]] = {}
     region_of: dict[str, IntArray] = {}
     for rt in region_types(universe):
-        ident, inside = _idents(df, rt)
-        ids = np.unique(ident[inside]) if inside.any() else np.array([], dtype=object)
-        idx = np.full(len(df), -1, dtype=np.int64)
-        idx[inside] = np.searchsorted(ids, ident[inside])
-        region_ids[rt] = ids.astype(object)
+        code, inside = _region_codes(cols, rt)
+        ids = unique(code[inside])
+        idx = np.full(key.size, -1, dtype=np.int64)
+        idx[inside] = np.searchsorted(ids, code[inside])
+        region_ids[rt] = _region_text(ids, rt)
         region_of[rt] = idx
     return Geography(universe, key, region_ids, region_of, source)
 
@@ -270,16 +289,31 @@ def grfc_region_ids(path: str | Path, universe: Universe,
                     state_filter: Sequence[str]) -> dict[str, npt.NDArray[np.object_]]:
     """The region IDs of every region type of one run (those :func:`load_geography` gives), from one streamed
     pass over the GRF-C: the national domain, without holding a row per block."""
-    found: dict[str, list[npt.NDArray[np.object_]]] = {rt: [] for rt in region_types(universe)}
+    found: dict[str, list[IntArray]] = {rt: [] for rt in region_types(universe)}
     for offset, table in stream_grfc(path):
         _check_digits(table, str(path), offset)
-        keep = _run_states(pc.cast(table.column("TABBLKST"), pa.int64()).to_numpy(), universe, state_filter)
-        df = table.to_pandas()[keep]
+        cols = _digit_columns(table)
+        keep = _run_states(cols["TABBLKST"], universe, state_filter)
+        cols = {c: v[keep] for c, v in cols.items()}
         for rt, ids in found.items():
-            ident, inside = _idents(df, rt)
-            ids.append(np.unique(ident[inside]))
-    return {rt: (np.unique(np.concatenate(ids)) if ids else np.array([], dtype=object)).astype(object)
+            code, inside = _region_codes(cols, rt)
+            ids.append(unique(code[inside]))
+    return {rt: _region_text(unique(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.int64), rt)
             for rt, ids in found.items()}
+
+
+#: a block's region index in :class:`_BlockIndex` when its region is not in the run's domain
+_NOT_IN_DOMAIN = -2
+
+
+@dataclass(frozen=True)
+class _BlockIndex:
+    """:attr:`LazyGeography._blocks`: one entry per GRF-C row, in file order."""
+
+    key: IntArray
+    state: npt.NDArray[np.int8]
+    kept: npt.NDArray[np.bool_]
+    region_of: dict[str, npt.NDArray[np.int32]]
 
 
 class LazyGeography(Geography):
@@ -301,47 +335,57 @@ class LazyGeography(Geography):
         object.__setattr__(self, "region_of", whole.region_of)
         return getattr(whole, name)
 
+    @cached_property
+    def _blocks(self) -> _BlockIndex:
+        """Every GRF-C row's block key and state, whether the run keeps it, and its region index per region type
+        (int32: −1 outside any region of the type or not kept, ``_NOT_IN_DOMAIN`` where its region is missing
+        from :attr:`region_ids`), in file order, from one streamed pass (digits checked again, naming the file's
+        row). Public geography only, ≈ 34 bytes a block (≈ 270 MB for the nation's 8.1 M blocks): the partitions
+        of one preprocess select their states' rows from it instead of each re-reading the national GRF-C."""
+        keys: list[IntArray] = []
+        kept: list[npt.NDArray[np.bool_]] = []
+        region_of: dict[str, list[npt.NDArray[np.int32]]] = {rt: [] for rt in self.region_ids}
+        ids = {rt: v.astype(np.int64) for rt, v in self.region_ids.items()}  # digit strings of one width each
+        for offset, table in stream_grfc(self.source):  # over batches of ~8 MB, not records
+            _check_digits(table, self.source, offset)
+            cols = _digit_columns(table)
+            keep = _run_states(cols["TABBLKST"], self.universe, self._state_filter)
+            keys.append(block_key(table))
+            kept.append(keep)
+            for rt, known_ids in ids.items():
+                code, inside = _region_codes(cols, rt)
+                inside = inside & keep
+                idx = np.full(keep.size, -1, dtype=np.int32)
+                at = np.searchsorted(known_ids, code[inside])
+                found = at < known_ids.size
+                found[found] = known_ids[at[found]] == code[inside][found]
+                idx[inside] = np.where(found, at, _NOT_IN_DOMAIN)
+                region_of[rt].append(idx)
+        key = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
+        return _BlockIndex(key, (key // 10 ** 13).astype(np.int8),
+                           np.concatenate(kept) if kept else np.zeros(0, dtype=bool),
+                           {rt: np.concatenate(v) if v else np.zeros(0, dtype=np.int32) for rt, v in region_of.items()})
+
     def part(self, states: Sequence[int]) -> Geography:
         """The blocks of ``states`` only (those the run keeps), region indices into the national region IDs:
         for every block of these states, the same row contents :func:`load_geography` gives (a block's key
-        holds its state, so a person of these states finds its block here iff in the whole GRF-C). Streamed:
-        one batch and the kept rows are held. ``InputError`` for a bad digit or a duplicate block among them."""
-        wanted = pa.array(sorted({f"{int(s):02d}" for s in states}), type=pa.string())
-        keys: list[IntArray] = []
-        kept: list[npt.NDArray[np.bool_]] = []
-        rows: list[IntArray] = []
-        frames: list[pd.DataFrame] = []
-        for offset, table in stream_grfc(self.source):
-            pick = np.flatnonzero(pc.is_in(table.column("TABBLKST"), value_set=wanted).to_numpy(zero_copy_only=False))
-            if pick.size == 0:
-                continue
-            sub = table.take(pick)
-            _check_digits(sub, self.source)
-            keep = _run_states(pc.cast(sub.column("TABBLKST"), pa.int64()).to_numpy(), self.universe,
-                               self._state_filter)
-            keys.append(block_key(sub))
-            kept.append(keep)
-            rows.append(offset + pick)
-            frames.append(sub.to_pandas()[keep])
-        key = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
+        holds its state, so a person of these states finds its block here iff in the whole GRF-C). Selected
+        from the compact block index (:attr:`_blocks`, read once per process), in file order. ``InputError``
+        for a duplicate block among them, naming its GRF-C row (another state's partition does not hold it)."""
+        blocks = self._blocks
+        rows = np.flatnonzero(np.isin(blocks.state, np.array(sorted({int(s) for s in states}), dtype=np.int8)))
+        key = blocks.key[rows]
         dup = np.flatnonzero(pd.Series(key).duplicated().to_numpy())
         if dup.size:
-            row = int(np.concatenate(rows)[dup[0]])
-            raise InputError("duplicate block", file=self.source, row=row + 2, column="TABBLK")
-        if keys:
-            key = key[np.concatenate(kept)]
-        df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({c: [] for c in GRFC_COLUMNS})
+            raise InputError("duplicate block", file=self.source, row=int(rows[dup[0]]) + 2, column="TABBLK")
+        rows = rows[blocks.kept[rows]]
         region_of: dict[str, IntArray] = {}
-        for rt, ids in self.region_ids.items():
-            ident, inside = _idents(df, rt)
-            idx = np.full(len(df), -1, dtype=np.int64)
-            if inside.any():
-                at = np.searchsorted(ids, ident[inside])
-                if at.size and (int(at.max()) >= len(ids) or not bool((ids[at] == ident[inside]).all())):
-                    raise IntegrityError(f"{self.source}: a region of type {rt} is not in the run's domain")
-                idx[inside] = at
-            region_of[rt] = idx
-        return Geography(self.universe, key, self.region_ids, region_of, self.source)
+        for rt, idx in blocks.region_of.items():
+            at = idx[rows]
+            if (at == _NOT_IN_DOMAIN).any():
+                raise IntegrityError(f"{self.source}: a region of type {rt} is not in the run's domain")
+            region_of[rt] = at.astype(np.int64)
+        return Geography(self.universe, blocks.key[rows], self.region_ids, region_of, self.source)
 
 
 @dataclass(frozen=True)

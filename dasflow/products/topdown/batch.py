@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from dasflow.io.arrays import unique
 from dasflow.products.topdown.model import (
     Constraints,
     EstimatorOptions,
@@ -245,7 +246,7 @@ def estimate_families(spine: Spine, level: int, parents: IntArray, parent_hist: 
     """
     opts = opts or EstimatorOptions()
     order, fan, first_child, unmeasured_parents = spine.families(level)
-    parents = np.unique(parents.astype(np.int64))
+    parents = unique(parents.astype(np.int64))
     sel = np.isin(parent_hist.unit, parents)
     p_unit, p_cell, p_cnt = parent_hist.unit[sel], parent_hist.cell[sel], parent_hist.count[sel]
     status: dict[str, int] = {}
@@ -281,7 +282,7 @@ def estimate_families(spine: Spine, level: int, parents: IntArray, parent_hist: 
         cum = np.cumsum(cost)
         batch_id = (cum // max(opts.batch_vars, 1)).astype(np.int64)
         # a new batch also whenever fanout grows by > 2× (limits padding)
-        for b in np.unique(batch_id):
+        for b in unique(batch_id):
             bp = ordp[batch_id == b]
             for sub in _split_by_fanout(bp, fan):
                 res = _solve_batch(spine, level, sub, p_unit, p_cell, p_cnt, fan, first_child, order, groups,
@@ -308,9 +309,9 @@ def _state_gap(hist: Histogram, constraints: Constraints, level: int) -> bool:
     if not (constraints.has_states and level == constraints.state_level):
         return False
     assert constraints.state_of_unit is not None and constraints.state_totals is not None
-    units = np.unique(hist.unit)
+    units = unique(hist.unit)
     st = constraints.state_of_unit[units]
-    st = np.unique(st[st >= 0])
+    st = unique(st[st >= 0])
     if st.size == 0:
         return False
     members = np.isin(constraints.state_of_unit, st)
@@ -358,7 +359,7 @@ def _solve_batch(spine: Spine, level: int, bp: IntArray, p_unit: IntArray, p_cel
     if constraints is not None and constraints.has_states and level == constraints.state_level:
         assert constraints.state_of_unit is not None and constraints.state_totals is not None
         su = np.where(real, constraints.state_of_unit[child], -1)
-        present = np.unique(su[su >= 0])
+        present = unique(su[su >= 0])
         grp = np.where(mask & (su >= 0), np.searchsorted(present, np.maximum(su, 0)), -1)
         gtot = constraints.state_totals[present].astype(np.float64)
     coupled = gtot.size > 0

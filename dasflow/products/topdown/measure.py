@@ -26,6 +26,7 @@ import pandas as pd
 import pyarrow as pa
 
 from dasflow.errors import InputError
+from dasflow.io.arrays import unique
 from dasflow.privacy import accounting, samplers
 from dasflow.products.topdown.model import Histogram
 from dasflow.products.topdown.spine import Spine
@@ -366,12 +367,12 @@ def measure_group(spine: Spine, strategy: Strategy, level: int, group: QueryGrou
     R = group.n_rows(schema)
     gam = spine.gamma_num[level][units]
     params = {int(v): noise_parameter(strategy, Fraction(int(v), spine.denominator), group.alpha)
-              for v in np.unique(gam)}
+              for v in unique(gam)}
     out: npt.NDArray[np.integer[Any]] = np.empty((units.size, R), dtype=np.int16)
     hpos = np.searchsorted(units, hist.unit)
     hpos_c = np.minimum(hpos, max(units.size - 1, 0))
     in_measured = (units[hpos_c] == hist.unit) if units.size else np.zeros(hist.unit.size, dtype=bool)
-    one_row = np.unique(rows).size == rows.size  # every cell its own row (the detailed query)
+    one_row = unique(rows).size == rows.size  # every cell its own row (the detailed query)
     step = max(1, chunk_cells // max(R, 1))
     for s in range(0, units.size, step):
         e = min(units.size, s + step)

@@ -50,6 +50,7 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
+from dasflow.io.arrays import unique
 from dasflow.products.base import NOISY_COLUMN, VARIANCE_COLUMN
 from dasflow.products.partition import CombinedEstimates, PartSource, PostStep, Tables, TableStream
 from dasflow.products.topdown.estimate import (
@@ -394,7 +395,7 @@ class PartitionedTopDown:
             seg = segs.segment_of(level)
             assert seg is not None
             n = max(len(segs.ids), 1)
-            pairs = np.unique(lay.own[level] * n + seg)
+            pairs = unique(lay.own[level] * n + seg)
             by_part: dict[int, list[str]] = {}
             for p, w in zip((pairs // n).tolist(), (pairs % n).tolist(), strict=True):  # one step per pair
                 by_part.setdefault(p, []).append(segs.ids[w])
@@ -427,7 +428,7 @@ class PartitionedTopDown:
                 continue
             # parts = those with families at level l; part p reads level l-1's part holding its parents (its own
             # name, except a chunk's first level, which reads the part it was split from: a new wave then)
-            parts = np.unique(lay.own[l])
+            parts = unique(lay.own[l])
             blocks = np.bincount(lay.own[l][sp.block_unit[l]], minlength=len(lay.names)).astype(np.float64)
             for p in parts.tolist():
                 if lay.last[p] == l < sp.n_levels - 1:  # a split part: one level of its subtree's work here
@@ -528,7 +529,7 @@ class PartitionedTopDown:
                 if l <= a:
                     out[_answers_name(l, g.name, None)] = _answers_table(g)
                 else:
-                    out.update(_subtree_tables(l, g, lay.own[l], np.unique(lay.own[l]), lay.names))
+                    out.update(_subtree_tables(l, g, lay.own[l], unique(lay.own[l]), lay.names))
         return out
 
     def drop_held(self) -> None:

@@ -48,6 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dasflow.errors import DasflowError, InputError, IntegrityError
+from dasflow.io.arrays import unique
 from dasflow.products.topdown.osed import OsedPairs, leaf_pairs, leximax_le, osed_root, osed_up
 from dasflow.products.topdown.strategy import check_shares, exact_share
 from dasflow.validation.lookup import GeoidIndex
@@ -195,7 +196,7 @@ class Spine:
             order = np.argsort(par, kind="stable").astype(np.int64)
             fan = self.fanout(level - 1)
             first = np.concatenate([[0], np.cumsum(fan)[:-1]]).astype(np.int64)
-            self._family_memo[level] = (order, fan, first, np.unique(par[self.gamma_num[level] == 0]))
+            self._family_memo[level] = (order, fan, first, unique(par[self.gamma_num[level] == 0]))
         return self._family_memo[level]
 
     def gamma(self, level: int) -> list[Fraction]:
@@ -619,7 +620,7 @@ def tract_groups_alg2(spine: Spine, oses: OseTable, fanout_cutoff: int) -> tuple
             while restart:
                 restart = False
                 members = np.flatnonzero(tract_county == county)
-                gids = np.unique(group[members])
+                gids = unique(group[members])
                 sizes = {int(g): int(np.count_nonzero(group[members] == g)) for g in gids}
                 for i in range(gids.size):
                     for j in range(i + 1, gids.size):
