@@ -723,7 +723,7 @@ def solve_tree(
                     r[:, bad] = np.minimum(r[:, bad] * 2, UNBOUNDED)
             dirty = bad.astype(np.int64)
             continue
-        redo = np.union1d(dirty, np.flatnonzero(rv != prev_rv)).astype(np.int64)
+        redo = unique(np.concatenate((dirty, np.flatnonzero(rv != prev_rv)))).astype(np.int64)
         for ch in _chunks(shape, cur, k, chunk_entries, redo):
             hit = cache.get(ch.tobytes())
             if hit is not None:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from dasflow.io.arrays import unique
 from dasflow.products.topdown.batch import estimate_families, estimate_root
 from dasflow.products.topdown.model import (
     Constraints,
@@ -134,7 +135,7 @@ def _l1(a: Histogram, b: Histogram) -> float:
     n_cells = int(max(a.cell.max(initial=0), b.cell.max(initial=0))) + 1
     ka = a.unit * n_cells + a.cell
     kb = b.unit * n_cells + b.cell
-    keys = np.union1d(ka, kb)
+    keys = unique(np.concatenate((ka, kb)))  # np.union1d, by one sort
     va = np.zeros(keys.size)
     vb = np.zeros(keys.size)
     va[np.searchsorted(keys, ka)] = a.count
