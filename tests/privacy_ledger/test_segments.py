@@ -199,3 +199,16 @@ def test_answer_vectors_are_stored_delta_encoded() -> None:
     plain = io.BytesIO()
     pq.write_table(pq.read_table(io.BytesIO(data)), plain, compression="lz4", use_dictionary=False)
     assert len(data) < 0.6 * len(plain.getvalue())
+
+
+def test_an_nmf_stores_each_fraction_as_its_exact_text_whether_objects_are_shared_or_not() -> None:
+    """``encode_nmf`` formats a variance column once per distinct Fraction object (a column shares one object per
+    γ); every row still gets its own value's "p/q" text, and decoding gives the exact values back."""
+    shared, other = Fraction(3, 7), Fraction(10**30 + 1, 3)
+    values = [shared, other, shared, Fraction(3, 7), Fraction(-5, 2), other, Fraction(4)]  # equal, not identical
+    table = pd.DataFrame({"UNIT": np.arange(len(values)), "NOISY": np.arange(len(values)) - 3, "VARIANCE": values})
+    data = encode_nmf(NoisyMeasurement(spec=_spec(), table=table, rng_mode="test"), binding=BINDING)
+    stored = pq.read_table(io.BytesIO(data)).column("VARIANCE").to_pylist()
+    assert stored == ["3/7", f"{10**30 + 1}/3", "3/7", "3/7", "-5/2", f"{10**30 + 1}/3", "4"]
+    assert decode_nmf(data, _spec()).table["VARIANCE"].tolist() == values
+    assert pq.read_schema(io.BytesIO(data)).metadata[b"dasflow.fraction_columns"] == b'["VARIANCE"]'
