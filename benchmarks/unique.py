@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dasflow.io.arrays import unique  # noqa: E402  (after the repository is on the path)
+from dasflow.io.arrays import unique
 
 
 def _best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:

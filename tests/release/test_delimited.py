@@ -1,5 +1,6 @@
-"""Pipe-delimited release text through Arrow: the same bytes as pandas' writer (``dasflow.io.delimited``); the
-release stage's table check (pandas) still names the row of a bad count."""
+"""Pipe-delimited release text through Arrow: the same bytes as pandas' writer, the same verdict as the pandas
+check of a COUNT column (``dasflow.io.delimited``); the release stage's table check still names the row of a bad
+count."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dasflow.io.delimited import _arrow_writable, pipe_text
+from dasflow.io.delimited import _arrow_writable, integer_counts, pipe_text
 from dasflow.release.publish import OutputInvalid, _check_table
 
 
@@ -63,6 +64,55 @@ def test_arrow_writes_only_integer_and_string_columns_with_plain_headers() -> No
 
 def _table(text: str) -> io.BytesIO:
     return io.BytesIO(text.encode())
+
+
+VERDICTS = [
+    ("GEOID|COUNT\n01|5\n02|-7\n03|0\n", True),
+    ("GEOID|COUNT\n01|5\n02|-7\n03|0", True),            # no line end after the last row
+    ("GEOID|COUNT\n01|5\n02|x", False),                  # a bad last row with no line end
+    ("GEOID|COUNT\r\n01|5\r\n02|6\r\n", True),
+    ("GEOID|COUNT\n", True),                              # header only: pandas passes it too
+    ("GEOID|COUNT\n01|5\n02|\n", False),                  # empty count
+    ("GEOID|COUNT\n01|5\n02|1.5\n", False),               # not an integer
+    ("GEOID|COUNT\n01|5\n02|1.0\n", False),               # not shown by Arrow: pandas decides (it passes)
+    ("GEOID|COUNT\n01|5|9\n", False),                     # ragged row
+    ("GEOID|COUNT\n01|5\n02\n", False),                   # short row (pandas reads an empty count)
+    ("GEOID|N\n01|5\n", False),                           # no COUNT column
+    ("COUNT|COUNT\n1|2\n", False),                        # two: pandas decides
+    ("GEOID|COUNT\n01|5\n02|x\n", False),
+    ("GEOID|COUNT\n1|5\nUS|7\n", True),                  # a later GEOID that is not a number: never typed
+    ('GEOID|COUNT\n"a\nb"|5\n', None),                   # a quoted line break: either (pandas passes it)
+    ("", False),
+]
+
+
+@pytest.mark.parametrize("block", [1, 7, 1 << 20])
+@pytest.mark.parametrize(("text", "verdict"), VERDICTS)
+def test_integer_counts_is_true_only_where_the_pandas_check_passes(text: str, verdict: bool | None,
+                                                                  block: int) -> None:
+    """The verdict whatever the block size (a block cut inside a row, a row longer than a block); ``True``
+    only where the pandas check passes (``None``: either verdict is right)."""
+    got = integer_counts(_table(text), block=block)
+    assert got is verdict or verdict is None
+    if got:
+        _check_table("t/passes.csv", _table(text))
+
+
+def test_integer_counts_refuses_bytes_pandas_cannot_decode_in_any_column() -> None:
+    data = b"GEOID|NAME|COUNT\n01|ok|5\n02|\xff\xfe|6\n"
+    assert integer_counts(io.BytesIO(data), block=8) is False
+    with pytest.raises(OutputInvalid, match="unreadable table"):
+        _check_table("t/bad.csv", io.BytesIO(data))
+
+
+def test_the_pandas_check_reads_the_same_handle_after_the_arrow_pass() -> None:
+    """The Arrow pass reads the handle itself, synchronously: when it defers, the pandas parse of the same
+    handle sees the whole file (an Arrow reader left reading ahead on it once made that parse see nothing)."""
+    for _ in range(50):
+        rows = "".join(f"{i:05d}|{i}\n" for i in range(20_000))
+        fh = _table("GEOID|COUNT\n" + rows + "20000|x\n")
+        with pytest.raises(OutputInvalid, match=r"row 20002, column COUNT: not an integer: 'x'"):
+            _check_table("t/late.csv", fh)
 
 
 def test_check_table_names_the_row_of_a_bad_count() -> None:
