@@ -19,6 +19,7 @@ from dasflow.products.topdown.spine import (
     PrivacyInvariantError,
     SpineConfig,
     _in_aian,
+    _normalised_arrow,
     build_spine,
     check_privacy_invariant,
     move_to_pareto_frontier,
@@ -310,6 +311,51 @@ def test_s20_spine_refuses_person_data(geo: pd.DataFrame) -> None:
     with pytest.raises(InputError, match="15 digits") as exc2:
         build_spine(bad, preset("pl94_persons", BETA6, 2), source="grfc.txt")
     assert exc2.value.row == 5 and exc2.value.file == "grfc.txt"
+
+
+def _general(blocks: pd.DataFrame, monkeypatch: pytest.MonkeyPatch) -> pd.DataFrame:
+    """``normalise_blocks`` through its general path only."""
+    with monkeypatch.context() as m:
+        m.setattr("dasflow.products.topdown.spine._normalised_arrow", lambda b: None)
+        return normalise_blocks(blocks)
+
+
+def _digit_columns(geo: pd.DataFrame) -> pd.DataFrame:
+    """``geo`` with its GEOID as the GRF-C's four digit columns, shuffled, some without leading zeros."""
+    g = geo.sample(frac=1.0, random_state=5).reset_index(drop=True)
+    out = pd.DataFrame({"TABBLKST": g["GEOID"].str[:2], "TABBLKCOU": g["GEOID"].str[2:5],
+                        "TABTRACTCE": g["GEOID"].str[5:11], "TABBLK": g["GEOID"].str[11:15]})
+    out.loc[::3, "TABBLKCOU"] = out.loc[::3, "TABBLKCOU"].str.lstrip("0")  # "001" → "1": padded back
+    return pd.concat([out, g.drop(columns="GEOID")], axis=1)
+
+
+def test_normalised_blocks_through_arrow_equal_the_general_path(geo: pd.DataFrame,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Arrow path gives the general path's frame (values, order, dtypes, index) on GEOID and four-column
+    inputs, with and without the optional columns; every other input falls back to the general path."""
+    inputs = {"geoid": geo, "digit columns": _digit_columns(geo),
+              "all OSE inputs": geo.assign(PRIM=np.where(geo["PLACEFP"] == "99999", "R", geo["PLACEFP"]),
+                                           SDUNI="00100")}
+    for name, blocks in inputs.items():
+        fast = _normalised_arrow(blocks)
+        assert fast is not None, name
+        pd.testing.assert_frame_equal(fast, _general(blocks, monkeypatch), check_exact=True)
+        pd.testing.assert_frame_equal(normalise_blocks(blocks), fast, check_exact=True)
+    declined = {
+        "missing value": geo.assign(PLACEFP=geo["PLACEFP"].where(geo.index != 4)),
+        "object column": geo.assign(PLACEFP=geo["PLACEFP"].astype(object)),
+        "short GEOID": geo.assign(GEOID=geo["GEOID"].where(geo.index != 3, "0100")),
+        "non-ASCII digit": geo.assign(GEOID=geo["GEOID"].where(geo.index != 3, "01001000100²001")),
+        "signed part": _digit_columns(geo).assign(TABBLK=lambda d: d["TABBLK"].where(d.index != 2, "-1")),
+        "duplicate": pd.concat([geo, geo.iloc[:1]], ignore_index=True),
+        "AIANNHCE not an integer": geo.assign(AIANNHCE=geo["AIANNHCE"].where(geo.index != 6, "12.0")),
+        "no rows": geo.iloc[:0],
+    }
+    for name, blocks in declined.items():
+        assert _normalised_arrow(blocks) is None, name
+    # the general path still decides these: an integral float AIANNHCE is accepted, as before
+    pd.testing.assert_frame_equal(normalise_blocks(declined["AIANNHCE not an integer"]),
+                                  _general(declined["AIANNHCE not an integer"], monkeypatch))
 
 
 def test_s22_presets() -> None:
