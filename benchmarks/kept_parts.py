@@ -17,14 +17,13 @@ estimator change is meant to keep the estimates. The least CPU over ``--repeat``
 
 from __future__ import annotations
 
-import argparse
-import json
-import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE))
+
+from benchmarks import side_by_side  # noqa: E402  (after the repository is on the path)
 
 # Runs inside a fresh interpreter with the tree under test first on sys.path (argv: tree, workdir).
 CHILD = r'''
@@ -64,41 +63,16 @@ print(json.dumps({"run": Path(run).name, "parts": n, "user": round(r1.ru_utime -
 '''
 
 
-def _run(tree: Path, workdir: Path) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(tree), str(workdir)], check=True, capture_output=True,
-                         text=True).stdout
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    result["cpu"] = round(result["user"] + result["sys"], 2)
-    return result
-
-
-def _commit(tree: Path) -> str:
-    return subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = side_by_side.parser(__doc__ or "")
     ap.add_argument("--workdir", type=Path, required=True, help="a national.py --keep workdir")
-    ap.add_argument("--other", type=Path, required=True, help="another dasflow checkout (e.g. a git worktree)")
-    ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    runs: dict[str, list[dict[str, Any]]] = {"this": [], "other": []}
-    for _ in range(args.repeat):  # interleaved, so that a change in the machine's load hits both trees
-        for name, tree in (("this", HERE), ("other", args.other.resolve())):
-            runs[name].append(_run(tree, args.workdir))
-            print(name, runs[name][-1], flush=True)
-    best = {name: min(rs, key=lambda r: r["cpu"]) for name, rs in runs.items()}
-    # the trees by commit and the kept run by name: no path of this machine in the result
-    result = {"benchmark": "kept_parts", "kept_run": runs["this"][0]["run"],
-              "this_commit": _commit(HERE), "other_commit": _commit(args.other), "runs": runs,
-              "best": best, "cpu_ratio_other_over_this": round(best["other"]["cpu"] / best["this"]["cpu"], 3),
-              "identical": len({r["digest"] for rs in runs.values() for r in rs}) == 1}
-    print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1))
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-    return 0
+    result = side_by_side.compare("kept_parts", args.other, args.repeat,
+                                  lambda tree: side_by_side.child(CHILD, str(tree), str(args.workdir)))
+    runs = result["runs"]
+    result |= {"kept_run": runs["this"][0]["run"],  # the kept run by name: no path of this machine
+               "identical": len({r["digest"] for rs in runs.values() for r in rs}) == 1}
+    return side_by_side.finish(result, args.out)
 
 
 if __name__ == "__main__":

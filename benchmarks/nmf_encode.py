@@ -12,14 +12,13 @@ the stored segment's very bytes (it must, in both trees: the same pyarrow, the s
 
 from __future__ import annotations
 
-import argparse
-import json
-import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE))
+
+from benchmarks import side_by_side  # noqa: E402  (after the repository is on the path)
 
 # argv: tree, workdir
 CHILD = r'''
@@ -47,40 +46,14 @@ print(json.dumps({"segments": len(jobs), "rows": sum(len(m.table) for _, m, *_ i
 '''
 
 
-def _run(tree: Path, workdir: Path) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(tree), str(workdir)], check=True, capture_output=True,
-                         text=True).stdout
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    result["cpu"] = round(result["user"] + result["sys"], 2)
-    return result
-
-
-def _commit(tree: Path) -> str:
-    return subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = side_by_side.parser(__doc__ or "")
     ap.add_argument("--workdir", type=Path, required=True, help="a national.py --keep workdir")
-    ap.add_argument("--other", type=Path, required=True, help="another dasflow checkout (e.g. a git worktree)")
-    ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    runs: dict[str, list[dict[str, Any]]] = {"this": [], "other": []}
-    for _ in range(args.repeat):  # interleaved, so that a change in the machine's load hits both trees
-        for name, tree in (("this", HERE), ("other", args.other.resolve())):
-            runs[name].append(_run(tree, args.workdir))
-            print(name, runs[name][-1], flush=True)
-    best = {name: min(rs, key=lambda r: r["cpu"]) for name, rs in runs.items()}
-    result = {"benchmark": "nmf_encode", "this_commit": _commit(HERE), "other_commit": _commit(args.other),
-              "runs": runs, "best": best,
-              "cpu_ratio_other_over_this": round(best["other"]["cpu"] / best["this"]["cpu"], 3),
-              "same_bytes": all(r["same_bytes"] for rs in runs.values() for r in rs)}
-    print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1))
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-    return 0
+    result = side_by_side.compare("nmf_encode", args.other, args.repeat,
+                                  lambda tree: side_by_side.child(CHILD, str(tree), str(args.workdir)))
+    result["same_bytes"] = all(r["same_bytes"] for rs in result["runs"].values() for r in rs)
+    return side_by_side.finish(result, args.out)
 
 
 if __name__ == "__main__":
