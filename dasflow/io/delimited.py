@@ -17,15 +17,20 @@ the pandas one:
   file's row. The file is read here, block by block, and each block handed to Arrow as bytes in memory: no
   Arrow reader ever holds the caller's file handle (Arrow's streaming reader reads ahead on a file handle in a
   background thread, which a caller reading the same handle afterwards would race).
+* reading a public text table whole (:func:`read_text_table`): Arrow parses it when no byte or value could make
+  pandas read it otherwise (no quote, no BOM, unique plain header names, no value pandas reads as missing);
+  else pandas reads it (2.5× the CPU on the national GRF-C).
 """
 
 from __future__ import annotations
 
+import io
 from typing import IO
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 #: characters that make pandas quote a field (QUOTE_MINIMAL with ``sep="|"``)
@@ -95,3 +100,35 @@ def integer_counts(fh: IO[bytes], column: str = "COUNT", block: int = CHECK_BLOC
                 return False
         if not chunk:
             return True
+
+
+#: the texts ``pd.read_csv`` reads as missing by default (``keep_default_na=True``)
+_PANDAS_NA = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>",
+              "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
+
+
+def read_text_table(data: bytes, sep: str = "|") -> pd.DataFrame:
+    """``pd.read_csv(io.BytesIO(data), sep=sep, dtype=str)``: every column as text, the same frame (values,
+    dtypes, columns). Arrow parses ``data`` when that is provably pandas' result: no quote character and no
+    byte-order mark, a header of unique non-empty names, at least one row, every row parsed (Arrow refuses a ragged
+    row) and valid UTF-8, and no value that pandas reads as missing (:data:`_PANDAS_NA`, the empty field
+    included). Anything else is read by pandas itself, which also raises its own error for a bad table."""
+    fallback = b'"' in data or data.startswith(b"\xef\xbb\xbf") or not data
+    names: list[str] = []
+    if not fallback:
+        try:
+            names = data.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8").split(sep)
+        except UnicodeDecodeError:
+            fallback = True
+    if not fallback and len(set(names)) == len(names) and all(names):
+        try:
+            table = pacsv.read_csv(pa.py_buffer(data), parse_options=pacsv.ParseOptions(delimiter=sep),
+                                   convert_options=pacsv.ConvertOptions(
+                                       column_types={c: pa.string() for c in names}, strings_can_be_null=False))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            table = None
+        if table is not None and table.column_names == names and table.num_rows and not any(
+                pc.any(pc.is_in(table.column(c), value_set=pa.array(_PANDAS_NA))).as_py() for c in names):
+            frame: pd.DataFrame = table.to_pandas()
+            return frame
+    return pd.read_csv(io.BytesIO(data), sep=sep, dtype=str)

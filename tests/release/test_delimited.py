@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dasflow.io.delimited import _arrow_writable, integer_counts, pipe_text
+from dasflow.io.delimited import _arrow_writable, integer_counts, pipe_text, read_text_table
 from dasflow.release.publish import OutputInvalid, _check_table
 
 
@@ -124,3 +124,50 @@ def test_check_table_names_the_row_of_a_bad_count() -> None:
     _check_table("t/c.csv", _table("GEOID|COUNT\n" + rows))
     with pytest.raises(OutputInvalid, match="unreadable table"):
         _check_table("t/d.csv", _table("GEOID|COUNT\n01|5\n02|5|9\n"))
+
+
+READ_CASES = {
+    "GRF-C rows": "TABBLKST|TABBLKCOU|TABTRACTCE|TABBLK|PLACEFP\n01|001|020100|1000|99999\n06|037|101110|2001|44000\n",
+    "no line end at the end": "A|B\n01|x\n02|y",
+    "CRLF": "A|B\r\n01|x\r\n02|y\r\n",
+    "blank lines": "A|B\n01|x\n\n02|y\n",
+    "unicode": "A|B\n01|Peñasco\n02|ü\n",
+    "missing-looking values": "A|B\n01|NA\n02|x\n",
+    "empty field": "A|B\n01|\n02|x\n",
+    "None and <NA>": "A|B\nNone|<NA>\n02|x\n",
+    "quoted": 'A|B\n"0|1"|x\n02|y\n',
+    "ragged (short)": "A|B\n01\n02|y\n",
+    "duplicate header": "A|A\n01|x\n",
+    "BOM": "\ufeffA|B\n01|x\n",
+    "header only": "A|B\n",
+    "spaces": "A|B\n 01| x \n",
+}
+
+
+@pytest.mark.parametrize("text", READ_CASES.values(), ids=READ_CASES.keys())
+def test_read_text_table_is_pandas_read_csv(text: str) -> None:
+    """Through Arrow or through pandas, ``read_text_table`` gives ``pd.read_csv(…, sep="|", dtype=str)``'s frame."""
+    data = text.encode()
+    want = pd.read_csv(io.BytesIO(data), sep="|", dtype=str)
+    pd.testing.assert_frame_equal(read_text_table(data), want, check_exact=True)
+
+
+def test_read_text_table_refuses_what_pandas_refuses() -> None:
+    data = b"A|B\n01|x\n02|y|z\n"
+    with pytest.raises(pd.errors.ParserError):
+        pd.read_csv(io.BytesIO(data), sep="|", dtype=str)
+    with pytest.raises(pd.errors.ParserError):
+        read_text_table(data)
+
+
+@pytest.mark.parametrize("name", ["GRF-C rows", "no line end at the end", "CRLF", "blank lines", "unicode", "spaces"])
+def test_read_text_table_parses_plain_tables_through_arrow(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain tables never reach pandas' parser (the fast path is the one taken), and still give its frame."""
+    data = READ_CASES[name].encode()
+    want = pd.read_csv(io.BytesIO(data), sep="|", dtype=str)
+
+    def refuse(*args: object, **kwargs: object) -> pd.DataFrame:
+        raise AssertionError("pandas parsed a plain table")
+
+    monkeypatch.setattr("dasflow.io.delimited.pd.read_csv", refuse)
+    pd.testing.assert_frame_equal(read_text_table(data), want, check_exact=True)

@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dasflow.errors import InputError, IntegrityError
+from dasflow.io.delimited import read_text_table
 from dasflow.io.files import input_prefix, read_parquet_records
 from dasflow.io.store import ObjectStore, StoreError
 from dasflow.privacy import accounting
@@ -156,7 +157,7 @@ class TopDownPlugin(ProductPlugin[TopDownConfig]):
 
     def public_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: TopDownConfig) -> dict[str, Any]:
         prefix = input_prefix(inputs, "topdown_public", "public/topdown/")
-        grfc = pd.read_csv(io.BytesIO(store.get(prefix + "GRF-C.txt")), sep="|", dtype=str)
+        grfc = read_text_table(store.get(prefix + "GRF-C.txt"))  # pd.read_csv(…, sep="|", dtype=str)
         blocks = grfc[[c for c in grfc.columns if c in GEOGRAPHY_COLUMNS]]
         try:
             invariants = json.loads(store.get(prefix + "invariants.json"))
