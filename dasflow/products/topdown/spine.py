@@ -332,7 +332,7 @@ def normalise_blocks(blocks: pd.DataFrame, source: str = "<blocks>") -> pd.DataF
     """Validate a block geography table; returns GEOID-sorted columns ST, CTY, TRACT, BLK, BG + OSE inputs.
 
     The common input (text columns, valid) goes through Arrow and integer keys (:func:`_normalised_arrow`:
-    national geography 37 → ≈ 8 CPU-s); anything else, and every refusal, through the general path below."""
+    national geography 33 → 10 CPU-s); anything else, and every refusal, through the general path below."""
     extra = set(blocks.columns) - GEOGRAPHY_COLUMNS
     if extra:
         raise InputError(f"spine input may hold public geography only; unexpected columns {sorted(extra)} "
