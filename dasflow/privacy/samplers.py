@@ -2,10 +2,10 @@
 
 Exactness (the property the privacy proofs need) means every returned sample has *exactly* the stated
 distribution, given uniform randomness from the generator; no floating-point value ever decides a sample
-(floats are used only to size batches and to *guess* a table index that integer comparisons then verify). All
-parameters are rationals (``int``, ``Fraction``, ``Decimal`` or a decimal string); ``float`` is refused,
-because a float cannot be told apart from float drift (``0.1 + 0.2``), which would silently change the privacy
-guarantee.
+(floats are used only to size batches; a table index is guessed from a guide table and verified by integer
+comparisons). All parameters are rationals (``int``, ``Fraction``, ``Decimal`` or a decimal string); ``float``
+is refused, because a float cannot be told apart from float drift (``0.1 + 0.2``), which would silently change
+the privacy guarantee.
 
 One rule decides every random choice (proof in :mod:`dasflow.privacy._sampling_exact`): to test ``U < p`` for
 a uniform real ``U`` and ``p = exp(-x)`` with rational ``x`` (or the two-sided geometric's survival
@@ -61,8 +61,7 @@ Size = int | tuple[int, ...]
 _CHUNK = 1 << 18  # samples produced per vectorised round (bounds peak memory to a few tens of MB)
 _TABLE_LIMIT = 1 << 24  # never build a threshold table longer than this
 _SINGLE_TABLE_MAX_SCALE = Fraction(4096)  # above: two-level geometric (tables ~ sqrt(22 * scale) long)
-_TWO_POW_MW = 2.0**-WORD_BITS
-_HALF_ULP = 2.0 ** -(WORD_BITS + 1)
+_GUIDE_MAX_BITS = 18  # the inversion tables' guides: at most 2**18 buckets of 32-bit words
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -166,31 +165,43 @@ class _InversionTable:
     * one-sided (``folded=False``): ``S(m) = a**m`` — M is geometric, P(M = m) = (1-a) a^m;
     * folded (``folded=True``): ``S(m) = 2 a**m / (1 + a)`` for m >= 1 — M is |X| of the two-sided geometric.
 
-    In both ``a = exp(-1/b)``, so ``S(m) = c a**m`` with ``c = 1`` or ``2/(1+a)`` and the inverse is
-    ``m = floor(-b ln(U/c))``.
+    In both ``a = exp(-1/b)``. ``guide[p]`` is the count ``#{m >= 1 : T[m] > w}`` at the largest word ``w``
+    whose top bits are ``p`` (``w >> shift == p``): the smallest count of its bucket of words, computed from T
+    with integers only. It is only a guess for a sampler to verify.
     """
 
     scale: Fraction
     folded: bool
-    scale_f: float
-    log_c: float  # ln c, only for the float guess
     t: npt.NDArray[np.uint32]  # T[0..mmax], non-increasing, last entry 0
     asc: npt.NDArray[np.uint32]  # T[1..mmax] reversed (ascending) for searchsorted
     mmax: int
+    guide: npt.NDArray[np.int32]  # per bucket of words: the smallest count in it
+    shift: np.uint32  # bucket = word >> shift
 
     def survival(self, m: int) -> Bounds:
         return folded_survival(self.scale, m) if self.folded else exp_neg(m / self.scale)
+
+
+def _counts_above(asc: npt.NDArray[np.uint32], words: npt.NDArray[np.uint32]) -> npt.NDArray[np.int64]:
+    """``#{m >= 1 : T[m] > w}`` per word ``w`` (``asc`` = T[1..mmax] ascending): exact, by binary search."""
+    return asc.size - np.searchsorted(asc, words, side="right").astype(np.int64)
 
 
 @lru_cache(maxsize=128)
 def _inversion_table(b: Fraction, folded: bool) -> _InversionTable:
     if folded:
         t = folded_survival_table(b, _TABLE_LIMIT)
-        log_c = math.log(2 / (1 + math.exp(-1 / float(b))))
     else:
         t = exp_neg_table(Fraction(0), 1 / b, Fraction(0), stop_after=1, limit=_TABLE_LIMIT)
-        log_c = 0.0
-    return _InversionTable(b, folded, float(b), log_c, t, np.ascontiguousarray(t[1:][::-1]), len(t) - 1)
+    asc = np.ascontiguousarray(t[1:][::-1])
+    mmax = len(t) - 1
+    # about 8 buckets per table entry, at most 2**18 (1 MB): a bucket of words then rarely spans two
+    # thresholds, and the guide stays in cache
+    bits = min(_GUIDE_MAX_BITS, max(8, mmax.bit_length() + 3))
+    shift = WORD_BITS - bits
+    last = ((np.arange(1, (1 << bits) + 1, dtype=np.uint64) << np.uint64(shift)) - np.uint64(1)).astype(np.uint32)
+    guide = _counts_above(asc, last).astype(np.int32)
+    return _InversionTable(b, folded, t, asc, mmax, guide, np.uint32(shift))
 
 
 @lru_cache(maxsize=128)
@@ -203,27 +214,22 @@ def _truncated_table(b: Fraction, t: int) -> npt.NDArray[np.uint32]:
 def _magnitudes_single(tab: _InversionTable, n: int, g: Generator) -> npt.NDArray[np.int64]:
     """n i.i.d. M = max{m >= 0 : U < S(m)} by inversion of a uniform real U, so that P(M >= m) = S(m).
 
-    With ``u`` the first 32 bits of ``U``: a float *guess* ``m`` (≈ -b ln(u 2**-32 / c)) is accepted only if
-    the integer tests ``(m == 0 or u < T[m])`` and ``u > T[m+1]`` prove ``S(m+1) <= U < S(m)``. Unproved
-    guesses are replaced by the exact count ``#{m >= 1 : u < T[m]}`` (binary search); if then ``u == T[m+1]``
-    the lazy uniform real decides ``U < S(j)`` for j = m+1, m+2, ... exactly. The float never decides a
-    sample.
+    With ``u`` the first 32 bits of ``U``: the guess ``m`` is the guide's count for ``u``'s bucket, plus one if
+    ``u < T[m+1]`` (right when the bucket spans at most one threshold). It is accepted only if the integer tests
+    ``(m == 0 or u < T[m])`` and ``u > T[m+1]`` prove ``S(m+1) <= U < S(m)``. Unproved guesses are replaced by
+    the exact count ``#{m >= 1 : u < T[m]}`` (binary search); if then ``u == T[m+1]`` the lazy uniform real
+    decides ``U < S(j)`` for j = m+1, m+2, ... exactly. The guide never decides a sample: every M is proved by
+    the tests or counted, so M is the same function of U whatever the guide holds.
     """
     u = g.uint32(n)
     thr = tab.t
-    uf = u.astype(np.float64) * _TWO_POW_MW + _HALF_ULP
-    guess = np.log(uf)
-    if tab.folded:
-        guess -= tab.log_c
-    guess *= -tab.scale_f
-    np.floor(guess, out=guess)
-    np.clip(guess, 0, tab.mmax - 1, out=guess)
-    m = guess.astype(np.int64)
+    m: npt.NDArray[np.int64] = tab.guide[u >> tab.shift].astype(np.int64)
+    m += thr[m + 1] > u
     ok = ((m == 0) | (u < thr[m])) & (u > thr[m + 1])
     bad = np.flatnonzero(~ok)
     if bad.size:
         ub = u[bad]
-        exact = tab.mmax - np.searchsorted(tab.asc, ub, side="right").astype(np.int64)
+        exact = _counts_above(tab.asc, ub)
         m[bad] = exact
         for j in np.flatnonzero(ub == thr[exact + 1]):
             lazy = LazyUniform(g, int(ub[j]), WORD_BITS)

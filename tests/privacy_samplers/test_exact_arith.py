@@ -7,7 +7,9 @@ Statistical checks: fixed seeds; for a random seed each assertion fails with pro
 
 from __future__ import annotations
 
+import bisect
 import decimal
+import hashlib
 from decimal import Decimal
 from fractions import Fraction
 
@@ -112,9 +114,10 @@ def test_decide_matches_table_rule() -> None:
     assert ex.decide(2**32 - 1, Fraction(0), g) is True  # p = 1: the tie at 2**32-1 resolves to True
 
 
-def _definition_magnitude(u: int, thr: list[int]) -> int:
-    """#{m >= 1 : u < T[m]} — the certain part of max{m : U < exp(-m/b)}."""
-    return sum(1 for v in thr[1:] if u < v)
+def _definition_magnitude(u: int, asc: list[int]) -> int:
+    """#{m >= 1 : u < T[m]} — the certain part of max{m : U < exp(-m/b)}; ``asc`` = T[1:] sorted (Python's
+    ``bisect``, not the sampler's numpy search)."""
+    return len(asc) - bisect.bisect_right(asc, u)
 
 
 def folded_survival_decimal(b: Fraction, m: int, p: int) -> Decimal:
@@ -138,19 +141,51 @@ def test_folded_survival_table_and_bounds(b: Fraction) -> None:
 
 
 @pytest.mark.parametrize("folded", [False, True])
-@pytest.mark.parametrize("b", [Fraction(1, 3), Fraction(2), Fraction(50)])
+@pytest.mark.parametrize("b", [Fraction(1, 3), Fraction(2), Fraction(8), Fraction(50), Fraction(305)])
 def test_vectorised_inversion_equals_definition(b: Fraction, folded: bool) -> None:
-    """Float-guessed indices are always verified: the result equals the integer definition for every word,
-    including words at and next to every threshold (where a tie goes to the lazy real)."""
+    """Guide-guessed indices are always verified: the result equals the integer definition for every word,
+    including words at and next to every threshold (where a tie goes to the lazy real), at both ends of every
+    bucket of the guide, and in buckets spanning several thresholds (small words, where the guess is wrong)."""
     tab = samplers._inversion_table(b, folded)
     thr = [int(v) for v in tab.t]
-    special = sorted({w for v in thr for w in (v - 1, v, v + 1) if 0 <= w < 2**32} | {0, 2**32 - 1})
-    words = special + [int(w) for w in rng.seeded(4).uint32(3000)]
+    special = {w for v in thr for w in (v - 1, v, v + 1) if 0 <= w < 2**32} | {0, 2**32 - 1}
+    step = 1 << int(tab.shift)
+    buckets = {w for p in range(tab.guide.size) for w in (p * step, p * step + step - 1)}
+    words = sorted(special | buckets) + [int(w) for w in rng.seeded(4).uint32(3000)] \
+        + [int(w) for w in rng.seeded(5).uint32(3000) % np.uint32(8 * step)]
     m = samplers._magnitudes_single(tab, len(words), ScriptedGenerator(words, seed=5))
+    asc = sorted(thr[1:])
     for u, got in zip(words, m.tolist(), strict=True):
-        want = _definition_magnitude(u, thr)
+        want = _definition_magnitude(u, asc)
         tie = want + 1 < len(thr) and u == thr[want + 1]
         assert got == want or (tie and got >= want + 1), (u, got, want)
+
+
+def test_guide_is_the_smallest_count_of_its_bucket() -> None:
+    """Every guide entry is the count ``#{m >= 1 : T[m] > w}`` at its bucket's last word, and no larger than the
+    count at any word of the bucket (the count falls as the word grows); a bucket spans few thresholds."""
+    for b, folded in [(Fraction(4099, 66 * 8), True), (Fraction(8), True), (Fraction(305), False)]:
+        tab = samplers._inversion_table(b, folded)
+        thr = np.asarray(tab.t, dtype=np.int64)
+        step = 1 << int(tab.shift)
+        last = np.arange(1, tab.guide.size + 1, dtype=np.int64) * step - 1
+        count = (thr[1:][None, :] > last[:, None]).sum(axis=1) if thr.size < 4000 else None
+        if count is not None:
+            assert np.array_equal(tab.guide, count)
+        first = last - step + 1
+        assert np.all(tab.guide <= samplers._counts_above(tab.asc, first.astype(np.uint32)))
+        assert np.all(np.diff(tab.guide) <= 0) and tab.guide[-1] == 0
+    # at scale 305 the buckets of small words span several thresholds: there the guess is wrong, and the
+    # sampler's answer is the exact count all the same
+    tab = samplers._inversion_table(Fraction(305), True)
+    words = np.arange(0, 1 << 26, 97, dtype=np.uint32)
+    guess = tab.guide[words >> tab.shift].astype(np.int64)
+    guess += tab.t[guess + 1] > words
+    exact = samplers._counts_above(tab.asc, words)
+    assert np.count_nonzero(guess != exact) > 1000
+    got = samplers._magnitudes_single(tab, words.size, ScriptedGenerator(words.tolist(), seed=1))
+    ties = words == tab.t[exact + 1]
+    assert np.array_equal(got[~ties], exact[~ties])
 
 
 @pytest.mark.parametrize("m", [0, 1, 3])
@@ -181,3 +216,15 @@ def test_exp_neg_bounds_property(num: int, den: int, p: int) -> None:
     ref = exp_neg_decimal(x, p)
     assert Decimal(lo) <= ref <= Decimal(hi)
     assert hi - lo <= 2
+
+
+def test_seeded_samples_are_pinned() -> None:
+    """The seeded samplers' output at scales across every code path (one table, two-level geometric, large σ),
+    pinned: a change to how a sampler finds its answers (such as the guide table that replaced a float
+    logarithm's guess) must give the same sample for the same random words."""
+    h = hashlib.sha256()
+    for s2 in [Fraction(92416), Fraction(25), Fraction(1, 7), Fraction(4000, 3), Fraction(10**9, 3)]:
+        h.update(samplers.discrete_gaussian(s2, 300_000, rng.seeded(11)).tobytes())
+    for b in [Fraction(305), Fraction(1, 3), Fraction(4000), Fraction(5000), Fraction(123456, 7)]:
+        h.update(samplers.two_sided_geometric(b, 300_000, rng.seeded(12)).tobytes())
+    assert h.hexdigest() == "f351fa191a6a8b03e8a2639f777ac26f1753c57b9bd1ee2c87fc96641d03fa6e"
