@@ -175,7 +175,7 @@ class _InversionTable:
     t: npt.NDArray[np.uint32]  # T[0..mmax], non-increasing, last entry 0
     asc: npt.NDArray[np.uint32]  # T[1..mmax] reversed (ascending) for searchsorted
     mmax: int
-    guide: npt.NDArray[np.int32]  # per bucket of words: the smallest count in it
+    guide: npt.NDArray[np.int64]  # per bucket of words: the smallest count in it
     shift: np.uint32  # bucket = word >> shift
 
     def survival(self, m: int) -> Bounds:
@@ -195,12 +195,12 @@ def _inversion_table(b: Fraction, folded: bool) -> _InversionTable:
         t = exp_neg_table(Fraction(0), 1 / b, Fraction(0), stop_after=1, limit=_TABLE_LIMIT)
     asc = np.ascontiguousarray(t[1:][::-1])
     mmax = len(t) - 1
-    # about 8 buckets per table entry, at most 2**18 (1 MB): a bucket of words then rarely spans two
+    # about 8 buckets per table entry, at most 2**18 (2 MB): a bucket of words then rarely spans two
     # thresholds, and the guide stays in cache
     bits = min(_GUIDE_MAX_BITS, max(8, mmax.bit_length() + 3))
     shift = WORD_BITS - bits
     last = ((np.arange(1, (1 << bits) + 1, dtype=np.uint64) << np.uint64(shift)) - np.uint64(1)).astype(np.uint32)
-    guide = _counts_above(asc, last).astype(np.int32)
+    guide = _counts_above(asc, last)
     return _InversionTable(b, folded, t, asc, mmax, guide, np.uint32(shift))
 
 
@@ -223,7 +223,7 @@ def _magnitudes_single(tab: _InversionTable, n: int, g: Generator) -> npt.NDArra
     """
     u = g.uint32(n)
     thr = tab.t
-    m: npt.NDArray[np.int64] = tab.guide[u >> tab.shift].astype(np.int64)
+    m: npt.NDArray[np.int64] = tab.guide[u >> tab.shift]
     m += thr[m + 1] > u
     ok = ((m == 0) | (u < thr[m])) & (u > thr[m + 1])
     bad = np.flatnonzero(~ok)
@@ -277,8 +277,7 @@ def _accept(
     Callers guarantee that indices clipped to the last entry have threshold 0 (x increasing past the table).
     Ties ``u == T`` go to the lazy uniform real with the exact ``x_of(k)``.
     """
-    idx = np.minimum(k, len(table) - 1)
-    thr = table[idx]
+    thr = np.take(table, k, mode="clip")  # k >= 0: indices past the table read its last entry
     u = g.uint32(k.size)
     acc = u < thr
     ties = np.flatnonzero(u == thr)
@@ -425,7 +424,16 @@ def discrete_gaussian(sigma2: RationalLike, size: Size, g: Generator) -> npt.NDA
         return (k - plan.mu) ** 2 / two_s2
 
     def draw(n: int) -> npt.NDArray[np.int64]:
-        y = _two_sided(tb, n, gen)
-        return y[_accept(np.abs(y), plan.accept, x_of, gen)]
+        if tb > _SINGLE_TABLE_MAX_SCALE:
+            y = _two_sided(tb, n, gen)
+            return y[_accept(np.abs(y), plan.accept, x_of, gen)]
+        # _two_sided's one-table path, with the acceptance on |Y| before the sign is applied: the same words
+        # in the same order (magnitudes, signs, acceptance), so the same samples
+        m = _magnitudes_single(_inversion_table(tb, True), n, gen)
+        neg = gen.bits(n).view(np.bool_)
+        keep = _accept(m, plan.accept, x_of, gen)
+        y = m[keep]
+        np.negative(y, out=y, where=neg[keep])
+        return y
 
     return _fill(shape, draw, plan.rate)
