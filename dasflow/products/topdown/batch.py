@@ -82,8 +82,9 @@ class _Ops:
     """Sparse query operators on a flat variable vector (one variable per (pair, child slot)).
 
     A group whose rows are one variable each (the detailed query: one row per child and cell) needs no
-    scatter-add: its residual is computed per variable as ``(0.0 + v) − y`` — the very additions
-    ``np.bincount`` performs into its zero-initialised rows — so the gradient is bit-identical either way."""
+    scatter-add: its residual is computed per variable as ``v − y`` — the additions ``np.bincount`` performs
+    into its zero-initialised rows, up to the sign of a zero (:meth:`grad`) — so the gradient is bit-identical
+    either way."""
 
     def __init__(self, var_child: IntArray, var_cell: IntArray, groups: Sequence[GroupAnswers],
                  weights: Sequence[FloatArray]) -> None:
@@ -123,13 +124,20 @@ class _Ops:
         return sub
 
     def grad(self, v: FloatArray) -> FloatArray:
+        """``Σ_groups Aᵀ W (A v − y)``, one temporary per group (in-place products and sums). A direct group's
+        residual ``v − y`` differs from ``(0.0 + v) − y`` only in the sign of a zero, which adding it to
+        ``out`` (a +0.0 start plus finite terms: never -0.0) cannot show."""
         out = np.zeros_like(v)
         for idx, y, w, n, direct in zip(self.idx, self.y, self.w, self.nrow, self.direct, strict=True):
             if direct is not None:
-                out += direct[0] * ((v + 0.0) - direct[1])
+                d = np.subtract(v, direct[1])
+                d *= direct[0]
+                out += d
                 continue
-            r = np.bincount(idx, weights=v, minlength=n) - y
-            out += (w * r)[idx]
+            r = np.bincount(idx, weights=v, minlength=n).astype(np.float64, copy=False)  # float64 already
+            r -= y
+            r *= w
+            out += r[idx]
         return out
 
     def objective(self, v: FloatArray) -> float:

@@ -184,8 +184,12 @@ class SimplexProjector:
             a, shift = self._active(v, mu)
             if act is not None and np.array_equal(a, act):
                 break                                 # μ is the one its own active set gives: KKT holds
-            sz = np.add.reduceat(np.where(a, v, 0.0), st)
-            si = np.add.reduceat(np.where(a, inv, 0.0), st)
+            # the active terms by a product with the mask (3x cheaper than a select): 1/s > 0, so ``inv · a`` is
+            # exact; ``v · 0`` is a zero that may be -0.0 where the select gave +0.0, which changes a row's sum
+            # only while it holds zeros alone, and then (sz - t) is -t for t > 0 either way (rows with t = 0
+            # are set to 0 below): the same μ and projection, bit for bit
+            sz = np.add.reduceat(v * a, st)
+            si = np.add.reduceat(inv * a, st)
             with np.errstate(divide="ignore", invalid="ignore"):
                 mu = np.where(si > 0, (sz - t) / si, 0.0)
             empty = (si == 0) & self._live_held
