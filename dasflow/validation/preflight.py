@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -139,14 +140,15 @@ def _scan_body(p: Path, offset: int, n_fields: int, delim: bytes, header: list[s
             if final and (nl.size == 0 or nl[-1] != arr.size - 1):
                 nl = np.append(nl, arr.size)  # last line without a newline
             starts = np.concatenate([[0], nl[:-1] + 1]) if nl.size else np.zeros(0, np.int64)
-            # delimiters per line: one segmented sum (every line holds at least its newline, so the segment
-            # starts are strictly increasing; 4x cheaper than a cumulative sum over the block)
-            counts = (np.add.reduceat((arr == d).view(np.uint8), starts, dtype=np.int64) if nl.size
-                      else np.zeros(0, np.int64))
             empty = (nl - starts) == 0
             crlf_empty = ((nl - starts) == 1) & (arr[np.minimum(starts, arr.size - 1)] == 13)
             blank = empty | crlf_empty
-            bad = (counts != n_fields - 1) & ~blank  # blank lines are skipped by the readers (pyarrow, pandas)
+            if _every_line_has(arr, d, n_fields - 1, starts, nl, blank):
+                bad = np.zeros(nl.size, dtype=bool)
+            else:  # some line has another count: count per line (one segmented sum) to name the first
+                counts = (np.add.reduceat((arr == d).view(np.uint8), starts, dtype=np.int64) if nl.size
+                          else np.zeros(0, np.int64))
+                bad = (counts != n_fields - 1) & ~blank  # blank lines are skipped by the readers
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
                 row = row_base + i
@@ -161,3 +163,20 @@ def _scan_body(p: Path, offset: int, n_fields: int, delim: bytes, header: list[s
             if final:
                 break
     return rows
+
+
+def _every_line_has(arr: npt.NDArray[np.uint8], d: np.uint8, k: int, starts: npt.NDArray[np.int64],
+                    ends: npt.NDArray[np.int64], blank: npt.NDArray[np.bool_]) -> bool:
+    """Whether every line ``[starts[i], ends[i])`` of ``arr`` holds exactly ``k`` delimiters ``d`` (False also
+    when a line is blank: the caller counts then). From the delimiters' positions alone, without a count per
+    line: if there are ``k`` per line in all and the i-th run of ``k`` lies inside line i for every i, each line
+    holds at least its own run, so exactly ``k``."""
+    lines = ends.size
+    if lines == 0 or k == 0 or bool(blank.any()):
+        return False
+    at = np.flatnonzero(arr == d)
+    if at.size != k * lines:
+        return False
+    runs = at.reshape(lines, k)
+    return bool((runs[:, 0] >= starts).all() and (runs[:, -1] < ends).all())
+

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -17,7 +18,7 @@ from dasflow.io.store import LocalStore
 from dasflow.validation import gx
 from dasflow.validation.domain import domain_frame
 from dasflow.validation.outputs import validate_outputs
-from dasflow.validation.preflight import check_delimited
+from dasflow.validation.preflight import _every_line_has, check_delimited
 from dasflow.validation.result import ValidationResult
 from dasflow.validation.wrap import store_results
 
@@ -36,6 +37,8 @@ def _file(tmp: Path, data: bytes) -> Path:
     (b"A;B;C\n1;2;3\n", 1, "A", "wrong delimiter"),
     (b"A|B|C\n1|2|3\n1|2\n", 3, "C", "truncated"),
     (b"A|B|C\n1|2|3\n1|2|3|4\n", 3, "C", "4 fields"),
+    (b"A|B|C\n1|2|3\n1|2|3|4\n1|2\n", 3, "C", "4 fields"),  # as many delimiters in all as a valid file
+    (b"A|B|C\n1|2\n1|2|3|4\n1|2|3\n", 2, "C", "truncated"),
     (b"A|B|C\n1|2|3\n1|\xff|3\n", 3, "B", "UTF-8"),
     (b"A|B|C\n1|\"2|3\n", 2, "B", "quote"),
     (b"\xef\xbb\xbfA|B|C\n1|2|3\n", 1, None, "byte-order mark"),
@@ -57,6 +60,28 @@ def test_preflight_across_block_boundaries(tmp_path: Path) -> None:
     assert info.value.row == 502 and info.value.column == "C"
     assert check_delimited(_file(tmp_path, b"A|B|C\n" + body + b"\n"), COLS, "|", block=97)[2] == 500
     assert check_delimited(_file(tmp_path, b"A|B|C\n1|2|3"), COLS, "|")[2] == 1  # no final newline
+    assert check_delimited(_file(tmp_path, b"A|B|C\n1|2|3\n\n1|2|3\r\n\r\n"), COLS, "|")[2] == 2  # blank lines
+
+
+def test_every_line_has_its_delimiters_from_positions_alone() -> None:
+    """The preflight's fast test: true exactly when every line holds k delimiters; a blank line, a line with
+    one more beside one with one fewer (the right total), or no delimiter to count leave it to the count."""
+    def lines(data: bytes) -> tuple[Any, ...]:
+        arr = np.frombuffer(data, dtype=np.uint8)
+        ends = np.flatnonzero(arr == 10)
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        return arr, starts, ends, (ends - starts) == 0
+
+    def has(data: bytes, k: int) -> bool:
+        arr, starts, ends, blank = lines(data)
+        return _every_line_has(arr, np.uint8(ord("|")), k, starts, ends, blank)
+
+    assert has(b"1|2|3\n4|5|6\n", 2)
+    assert not has(b"1|2|3|\n4|56\n", 2)
+    assert not has(b"1|2\n4|5|6|7\n", 2)
+    assert not has(b"1|2|3\n\n4|5|6\n", 2)
+    assert not has(b"1|2|3\n4|5|6\n", 3)
+    assert not has(b"123\n456\n", 0)
 
 
 def test_domain_frame_is_exactly_equivalent_to_row_level_validation() -> None:
