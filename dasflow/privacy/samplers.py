@@ -432,8 +432,7 @@ def discrete_gaussian(sigma2: RationalLike, size: Size, g: Generator) -> npt.NDA
         m = _magnitudes_single(_inversion_table(tb, True), n, gen)
         neg = gen.bits(n).view(np.bool_)
         keep = _accept(m, plan.accept, x_of, gen)
-        y = m[keep]
-        np.negative(y, out=y, where=neg[keep])
-        return y
+        np.negative(m, out=m, where=neg)  # Y, in place
+        return m[keep]
 
     return _fill(shape, draw, plan.rate)
