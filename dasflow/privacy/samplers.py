@@ -287,6 +287,13 @@ def _accept(
     return acc
 
 
+def _folded_and_signs(b: Fraction, n: int, g: Generator) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """``|X|`` for n two-sided geometric proposals (scale ``b <= 4096``, one table) and their signs (True:
+    negative), drawn in this order: the words every one-table caller consumes, so its samples are the same."""
+    m = _magnitudes_single(_inversion_table(b, True), n, g)
+    return m, g.bits(n).view(np.bool_)
+
+
 def _two_sided(b: Fraction, n: int, g: Generator) -> npt.NDArray[np.int64]:
     """Two-sided geometric samples, P(X = k) = (1-a)/(1+a) a^|k| with a = exp(-1/b), from n proposals.
 
@@ -298,9 +305,9 @@ def _two_sided(b: Fraction, n: int, g: Generator) -> npt.NDArray[np.int64]:
     i.i.d. with the law above.
     """
     if b <= _SINGLE_TABLE_MAX_SCALE:
-        m = _magnitudes_single(_inversion_table(b, True), n, g)
-        signed: npt.NDArray[np.int64] = np.where(g.bits(n).astype(bool), -m, m)
-        return signed
+        m, neg = _folded_and_signs(b, n, g)
+        np.negative(m, out=m, where=neg)
+        return m
     m = _magnitudes(b, n, g)
     s = g.bits(n).astype(bool)
     keep = ~(s & (m == 0))
@@ -429,8 +436,7 @@ def discrete_gaussian(sigma2: RationalLike, size: Size, g: Generator) -> npt.NDA
             return y[_accept(np.abs(y), plan.accept, x_of, gen)]
         # _two_sided's one-table path, with the acceptance on |Y| before the sign is applied: the same words
         # in the same order (magnitudes, signs, acceptance), so the same samples
-        m = _magnitudes_single(_inversion_table(tb, True), n, gen)
-        neg = gen.bits(n).view(np.bool_)
+        m, neg = _folded_and_signs(tb, n, gen)
         keep = _accept(m, plan.accept, x_of, gen)
         np.negative(m, out=m, where=neg)  # Y, in place
         return m[keep]
