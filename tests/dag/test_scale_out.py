@@ -470,6 +470,12 @@ def test_a_segment_is_decoded_block_by_block_into_the_narrowest_dtype(monkeypatc
         assert answers.dtype == whole.dtype and np.array_equal(answers, whole), n
         assert units.tolist() == list(range(10, 10 + n)) and np.allclose(variance, 1 / 3)
     assert pt._segment_answers(table.iloc[:0], 3)[1].shape == (0, 3)
+    # an answer vector of another length (a block of one row too short, or every row one short) is refused
+    from dasflow.errors import IntegrityError
+    for bad in ([np.array(r) for r in rows[:2]] + [np.array([1, 2])], [np.array(r[:2]) for r in rows[:3]]):
+        table = pd.DataFrame({"UNIT": np.arange(3), NOISY_COLUMN: bad, VARIANCE_COLUMN: [Fraction(1, 3)] * 3})
+        with pytest.raises(IntegrityError, match="3 answers"):
+            pt._segment_answers(table, 3)
 
 
 def test_a_measurement_batch_hashes_its_own_partitions_and_refuses_a_tampered_one(tmp_path: Path) -> None:

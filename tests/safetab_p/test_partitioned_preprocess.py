@@ -23,10 +23,18 @@ from dasflow.config import parse_release_config
 from dasflow.errors import InputError, IntegrityError
 from dasflow.io.store import LocalStore
 from dasflow.pipeline import stages
+from dasflow.pipeline.inputs import mark_synthetic
 from dasflow.pipeline.prepared import PartitionedPrepared
 from dasflow.pipeline.run import RunContext, freeze_config
 from dasflow.products.safetab_p.plugin import PLUGIN
-from dasflow.products.safetab_p.records import GRFC_COLUMNS, LazyGeography, load_geography, read_pipe_file
+from dasflow.products.safetab_p.product import slice_geography
+from dasflow.products.safetab_p.records import (
+    GRFC_COLUMNS,
+    PERSON_COLUMNS,
+    LazyGeography,
+    load_geography,
+    read_pipe_file,
+)
 from dasflow.products.safetab_p.tabulate import SPARSE_COLUMNS, merged, sum_cells
 
 REPO = Path(__file__).resolve().parents[2]
@@ -153,6 +161,45 @@ def test_a_preprocess_killed_between_states_redoes_only_the_missing_ones(census:
         pd.testing.assert_frame_equal(parts[name], frame, check_exact=True)
 
 
+def test_files_of_several_states_are_encoded_slice_by_slice_against_their_states(
+        census: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A split input whose files are not one state each (``a``: 01 and the first rows of 44; ``b``: 02 and the
+    rest of 44), read in slices of 700 rows so that slices name one state, two states or a new one: each slice
+    is encoded against the blocks of the states it names, and the prepared tabulations equal the national
+    file's."""
+    header, *rows = (census / "safetab_p/person-records.txt").read_text().splitlines()
+    by_state = {s: [r for r in rows if r.split("|")[3] == s] for s in STATES}
+    half = len(by_state["44"]) // 2
+    files = {"a": by_state["01"] + by_state["44"][:half], "b": by_state["02"] + by_state["44"][half:]}
+    store_dir = make_store(census, tmp_path, "safetab_p_states")
+    folder = store_dir / "confidential/synth/safetab_p_states/person-records"
+    for f in folder.glob("*.txt"):
+        f.unlink()
+    for name, part in files.items():
+        (folder / f"{name}.txt").write_text("\n".join([header, *part]) + "\n")
+    mark_synthetic(LocalStore(store_dir), "confidential/synth/", generator_note="test: the census re-split")
+    monkeypatch.setattr("dasflow.products.safetab_p.product.SLICE_ROWS", 700)
+    built: list[tuple[int, ...]] = []
+    part_of = LazyGeography.part
+    monkeypatch.setattr(LazyGeography, "part",
+                        lambda self, states: built.append(tuple(states)) or part_of(self, states))
+    ctx = context(store_dir)
+    stages.validate_stage(ctx, "safetab-p")
+    stages.plan_stage(ctx)
+    manifest = stages.preprocess_stage(ctx, "safetab-p")
+    assert manifest["partitions"] == ["a", "b"]
+    # a geography per change of the slices' states (a slice of one state, slices across two), never all three
+    assert {(1,), (1, 44), (2, 44)} <= set(built) and all(len(states) < 3 for states in built)
+    nat = context(make_store(census, tmp_path, "safetab_p"))
+    stages.validate_stage(nat, "safetab-p")
+    stages.plan_stage(nat)
+    stages.preprocess_stage(nat, "safetab-p")
+    whole, parts = prepared_frames(nat), prepared_frames(ctx)
+    assert list(whole) == list(parts)
+    for name, frame in whole.items():
+        pd.testing.assert_frame_equal(parts[name], frame, check_exact=True)
+
+
 def test_sum_cells_adds_tabulations_and_the_combine_checks_public_domains() -> None:
     a = pd.DataFrame({"GROUP": np.array([0, 0, 5], np.int64), "CELL": np.array([1, 3, 1], np.int16),
                       "COUNT": np.array([2, 1, 4], np.int64)})
@@ -204,9 +251,9 @@ def test_the_plan_streams_region_ids_and_a_partition_reads_its_states_blocks(cen
     blocks = 0
     for state in STATES:
         part_inputs = PLUGIN.partition_inputs(ctx.store, ctx.config.inputs, cfg, state)
-        assert part_inputs["states"] == [int(state)]
+        assert part_inputs["slice_states"] is True  # each slice is encoded against its own states' blocks
         assert part_inputs["public_frames"] == (state == STATES[0])  # one copy of the public domains
-        part = lazy.part(part_inputs["states"])
+        part = slice_geography(part_inputs, public)(read_pipe_file(part_inputs["person_files"][0], PERSON_COLUMNS))
         assert part.region_ids is lazy.region_ids and 0 < len(part.block_keys) < len(whole.block_keys)
         rows = whole.block_index(part.block_keys)
         assert (rows >= 0).all() and (whole.block_keys[rows] // 10 ** 13 == int(state)).all()

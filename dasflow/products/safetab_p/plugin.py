@@ -50,7 +50,6 @@ from dasflow.products.safetab_p.records import (
     PERSON_COLUMNS,
     PERSON_FILE,
     encode_persons,
-    person_states,
     read_pipe_file,
 )
 from dasflow.products.safetab_p.tabulate import sum_cells
@@ -208,15 +207,16 @@ class SafeTabPPlugin(ProductPlugin[SafeTabPConfig]):
     def partition_inputs(self, store: ObjectStore, inputs: Mapping[str, str], config: SafeTabPConfig,
                          partition: str) -> dict[str, Any]:
         """One file of the split input, listed as a split input of one file (``prepare`` validates it and reads
-        it in slices), and the states its persons name (``states``: ``prepare`` encodes them against those
-        states' GRF-C blocks only, streamed; a block's key holds its state, so each person finds the same block
-        and regions as in the whole GRF-C); errors name ``person-records/{partition}.txt``. Only the first
-        partition writes the public domains (``public_frames``: region IDs, iteration lists — the same in every
-        partition, from public inputs only), so the other partitions neither write nor re-read them."""
+        it in slices), encoded slice by slice against the GRF-C blocks of the states the slice's persons name
+        only (``slice_states``: :func:`.product.slice_geography`; a block's key holds its state, so each person
+        finds the same block and regions as in the whole GRF-C); errors name ``person-records/{partition}.txt``.
+        Only the first partition writes the public domains (``public_frames``: region IDs, iteration lists —
+        the same in every partition, from public inputs only), so the other partitions neither write nor
+        re-read them."""
         prefix = input_prefix(inputs, "safetab-p", "confidential/safetab-p/")
         path = local_file(store, f"{prefix}{PERSON_DIR}/{partition}.txt")
         first = self._split_files(store, prefix)[0][:-len(".txt")]
-        return {"person_files": [str(path)], "source": PERSON_DIR, "states": person_states(path),
+        return {"person_files": [str(path)], "source": PERSON_DIR, "slice_states": True,
                 "public_frames": partition == first}
 
     def combine_prepared(self, name: str, parts: Sequence[pd.DataFrame]) -> pd.DataFrame:

@@ -104,18 +104,11 @@ def pipe_chunks(path: str | Path, name: str, chunk_rows: int) -> Iterator[Chunk]
     raise InputError("malformed pipe-delimited file", file=str(path))
 
 
-def person_states(path: str | Path) -> list[int]:
-    """The distinct 2-digit TABBLKST codes of a person-records file (only that column is converted); a value
-    of another form is left to :func:`encode_persons`, which refuses it."""
-    try:
-        table = pacsv.read_csv(
-            path, parse_options=pacsv.ParseOptions(delimiter="|", quote_char=False),
-            convert_options=pacsv.ConvertOptions(column_types={"TABBLKST": pa.string()},
-                                                 include_columns=["TABBLKST"], strings_can_be_null=False))
-    except (pa.ArrowInvalid, UnicodeDecodeError, KeyError):
-        return []  # a malformed file: prepare's reader names the file, row and column
-    codes = pc.unique(table.column("TABBLKST")).to_pylist()
-    return sorted(int(c) for c in codes if isinstance(c, str) and re.fullmatch(r"[0-9]{2}", c))
+def slice_states(column: pa.ChunkedArray | pa.Array) -> tuple[int, ...]:
+    """The distinct 2-digit TABBLKST codes of a slice's (text) column, ascending; a value of another form is
+    left to :func:`encode_persons`, which refuses it."""
+    codes = pc.unique(column).to_pylist()
+    return tuple(sorted(int(c) for c in codes if isinstance(c, str) and re.fullmatch(r"[0-9]{2}", c)))
 
 
 def _first_bad(mask: pa.ChunkedArray | pa.Array | npt.NDArray[np.bool_], col: pa.ChunkedArray, what: str,

@@ -50,6 +50,7 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
+from dasflow.errors import IntegrityError
 from dasflow.io.arrays import unique
 from dasflow.products.base import NOISY_COLUMN, VARIANCE_COLUMN
 from dasflow.products.partition import CombinedEstimates, PartSource, PostStep, Tables, TableStream
@@ -240,7 +241,10 @@ def _segment_answers(table: pd.DataFrame, n_rows: int) -> tuple[IntArray, npt.ND
         return units, np.zeros((0, n_rows)), variance
     out: npt.NDArray[Any] = np.empty((units.size, n_rows), dtype=np.int8)
     for i in range(0, units.size, DECODE_ROWS):
-        block = np.stack(list(values[i:i + DECODE_ROWS])).reshape(-1, n_rows)
+        rows = values[i:i + DECODE_ROWS]
+        if (np.fromiter(map(len, rows), dtype=np.int64, count=rows.size) != n_rows).any():
+            raise IntegrityError(f"an NMF answer vector does not hold the query's {n_rows} answers")
+        block = np.concatenate(rows.tolist()).reshape(-1, n_rows)   # one copy (np.stack: a view per row first)
         if block.dtype.kind == "f":
             out = out.astype(np.float64)
         elif out.dtype.kind != "f":
