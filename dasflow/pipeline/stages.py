@@ -18,8 +18,8 @@ import pandas as pd
 
 from dasflow.config import ReleaseConfig
 from dasflow.errors import InputError, IntegrityError, LedgerRefusal
-from dasflow.io.store import ObjectStore, new_token
-from dasflow.pipeline.inputs import check_not_empty, check_synthetic
+from dasflow.io.store import FrozenStore, ObjectStore, new_token, sha256_bytes
+from dasflow.pipeline.inputs import check_not_empty, check_synthetic, object_hashes
 from dasflow.pipeline.measured import Measured, SegmentLoaders
 from dasflow.pipeline.metrics import StageMeter
 from dasflow.pipeline.partitions import Batch, StoredParts, parts_digest, task_waves
@@ -145,7 +145,9 @@ def freeze_public(ctx: RunContext) -> dict[str, Any]:
     """The public objects the plan is made from: the SHA-256 of every public input now, held in the context so
     that the plan's own reads are checked against them (``RunContext.public_store``). On a resumed plan stage
     they must equal the frozen ones (a changed public input raises ``IntegrityError`` naming it); the frozen
-    derived objects are then reused, not rebuilt."""
+    derived objects are then reused, not rebuilt. A new record starts with the derived objects the products'
+    validations stored from these very inputs (:func:`validated_derived`), so a plan stage in another process
+    than the validation (a national run's stages, a stage rerun) does not build TopDown's spine again."""
     inputs = ctx.public_digests()
     frozen = ctx.public_record()
     if frozen is not None:
@@ -154,7 +156,7 @@ def freeze_public(ctx: RunContext) -> dict[str, Any]:
                 what = "added" if key not in frozen["inputs"] else "removed" if key not in inputs else "changed"
                 raise IntegrityError(f"{ctx.store.uri}/{key}: public input {what} since the plan was frozen")
         return frozen
-    record: dict[str, Any] = {"inputs": inputs, "derived": {}}
+    record: dict[str, Any] = {"inputs": inputs, "derived": validated_derived(ctx, inputs)}
     for key in [k for k in ctx._cache if k.startswith("public:")]:
         del ctx._cache[key]  # read before these digests were taken: read again, checked against them
     ctx._plans.clear()
@@ -197,7 +199,12 @@ def validate_stage(ctx: RunContext, product: str) -> dict[str, Any]:
     plugin = ctx.plugin(product)
     cfg = ctx.product_config(product)
     plugin.preflight(ctx.store, ctx.config.inputs, public=True)
-    public = plugin.public_inputs(ctx.store, ctx.config.inputs, cfg)
+    derives = overrides(plugin, "derived_public")
+    digests = public_digests_of(ctx, product) if derives else {}
+    # a product with derived public objects reads its public inputs as digested just now (a changed byte is an
+    # IntegrityError), so that what it derives is a function of exactly the digested inputs
+    view = FrozenStore(ctx.store, digests, public_prefixes_of(ctx, product)) if derives else ctx.store
+    public = plugin.public_inputs(view, ctx.config.inputs, cfg)
     plugin.preflight(ctx.store, ctx.config.inputs, public=False)
     if overrides(plugin, "stream_checks"):  # confidential files read in chunks: memory follows the largest
         result = run_streamed_suite(plugin, ctx.store, ctx.config.inputs, public, cfg,
@@ -212,8 +219,55 @@ def validate_stage(ctx: RunContext, product: str) -> dict[str, Any]:
     key = f"{ctx.root}/validation/{product}.json"
     sha = ctx.store.put(key, (json.dumps({"product": product, "passed": True, **summary}, sort_keys=True,
                                          indent=1, default=str) + "\n").encode())
+    outputs: dict[str, dict[str, Any]] = {key: {"sha256": sha}}
+    extra: dict[str, Any] = {}
+    if derives:  # what the plan would build again from the same public inputs (TopDown's spine, built above)
+        for name, data in sorted(plugin.derived_public(public, cfg).items()):
+            dkey = f"{ctx.root}/validation/derived/{product}/{name}"
+            outputs[dkey] = {"sha256": ctx.store.put(dkey, data), "derived": name}
+        extra["public_inputs"] = digests
     faults.point(f"stage:validate:{product}:before-manifest")
-    return write_manifest(ctx, "validate", product, inputs, {key: {"sha256": sha}}, {"metrics": meter.read()})
+    return write_manifest(ctx, "validate", product, inputs, outputs, {**extra, "metrics": meter.read()})
+
+
+def public_prefixes_of(ctx: RunContext, product: str) -> list[str]:
+    """The store prefixes of the public inputs ``product`` declares."""
+    names = {d.name for d in ctx.plugin(product).input_declarations if not d.confidential}
+    return [prefix for name, prefix in sorted(ctx.layout.public.items()) if name in names]
+
+
+def public_digests_of(ctx: RunContext, product: str) -> dict[str, str]:
+    """SHA-256 of every object under the public inputs ``product`` declares (as :meth:`RunContext.public_digests`
+    takes them for the whole release; another product's public inputs are not read)."""
+    names = {d.name for d in ctx.plugin(product).input_declarations if not d.confidential}
+    return object_hashes(ctx.post_store(), {n: p for n, p in ctx.layout.public.items() if n in names},
+                         require=False)
+
+
+def validated_derived(ctx: RunContext, inputs: Mapping[str, str]) -> dict[str, str]:
+    """Derived public objects a product's validation stored (``validate_stage``) where they are what the plan
+    would build: the validation manifest is current (this config and code; its outputs intact) and the public
+    inputs it digested are those the plan freezes (``inputs``), key for key. Each is checked against its
+    manifest hash as read, copied under :meth:`RunContext.derived_prefix` and returned with its SHA-256 for
+    the frozen record; a product without them is left to :func:`store_derived` (built there)."""
+    out: dict[str, str] = {}
+    for p in ctx.config.products:
+        manifest = manifest_if_current(ctx, "validate", p.name, None)
+        used = (manifest or {}).get("public_inputs")
+        if manifest is None or not isinstance(used, dict):
+            continue
+        prefixes = public_prefixes_of(ctx, p.name)
+        if used != {k: v for k, v in inputs.items() if any(k.startswith(pre) for pre in prefixes)}:
+            continue  # a public input changed since validation: the plan builds from the frozen ones
+        prefix = ctx.derived_prefix(p.name)
+        for key, rec in sorted(manifest["outputs"].items()):
+            if "derived" not in rec:
+                continue
+            data = ctx.store.get(key)
+            if sha256_bytes(data) != rec["sha256"]:
+                raise IntegrityError(f"{ctx.store.uri}/{key}: changed while the plan read it")
+            out[prefix + str(rec["derived"])] = ctx.store.put(prefix + str(rec["derived"]), data)
+    return out
 
 
 def preprocess_stage(ctx: RunContext, product: str) -> dict[str, Any]:

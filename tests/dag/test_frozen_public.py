@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dasflow.config import parse_release_config
-from dasflow.errors import IntegrityError
+from dasflow.errors import InputError, IntegrityError
 from dasflow.io.store import ForbiddenKey, FrozenStore, LocalStore, sha256_bytes
 from dasflow.pipeline import stages
 from dasflow.pipeline.run import freeze_config, open_run
@@ -158,3 +158,95 @@ def test_deleted_optional_block_facts_are_refused_not_skipped(planned_store: Pat
     (store_dir / "public/topdown/block_facts.csv").unlink()
     with pytest.raises(IntegrityError, match=r"block_facts\.csv: frozen with the plan but no longer in the store"):
         stages.preprocess_stage(open_run(RID, str(store_dir)), "topdown")
+
+
+VALIDATED_SPINE = f"runs/{RID}/validation/derived/topdown/spine.npz"
+
+
+@pytest.fixture(scope="module")
+def validated_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same TopDown release validated only (nothing planned), shared read-only by the tests."""
+    tmp = tmp_path_factory.mktemp("validated")
+    ctx = freeze_config(parse_release_config(topdown_release(tmp, RID)), LocalStore(tmp / "store"))
+    for p in ctx.config.products:
+        stages.validate_stage(ctx, p.name)
+    return tmp / "store"
+
+
+def _plan_in_a_new_process(store_dir: Path) -> Path:
+    """The plan stage as a process that did not validate runs it (a fresh context; no spine built here yet)."""
+    raw = json.loads((store_dir / f"runs/{RID}/config.json").read_text())
+    stages.plan_stage(freeze_config(parse_release_config(raw), LocalStore(store_dir)))
+    return store_dir
+
+
+def _built(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Spines built from here on in this process (none cached), by source."""
+    monkeypatch.setattr(spine_module, "_BUILT", {})
+    built: list[str] = []
+    build = spine_module._build
+
+    def counted(blocks: object, cfg: object, key: str, source: str) -> object:
+        built.append(source)
+        return build(blocks, cfg, key, source)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(spine_module, "_build", counted)
+    return built
+
+
+def test_the_plan_freezes_the_spine_its_validation_stored(validated_store: Path, planned_store: Path,
+                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Validation stores the spine it built, with the digests of the public inputs it read; a plan stage in
+    another process freezes those very bytes instead of building the spine again. The same bytes as a plan that
+    builds it (the validation manifest's record of public inputs removed, as an older validation wrote it)."""
+    store = LocalStore(validated_store)
+    manifest = json.loads(store.get(f"runs/{RID}/manifests/validate/topdown.json"))
+    assert manifest["outputs"][VALIDATED_SPINE] == {"sha256": store.sha256(VALIDATED_SPINE), "derived": "spine.npz"}
+    assert manifest["public_inputs"] == {k: store.sha256(k) for k in store.list("public/topdown/")}
+    built = _built(monkeypatch)
+    reused = _plan_in_a_new_process(_copy(validated_store, tmp_path / "reused"))
+    assert built == []
+    frozen = json.loads((reused / f"runs/{RID}/ledger/plan.json").read_text())["public"]["derived"]
+    assert frozen == {SPINE_KEY: store.sha256(VALIDATED_SPINE)}
+    assert (reused / SPINE_KEY).read_bytes() == (validated_store / VALIDATED_SPINE).read_bytes()
+    older = _copy(validated_store, tmp_path / "older")
+    key = older / f"runs/{RID}/manifests/validate/topdown.json"
+    record = json.loads(key.read_text())
+    del record["public_inputs"]
+    key.write_text(json.dumps(record, sort_keys=True, indent=1) + "\n")
+    _plan_in_a_new_process(older)
+    assert built == ["public/topdown/GRF-C.txt"]
+    assert (older / SPINE_KEY).read_bytes() == (reused / SPINE_KEY).read_bytes()
+    assert (planned_store / SPINE_KEY).read_bytes() == (reused / SPINE_KEY).read_bytes()
+
+
+def test_a_public_input_changed_after_validation_is_planned_from_the_frozen_inputs(
+        validated_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A public input whose bytes changed between validation and plan: the validation's spine is not used; the
+    plan builds the spine from the inputs it freezes."""
+    store_dir = _copy(validated_store, tmp_path)
+    invariants = store_dir / "public/topdown/invariants.json"
+    invariants.write_text(invariants.read_text() + "\n")  # same invariants, other bytes
+    built = _built(monkeypatch)
+    _plan_in_a_new_process(store_dir)
+    assert built == ["public/topdown/GRF-C.txt"]
+    frozen = json.loads((store_dir / f"runs/{RID}/ledger/plan.json").read_text())["public"]
+    assert frozen["inputs"]["public/topdown/invariants.json"] == sha256_bytes(invariants.read_bytes())
+    assert frozen["derived"] == {SPINE_KEY: sha256_bytes((store_dir / SPINE_KEY).read_bytes())}
+
+
+def test_an_edited_validation_spine_sends_the_plan_back_to_validation(validated_store: Path,
+                                                                      tmp_path: Path) -> None:
+    """The spine a validation stored is one of its outputs: edited, the validation is no longer current, the
+    plan refuses to freeze, and validating again replaces it."""
+    store_dir = _copy(validated_store, tmp_path)
+    data = bytearray((store_dir / VALIDATED_SPINE).read_bytes())
+    data[len(data) // 2] ^= 1
+    (store_dir / VALIDATED_SPINE).write_bytes(bytes(data))
+    with pytest.raises(InputError, match="not passed validation"):
+        _plan_in_a_new_process(store_dir)
+    assert not (store_dir / f"runs/{RID}/ledger/plan.json").exists()
+    raw = json.loads((store_dir / f"runs/{RID}/config.json").read_text())
+    stages.validate_stage(freeze_config(parse_release_config(raw), LocalStore(store_dir)), "topdown")
+    _plan_in_a_new_process(store_dir)
+    assert (store_dir / SPINE_KEY).read_bytes() == (validated_store / VALIDATED_SPINE).read_bytes()
