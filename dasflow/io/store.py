@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, TypeVar
+from typing import IO, Any, ClassVar, TypeVar
 from urllib.parse import urlparse
 
 import pandas as pd
@@ -719,11 +719,17 @@ class FrozenStore(ObjectStore):
     changed, raises ``IntegrityError`` naming it. Guarded keys cannot be written or deleted through the view;
     every other key passes through unchanged."""
 
-    def __init__(self, inner: ObjectStore, frozen: Mapping[str, str], guarded: Iterable[str]) -> None:
+    #: how the errors name the digests: taken by the plan (frozen), or by a validation (``by="validation"``)
+    _PHRASES: ClassVar[dict[str, tuple[str, str]]] = {"plan": ("frozen with the plan", "the plan froze it"),
+                "validation": ("digested by its validation", "its validation digested it")}
+
+    def __init__(self, inner: ObjectStore, frozen: Mapping[str, str], guarded: Iterable[str], *,
+                 by: str = "plan") -> None:
         self.inner = inner
         self.frozen = dict(frozen)
         self.guarded = tuple(guarded)
         self.uri = inner.uri
+        self._taken, self._since = self._PHRASES[by]
 
     def _guarded(self, key: str) -> bool:
         return any(key.startswith(p) for p in self.guarded)
@@ -738,12 +744,12 @@ class FrozenStore(ObjectStore):
             return self.inner.get(key)
         want = self.frozen.get(key)
         if want is None:
-            raise IntegrityError(f"{self.uri}/{key}: not among the inputs frozen with the plan (added later)")
+            raise IntegrityError(f"{self.uri}/{key}: not among the inputs {self._taken} (added later)")
         if not self.inner.exists(key):
             raise self._deleted(key)
         data = self.inner.get(key)
         if sha256_bytes(data) != want:
-            raise IntegrityError(f"{self.uri}/{key}: changed since the plan froze it (its SHA-256 no longer matches)")
+            raise IntegrityError(f"{self.uri}/{key}: changed since {self._since} (its SHA-256 no longer matches)")
         return data
 
     def sha256(self, key: str) -> str:
@@ -758,7 +764,7 @@ class FrozenStore(ObjectStore):
         return io.BytesIO(self.get(key)) if self._guarded(key) else self.inner.reader(key)
 
     def _deleted(self, key: str) -> IntegrityError:
-        return IntegrityError(f"{self.uri}/{key}: frozen with the plan but no longer in the store (deleted)")
+        return IntegrityError(f"{self.uri}/{key}: {self._taken} but no longer in the store (deleted)")
 
     def exists(self, key: str) -> bool:
         """A frozen object that is gone is an ``IntegrityError``, not a missing optional input."""

@@ -203,7 +203,8 @@ def validate_stage(ctx: RunContext, product: str) -> dict[str, Any]:
     digests = public_digests_of(ctx, product) if derives else {}
     # a product with derived public objects reads its public inputs as digested just now (a changed byte is an
     # IntegrityError), so that what it derives is a function of exactly the digested inputs
-    view = FrozenStore(ctx.store, digests, public_prefixes_of(ctx, product)) if derives else ctx.store
+    view = FrozenStore(ctx.store, digests, public_prefixes_of(ctx, product), by="validation") if derives \
+        else ctx.store
     public = plugin.public_inputs(view, ctx.config.inputs, cfg)
     plugin.preflight(ctx.store, ctx.config.inputs, public=False)
     if overrides(plugin, "stream_checks"):  # confidential files read in chunks: memory follows the largest
@@ -230,18 +231,21 @@ def validate_stage(ctx: RunContext, product: str) -> dict[str, Any]:
     return write_manifest(ctx, "validate", product, inputs, outputs, {**extra, "metrics": meter.read()})
 
 
+def public_inputs_of(ctx: RunContext, product: str) -> dict[str, str]:
+    """The public inputs ``product`` declares: name → store prefix."""
+    names = {d.name for d in ctx.plugin(product).input_declarations if not d.confidential}
+    return {name: prefix for name, prefix in sorted(ctx.layout.public.items()) if name in names}
+
+
 def public_prefixes_of(ctx: RunContext, product: str) -> list[str]:
     """The store prefixes of the public inputs ``product`` declares."""
-    names = {d.name for d in ctx.plugin(product).input_declarations if not d.confidential}
-    return [prefix for name, prefix in sorted(ctx.layout.public.items()) if name in names]
+    return list(public_inputs_of(ctx, product).values())
 
 
 def public_digests_of(ctx: RunContext, product: str) -> dict[str, str]:
     """SHA-256 of every object under the public inputs ``product`` declares (as :meth:`RunContext.public_digests`
     takes them for the whole release; another product's public inputs are not read)."""
-    names = {d.name for d in ctx.plugin(product).input_declarations if not d.confidential}
-    return object_hashes(ctx.post_store(), {n: p for n, p in ctx.layout.public.items() if n in names},
-                         require=False)
+    return object_hashes(ctx.post_store(), public_inputs_of(ctx, product), require=False)
 
 
 def validated_derived(ctx: RunContext, inputs: Mapping[str, str]) -> dict[str, str]:

@@ -250,3 +250,19 @@ def test_an_edited_validation_spine_sends_the_plan_back_to_validation(validated_
     stages.validate_stage(freeze_config(parse_release_config(raw), LocalStore(store_dir)), "topdown")
     _plan_in_a_new_process(store_dir)
     assert (store_dir / SPINE_KEY).read_bytes() == (validated_store / VALIDATED_SPINE).read_bytes()
+
+
+def test_validation_reads_the_public_inputs_it_digested(validated_store: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A public input whose bytes differ from the digest validation took of it (changed in between) is refused
+    by name, before anything is derived from it."""
+    store_dir = _copy(validated_store, tmp_path)
+    shutil.rmtree(store_dir / f"runs/{RID}/validation")
+    (store_dir / f"runs/{RID}/manifests/validate/topdown.json").unlink()
+    digests = stages.public_digests_of
+    monkeypatch.setattr(stages, "public_digests_of", lambda ctx, product: {
+        **digests(ctx, product), GRFC_KEY: "0" * 64})
+    raw = json.loads((store_dir / f"runs/{RID}/config.json").read_text())
+    with pytest.raises(IntegrityError, match=r"GRF-C\.txt: changed since its validation digested it"):
+        stages.validate_stage(freeze_config(parse_release_config(raw), LocalStore(store_dir)), "topdown")
+    assert not (store_dir / VALIDATED_SPINE).exists()
