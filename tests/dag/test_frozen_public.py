@@ -28,15 +28,20 @@ SPINE_KEY = f"runs/{RID}/derived/topdown/spine.npz"
 GRFC_KEY = "public/topdown/GRF-C.txt"
 
 
-@pytest.fixture(scope="module")
-def planned_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A TopDown release validated and planned (nothing measured), shared read-only by the tests."""
-    tmp = tmp_path_factory.mktemp("frozen")
+def _validated(tmp: Path, *, plan: bool) -> Path:
+    """A TopDown release validated (and planned), nothing measured."""
     ctx = freeze_config(parse_release_config(topdown_release(tmp, RID)), LocalStore(tmp / "store"))
     for p in ctx.config.products:
         stages.validate_stage(ctx, p.name)
-    stages.plan_stage(ctx)
+    if plan:
+        stages.plan_stage(ctx)
     return tmp / "store"
+
+
+@pytest.fixture(scope="module")
+def planned_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A TopDown release validated and planned (nothing measured), shared read-only by the tests."""
+    return _validated(tmp_path_factory.mktemp("frozen"), plan=True)
 
 
 def _copy(src: Path, tmp: Path) -> Path:
@@ -166,11 +171,7 @@ VALIDATED_SPINE = f"runs/{RID}/validation/derived/topdown/spine.npz"
 @pytest.fixture(scope="module")
 def validated_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same TopDown release validated only (nothing planned), shared read-only by the tests."""
-    tmp = tmp_path_factory.mktemp("validated")
-    ctx = freeze_config(parse_release_config(topdown_release(tmp, RID)), LocalStore(tmp / "store"))
-    for p in ctx.config.products:
-        stages.validate_stage(ctx, p.name)
-    return tmp / "store"
+    return _validated(tmp_path_factory.mktemp("validated"), plan=False)
 
 
 def _plan_in_a_new_process(store_dir: Path) -> Path:

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from dasflow.products.safetab_p.product import slice_geography
 from dasflow.products.safetab_p.records import (
     GRFC_COLUMNS,
     PERSON_COLUMNS,
+    Geography,
     LazyGeography,
     load_geography,
     read_pipe_file,
@@ -87,6 +89,18 @@ def estimates(store_dir: Path) -> dict[str, bytes]:
 def prepared_frames(ctx: RunContext) -> dict[str, pd.DataFrame]:
     prepared = stages.load_prepared(ctx, "safetab-p")
     return {name: prepared[name] for name in prepared}
+
+
+def assert_national_prepared(census: Path, tmp_path: Path, ctx: RunContext) -> None:
+    """``ctx``'s prepared tabulations equal a preprocess of the same census as one national file."""
+    nat = context(make_store(census, tmp_path, "safetab_p"))
+    stages.validate_stage(nat, "safetab-p")
+    stages.plan_stage(nat)
+    stages.preprocess_stage(nat, "safetab-p")
+    whole, parts = prepared_frames(nat), prepared_frames(ctx)
+    assert list(whole) == list(parts)
+    for name, frame in whole.items():
+        pd.testing.assert_frame_equal(parts[name], frame, check_exact=True)
 
 
 @pytest.mark.slow
@@ -151,14 +165,7 @@ def test_a_preprocess_killed_between_states_redoes_only_the_missing_ones(census:
     assert manifest["partitions"] == STATES and manifest["computed_partitions"] == 1
     assert {p: (prepared / f"part={p}/manifest.json").read_bytes() for p in ("01", "02")} == done
     # the resumed prepared tabulations equal an uninterrupted national preprocess of the same census
-    nat = context(make_store(census, tmp_path, "safetab_p"))
-    stages.validate_stage(nat, "safetab-p")
-    stages.plan_stage(nat)
-    stages.preprocess_stage(nat, "safetab-p")
-    whole, parts = prepared_frames(nat), prepared_frames(ctx)
-    assert list(whole) == list(parts)
-    for name, frame in whole.items():
-        pd.testing.assert_frame_equal(parts[name], frame, check_exact=True)
+    assert_national_prepared(census, tmp_path, ctx)
 
 
 def test_files_of_several_states_are_encoded_slice_by_slice_against_their_states(
@@ -175,14 +182,18 @@ def test_files_of_several_states_are_encoded_slice_by_slice_against_their_states
     folder = store_dir / "confidential/synth/safetab_p_states/person-records"
     for f in folder.glob("*.txt"):
         f.unlink()
-    for name, part in files.items():
-        (folder / f"{name}.txt").write_text("\n".join([header, *part]) + "\n")
+    for name, rows_of in files.items():
+        (folder / f"{name}.txt").write_text("\n".join([header, *rows_of]) + "\n")
     mark_synthetic(LocalStore(store_dir), "confidential/synth/", generator_note="test: the census re-split")
     monkeypatch.setattr("dasflow.products.safetab_p.product.SLICE_ROWS", 700)
     built: list[tuple[int, ...]] = []
     part_of = LazyGeography.part
-    monkeypatch.setattr(LazyGeography, "part",
-                        lambda self, states: built.append(tuple(states)) or part_of(self, states))
+
+    def part(self: LazyGeography, states: Sequence[int]) -> Geography:
+        built.append(tuple(states))
+        return part_of(self, states)
+
+    monkeypatch.setattr(LazyGeography, "part", part)
     ctx = context(store_dir)
     stages.validate_stage(ctx, "safetab-p")
     stages.plan_stage(ctx)
@@ -190,14 +201,7 @@ def test_files_of_several_states_are_encoded_slice_by_slice_against_their_states
     assert manifest["partitions"] == ["a", "b"]
     # a geography per change of the slices' states (a slice of one state, slices across two), never all three
     assert {(1,), (1, 44), (2, 44)} <= set(built) and all(len(states) < 3 for states in built)
-    nat = context(make_store(census, tmp_path, "safetab_p"))
-    stages.validate_stage(nat, "safetab-p")
-    stages.plan_stage(nat)
-    stages.preprocess_stage(nat, "safetab-p")
-    whole, parts = prepared_frames(nat), prepared_frames(ctx)
-    assert list(whole) == list(parts)
-    for name, frame in whole.items():
-        pd.testing.assert_frame_equal(parts[name], frame, check_exact=True)
+    assert_national_prepared(census, tmp_path, ctx)
 
 
 def test_sum_cells_adds_tabulations_and_the_combine_checks_public_domains() -> None:
