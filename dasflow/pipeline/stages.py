@@ -250,13 +250,14 @@ def public_digests_of(ctx: RunContext, product: str) -> dict[str, str]:
 
 def validated_derived(ctx: RunContext, inputs: Mapping[str, str]) -> dict[str, str]:
     """Derived public objects a product's validation stored (``validate_stage``) where they are what the plan
-    would build: the validation manifest is current (this config and code; its outputs intact) and the public
-    inputs it digested are those the plan freezes (``inputs``), key for key. Each is checked against its
-    manifest hash as read, copied under :meth:`RunContext.derived_prefix` and returned with its SHA-256 for
-    the frozen record; a product without them is left to :func:`store_derived` (built there)."""
+    would build: the validation manifest is current (this config and code) and the public inputs it digested
+    are those the plan freezes (``inputs``), key for key. Each is checked against its manifest hash as read
+    (once: the plan stage has checked the manifest's other outputs already), copied under
+    :meth:`RunContext.derived_prefix` and returned with its SHA-256 for the frozen record; a product without
+    them is left to :func:`store_derived` (built there)."""
     out: dict[str, str] = {}
     for p in ctx.config.products:
-        manifest = manifest_if_current(ctx, "validate", p.name, None)
+        manifest = manifest_if_current(ctx, "validate", p.name, None, outputs=False)
         used = (manifest or {}).get("public_inputs")
         if manifest is None or not isinstance(used, dict):
             continue
