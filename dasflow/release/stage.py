@@ -20,6 +20,7 @@ the pipeline: it uses the pipeline's stage machinery (manifests, the ledger audi
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -38,7 +39,7 @@ from dasflow.privacy import faults
 from dasflow.products.plugin import overrides
 from dasflow.release.accuracy import ESTIMATES, LazyTruth, accuracy_report
 from dasflow.release.certificate import certificate
-from dasflow.release.publish import write_release_manifest
+from dasflow.release.publish import MANIFEST, PUBLICATION, release_prefix, write_release_manifest
 from dasflow.validation import validate_outputs
 
 CERTIFICATE_MD = "CERTIFICATE.md"
@@ -245,6 +246,28 @@ def product_release_files(ctx: RunContext, product: str) -> dict[str, Any]:
     return write_manifest(ctx, TABLES, product, inputs, out, {"metrics": meter.read()})
 
 
+def _finished_release(ctx: RunContext, upstream: Mapping[str, str], audit: Mapping[str, str]
+                      ) -> dict[str, Any] | None:
+    """The release's ``MANIFEST.json`` when the release is already finished from exactly these post-processed
+    estimates and this ledger audit: the release stage's record is current (same estimates, config and code,
+    the manifest intact), and every file under ``release/`` is one the manifest lists, with the bytes it lists. Anything
+    else (a file edited, removed or added, a newer code version) is ``None``: the stage writes the release
+    again. A resumed release that had finished thus redoes nothing (its accuracy report included)."""
+    record = manifest_if_current(ctx, "release", "all", upstream)
+    if record is None:
+        return None
+    post = ctx.post_store()
+    prefix = release_prefix(ctx)
+    manifest: dict[str, Any] = json.loads(post.get(prefix + MANIFEST))
+    files: Mapping[str, Mapping[str, Any]] = manifest.get("files", {})
+    present = {k for k in post.list(prefix) if k not in (prefix + MANIFEST, prefix + PUBLICATION)}
+    if present != set(files) or any(files.get(k, {}).get("sha256") != h for k, h in audit.items()):
+        return None
+    if any(post.sha256(k) != v.get("sha256") for k, v in files.items()):
+        return None
+    return manifest
+
+
 def release_stage(ctx: RunContext) -> dict[str, Any]:
     """Every product's release files (:func:`product_release_files`: already written by each product's lane
     in a flow, written here otherwise, or again where one no longer matches its record) and the ledger audit,
@@ -252,7 +275,8 @@ def release_stage(ctx: RunContext) -> dict[str, Any]:
     go to the stage manifest under ``manifests/``, never into ``release/``.
 
     Memory: one product's tables are produced from its stored estimates (read on demand, TopDown's blocks one
-    state at a time) and streamed into the store with their output validation; nothing holds every table."""
+    state at a time) and streamed into the store with their output validation; nothing holds every table.
+    A release that is already finished for the same tables (:func:`_finished_release`) is returned as it is."""
     meter = StageMeter.start()
     post = ctx.post_store()
     ctx.ledger.verify(deep=False)  # the NMFs themselves are verified as post-processing loads them
@@ -260,7 +284,11 @@ def release_stage(ctx: RunContext) -> dict[str, Any]:
     for p in ctx.config.products:
         upstream.update(product_release_files(ctx, p.name)["inputs"])
     audit_key = f"{ctx.root}/release/ledger.csv"
-    post.put(audit_key, ledger_csv(ctx).encode())
+    audit = ledger_csv(ctx).encode()
+    finished = _finished_release(ctx, upstream, {audit_key: sha256_bytes(audit)})
+    if finished is not None:
+        return finished
+    post.put(audit_key, audit)
     faults.point("stage:release:before-manifest")
     # certificate (md + html), accuracy report, then output validation and MANIFEST.json last
     manifest = finalize_release(ctx)

@@ -1,8 +1,8 @@
 """Crash-safe resume, end to end: ``dasflow run`` as a subprocess against a real Prefect server, SIGKILLed at
-every stage boundary and in the middle of measurement, then resumed.
+every stage boundary and in the middle of measurement, each attempt resuming the last crash.
 
-After every resume: exactly one committed ledger entry (and one NMF) per planned key, total spent = plan total,
-and the release files byte-identical to an uninterrupted run (seeded test mode). Two processes running the same
+After the last resume: exactly one committed ledger entry (and one NMF) per planned key, total spent = plan
+total, and the release files byte-identical to an uninterrupted run (seeded test mode). Two processes running the same
 release at once never produce two entries for a key. Over-cap and bad-input runs exit 3 and 2 with nothing spent.
 """
 
@@ -31,9 +31,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.xdist_group
 REPO = Path(__file__).resolve().parents[2]
 DASFLOW = str(Path(sys.executable).with_name("dasflow"))
 
+#: in the order a run reaches them
 FAULT_POINTS = [
-    "stage:plan:before-freeze",
     "stage:validate:counts:before-manifest",
+    "stage:plan:before-freeze",
     "stage:preprocess:counts:before-manifest",
     "measure:after-reserve:counts/state",
     "measure:after-nmf:counts/state",
@@ -123,23 +124,30 @@ EXPECTED_ENTRIES = ["counts/state.committed.json", "counts/state.reserved.json",
                     "counts/state_sex.committed.json", "counts/state_sex.reserved.json"]
 
 
-@pytest.mark.parametrize("point", FAULT_POINTS)
-def test_sigkill_then_resume_gives_identical_release_and_single_spend(
-        point: str, prefect_api: dict[str, str], baseline: dict[str, bytes], tmp_path: Path) -> None:
+def test_sigkill_at_every_stage_boundary_then_resume_gives_identical_release_and_single_spend(
+        prefect_api: dict[str, str], baseline: dict[str, bytes], tmp_path: Path) -> None:
+    """One release SIGKILLed at every fault point, in pipeline order: the first run dies at the first point and
+    each later attempt dies at the next one, so every point is reached by an attempt that itself resumed a crash
+    (a run again while nothing is frozen, ``dasflow resume`` after); the last resume finishes. After each crash
+    nothing looks complete and the ledger holds only planned entries; at the end exactly one committed entry
+    (and one NMF) per planned key, spent = plan total, and the release files of an uninterrupted run."""
     config = make_release(tmp_path)
-    crashed = dasflow(prefect_api, "run", str(config), fault=point)
-    assert crashed.returncode == -signal.SIGKILL, (crashed.returncode, crashed.stderr[-2000:])
-    assert not (tmp_path / "store/runs/r1/release/MANIFEST.json").exists()
-    if point.startswith("stage:validate:"):  # validation runs before freezing: nothing to resume, rerun it
-        assert not (tmp_path / "store/runs/r1/config.json").exists()
-        resumed = dasflow(prefect_api, "run", str(config))
-    else:
-        resumed = dasflow(prefect_api, "resume", "r1", "--store", str(tmp_path / "store"))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert ledger_state(tmp_path / "store") == {"entries": EXPECTED_ENTRIES,
-                                                "nmfs": ["state.parquet", "state_sex.parquet"]}
-    assert release_files(tmp_path / "store", "r1") == baseline
-    status = dasflow(prefect_api, "ledger", "r1", "--store", str(tmp_path / "store"), "--format", "json")
+    store = tmp_path / "store"
+    frozen = False
+    for point in [*FAULT_POINTS, None]:
+        attempt = dasflow(prefect_api, "resume", "r1", "--store", str(store), fault=point) if frozen else \
+            dasflow(prefect_api, "run", str(config), fault=point)
+        if point is None:
+            assert attempt.returncode == 0, attempt.stderr[-3000:]
+            break
+        assert attempt.returncode == -signal.SIGKILL, (point, attempt.returncode, attempt.stderr[-2000:])
+        assert not (store / "runs/r1/release/MANIFEST.json").exists(), point
+        assert set(ledger_state(store)["entries"]) <= set(EXPECTED_ENTRIES), point
+        frozen = (store / "runs/r1/config.json").exists()
+        assert frozen != point.startswith("stage:validate:"), point  # validation runs before freezing
+    assert ledger_state(store) == {"entries": EXPECTED_ENTRIES, "nmfs": ["state.parquet", "state_sex.parquet"]}
+    assert release_files(store, "r1") == baseline
+    status = dasflow(prefect_api, "ledger", "r1", "--store", str(store), "--format", "json")
     record = json.loads(status.stdout)
     assert record["spent"]["rho"] == record["plan_total"]["rho"] == "3/4"
     assert [e["state"] for e in record["entries"]] == ["committed", "committed"]

@@ -94,3 +94,35 @@ def test_a_commit_edited_after_post_processing_stops_the_files_before_any_is_wri
         product_release_files(ctx, "counts")
     assert ctx.store.list("runs/r1/release/") == []
     assert not ctx.store.exists(manifest_key(ctx, TABLES, "counts"))
+
+
+def test_a_finished_release_is_not_finished_again_until_a_file_no_longer_matches(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resuming a release that had finished writes nothing (no certificate, no accuracy report: a test release's
+    report recomputes every ground truth); an edited, removed or added file under ``release/`` finishes it again,
+    to the same bytes (an added file is then validated and listed, as any file there)."""
+    ctx = _postprocessed(tmp_path)
+    first = release_stage(ctx)
+    files = release_files(tmp_path / "store", "r1")
+    finished: list[str] = []
+    real = release.finalize_release
+
+    def finalize(ctx: RunContext, **kw: object) -> dict[str, object]:
+        finished.append(ctx.release_id)
+        return real(ctx, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(release, "finalize_release", finalize)
+    stage_record = ctx.store.get(manifest_key(ctx, "release", "all"))
+    assert release_stage(ctx) == first and finished == []
+    assert ctx.store.get(manifest_key(ctx, "release", "all")) == stage_record  # its metrics are the first run's
+    certificate = "runs/r1/release/CERTIFICATE.md"
+    for damage in (lambda: ctx.store.put(certificate, b"**PRODUCTION RELEASE**\n"),
+                   lambda: ctx.store.delete("runs/r1/release/ledger.csv"),
+                   lambda: ctx.store.delete("runs/r1/release/MANIFEST.json")):
+        damage()
+        assert release_stage(ctx) == first and len(finished) == 1
+        assert release_files(tmp_path / "store", "r1") == files
+        finished.clear()
+    ctx.store.put("runs/r1/release/extra.txt", b"not the release's\n")
+    assert set(release_stage(ctx)["files"]) == set(first["files"]) | {"runs/r1/release/extra.txt"}
+    assert finished == ["r1"]
