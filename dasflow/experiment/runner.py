@@ -46,6 +46,18 @@ Progress = Callable[[str], None]
 
 
 # ------------------------------------------------------------------------------------------------ truth lookup
+def _text(column: pd.Series) -> pd.Series:
+    """``column.astype(str)``, or for a categorical whose categories have distinct texts and no value missing,
+    the categorical of those texts: it hashes as the text does (pandas hashes a categorical's categories), with
+    one string per category instead of one per row (SafeTab-P's truth T1 has the whole public domain)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        texts = column.cat.categories.astype(str)
+        codes = column.cat.codes.to_numpy()
+        if texts.is_unique and not (codes < 0).any():
+            return pd.Series(pd.Categorical.from_codes(codes, texts), index=column.index, copy=False)
+    return column.astype(str)
+
+
 class TruthIndex:
     """A truth frame indexed by a 64-bit hash of its key columns, for repeated lookups of the published cells of
     each run without re-joining the whole truth frame. A key column is hashed in its own dtype where the truth
@@ -65,7 +77,7 @@ class TruthIndex:
     def _hash(self, frame: pd.DataFrame) -> np.ndarray:
         if not self.keys:
             return np.zeros(len(frame), dtype=np.uint64)
-        cols = {k: frame[k].astype(str) if self.as_text[k] else frame[k] for k in self.keys}
+        cols = {k: _text(frame[k]) if self.as_text[k] else frame[k] for k in self.keys}
         return pd.util.hash_pandas_object(pd.DataFrame(cols), index=False).to_numpy()
 
     def lookup(self, released: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

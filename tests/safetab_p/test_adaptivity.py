@@ -7,6 +7,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
+import pandas as pd
 
 from dasflow.privacy import rng
 from dasflow.products.safetab_p.measure import age_ranges, stat_levels
@@ -108,3 +109,22 @@ def test_noisy_run_is_integer_and_keeps_negatives():
     pub = public(config(raw), real_iterations(), blocks)
     res = run_universe(pub, {"persons": persons_table([person()]), "source": "p"}, rng.seeded(5))
     assert (res.tables["t1"].COUNT >= 0).all()
+
+
+def test_the_truth_tables_are_the_twins_release_tables_unsorted_with_categorical_keys():
+    """``outputs.truth_tables`` (the accuracy report's and experiments' SafeTab-P truth): the rows and values of
+    the twin's t1/t2 files, T1 in key order with its key columns categoricals of the same text."""
+    from dasflow.products.safetab_p import outputs
+
+    result = _run()
+    cfg = ground_truth_config(config(toy_config_dict("zcdp")))
+    truth = outputs.truth_tables(result.measurements, cfg)
+    t1 = truth["t1"]
+    assert list(t1.columns) == list(result.tables["t1"].columns)
+    assert all(isinstance(t1[c].dtype, pd.CategoricalDtype) for c in ("REGION_ID", "REGION_TYPE", "ITERATION_CODE"))
+    assert not t1[["REGION_TYPE", "REGION_ID", "ITERATION_CODE"]].astype(str).equals(
+        result.tables["t1"][["REGION_TYPE", "REGION_ID", "ITERATION_CODE"]].astype(str))  # not in release order
+    ordered = outputs.release_t1(t1.astype({c: str for c in ("REGION_ID", "REGION_TYPE", "ITERATION_CODE")}))
+    pd.testing.assert_frame_equal(ordered, result.tables["t1"], check_dtype=False)
+    assert len(t1) > 1000 and t1["COUNT"].dtype == np.int64
+    pd.testing.assert_frame_equal(truth["t2"], result.tables["t2"])

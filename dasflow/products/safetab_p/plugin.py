@@ -33,7 +33,7 @@ from dasflow.products.plugin import (
     budget_text,
     config_json,
 )
-from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, checks, load_public, moe, parse_config
+from dasflow.products.safetab_p import SafeTabP, SafeTabPConfig, checks, load_public, moe, outputs, parse_config
 from dasflow.products.safetab_p import cli as safetab_cli
 from dasflow.products.safetab_p import load_config as load_safetab_config
 from dasflow.products.safetab_p.measure import (
@@ -44,7 +44,7 @@ from dasflow.products.safetab_p.measure import (
     segment_regions,
     stage1_key,
 )
-from dasflow.products.safetab_p.product import PERSON_DIR, ground_truth_config, person_files, run_universe
+from dasflow.products.safetab_p.product import PERSON_DIR, ground_truth_config, measure_all, person_files
 from dasflow.products.safetab_p.records import (
     GRFC_FILE,
     PERSON_COLUMNS,
@@ -275,12 +275,14 @@ class SafeTabPPlugin(ProductPlugin[SafeTabPConfig]):
 
     def truth(self, store: ObjectStore, inputs: Mapping[str, str], config: SafeTabPConfig,
               universe: str, public: Mapping[str, Any] | None = None) -> dict[str, pd.DataFrame]:
-        """SafeTab-P's ground-truth twin: every tabulated level at infinite budget (no noise, same adaptivity)."""
+        """SafeTab-P's ground-truth twin: every tabulated level at infinite budget (no noise, same adaptivity), as
+        :func:`~dasflow.products.safetab_p.outputs.truth_tables` (T1 unsorted, its keys categoricals)."""
         cfg = ground_truth_config(config)
         public = self.public_inputs(store, inputs, cfg)
-        conf = self.confidential_inputs(store, inputs, cfg)
-        result = run_universe(public, conf, rng.seeded(0))  # σ² = 0 everywhere: the generator is never used
-        return {self.file_name(n, universe): f for n, f in result.tables.items()}
+        prepared = SafeTabP().prepare(self.confidential_inputs(store, inputs, cfg), public)
+        _, measurements = measure_all(public, prepared, rng.seeded(0))  # σ² = 0: the generator is never used
+        tables = outputs.truth_tables(measurements, public["config"])
+        return {self.file_name(n, universe): f for n, f in tables.items()}
 
     def cell_moes(self, specs: Sequence[MeasurementSpec], published: Mapping[str, pd.DataFrame],
                   public: Mapping[str, Any], universe: str, cache: dict[Any, Any]) -> dict[str, np.ndarray]:

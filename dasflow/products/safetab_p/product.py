@@ -296,8 +296,9 @@ def run_universe(public: Mapping[str, Any], inputs: Mapping[str, Any], rng: Any)
     return run_prepared(public, SafeTabP().prepare(inputs, public), rng)
 
 
-def run_prepared(public: Mapping[str, Any], prepared: Mapping[str, pd.DataFrame], rng: Any) -> RunResult:
-    """stage 1 → stage 2 per level → postprocess → tables, from the output of ``prepare``."""
+def measure_all(public: Mapping[str, Any], prepared: Mapping[str, pd.DataFrame], rng: Any
+                ) -> tuple[list[MeasurementSpec], dict[str, NoisyMeasurement]]:
+    """The plan and every key's measurement: stage 1, then stage 2 per level, from the output of ``prepare``."""
     product = SafeTabP()
     specs = product.plan(public["config"], public)
     measurements: dict[str, NoisyMeasurement] = {}
@@ -308,6 +309,13 @@ def run_prepared(public: Mapping[str, Any], prepared: Mapping[str, pd.DataFrame]
     for spec in specs:
         if spec.detail["stage"] == 2:
             measurements[spec.key] = product.measure(prepared, spec, rng)
+    return specs, measurements
+
+
+def run_prepared(public: Mapping[str, Any], prepared: Mapping[str, pd.DataFrame], rng: Any) -> RunResult:
+    """stage 1 → stage 2 per level → postprocess → tables, from the output of ``prepare``."""
+    product = SafeTabP()
+    specs, measurements = measure_all(public, prepared, rng)
     est = product.postprocess(measurements, public)
     total: Fraction | None = Fraction(0)
     for s in specs:
