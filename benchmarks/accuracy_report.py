@@ -4,15 +4,14 @@
     .venv/bin/python benchmarks/accuracy_report.py --other <worktree> --repeat 2 \\
         --out benchmarks/results/accuracy_report_session25.json
 
-The demo's release (``prepare_demo`` at ``--persons`` 1000, seed 3: every product, TEST mode) is made once
-through the stage functions in a temporary store. Then, in one fresh process per (tree, repeat), with the code
-of the tree under test only:
+In one fresh process per (tree, repeat), with the code of the tree under test only, the demo's release
+(``prepare_demo`` at ``--persons`` 1000, seed 3: every product, TEST mode) is made through the stage functions in
+a temporary store (untimed: each tree's stage records are its own code version's), then:
 
 * ``accuracy``: CPU of ``write_accuracy_report`` (a test release's report: every product's ground-truth twin,
   the comparisons and the plots), and whether the report's bytes agree between the trees (``identical``);
-* ``resume``: CPU of ``release_stage`` on a release that is already finished (the tree's own first
-  ``release_stage`` call, untimed, makes every record current for its code version): what a resumed or
-  re-run demo pays at its end.
+* ``resume``: CPU of ``release_stage`` on that release, already finished: what a resumed or re-run demo pays at
+  its end.
 
 The demo's census is synthetic; still, only "identical" is kept, no digest.
 """
@@ -29,57 +28,44 @@ sys.path.insert(0, str(HERE))
 
 from benchmarks import side_by_side  # noqa: E402  (after the repository is on the path)
 
-# argv: tree, store, release id
+# argv: tree, store directory, persons, seed
 CHILD = r'''
 import hashlib, json, os, resource, sys
-tree, store, rid = sys.argv[1:4]
+tree, root, persons, seed = sys.argv[1:5]
 sys.path.insert(0, tree)
 os.environ["DASFLOW_TEST_MODE"] = "1"
 import dasflow
 assert dasflow.__file__.startswith(tree), dasflow.__file__
-from dasflow.pipeline.run import open_run
+from dasflow import demo
+from dasflow.pipeline import stages
+from dasflow.pipeline.run import freeze_config
 from dasflow.release.stage import release_stage, write_accuracy_report
 
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime, r.ru_stime
+    return r.ru_utime + r.ru_stime, r.ru_utime, r.ru_stime
 
-ctx = open_run(rid, store)
-release_stage(ctx)  # this tree's records, current for its code version (untimed)
-u0, s0 = cpu()
-write_accuracy_report(ctx)
-u1, s1 = cpu()
+from pathlib import Path
+cfg = demo.prepare_demo(Path(root), int(persons), int(seed))  # the demo's release with this tree's code (untimed)
+ctx = freeze_config(cfg)
+for p in cfg.products:
+    stages.validate_stage(ctx, p.name)
+stages.plan_stage(ctx)
+for p in cfg.products:
+    stages.preprocess_stage(ctx, p.name)
+    stages.measure_stage(ctx, p.name)
+    stages.postprocess_stage(ctx, p.name)
 release_stage(ctx)
-u2, s2 = cpu()
-page = ctx.store.get(f"runs/{rid}/release/ACCURACY.html")
-print(json.dumps({"user": round(u1 - u0, 2), "sys": round(s1 - s0, 2),
-                  "resume_cpu": round(u2 - u1 + s2 - s1, 2),
+t0, u0, s0 = cpu()
+write_accuracy_report(ctx)
+t1, u1, s1 = cpu()
+release_stage(ctx)  # the release is finished: what a resumed demo pays at its end
+t2, _, _ = cpu()
+page = ctx.store.get(f"runs/{cfg.release_id}/release/ACCURACY.html")
+print(json.dumps({"user": round(u1 - u0, 2), "sys": round(s1 - s0, 2), "resume_cpu": round(t2 - t1, 2),
                   "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                   "digest": hashlib.sha256(page).hexdigest()}))
 '''
-
-
-def demo_store(root: Path, persons: int, seed: int) -> str:
-    """The demo's release through the stage functions (every product, TEST mode); its release id."""
-    import os
-
-    os.environ["DASFLOW_TEST_MODE"] = "1"
-    from dasflow import demo
-    from dasflow.pipeline import stages
-    from dasflow.pipeline.run import freeze_config
-    from dasflow.release.stage import release_stage
-
-    cfg = demo.prepare_demo(root, persons, seed)
-    ctx = freeze_config(cfg)
-    for p in cfg.products:
-        stages.validate_stage(ctx, p.name)
-    stages.plan_stage(ctx)
-    for p in cfg.products:
-        stages.preprocess_stage(ctx, p.name)
-        stages.measure_stage(ctx, p.name)
-        stages.postprocess_stage(ctx, p.name)
-    release_stage(ctx)
-    return cfg.release_id
 
 
 def main() -> int:
@@ -87,13 +73,12 @@ def main() -> int:
     ap.add_argument("--persons", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=3)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="dasflow-accuracy-bench-") as tmp:
-        rid = demo_store(Path(tmp), args.persons, args.seed)
 
-        def run(tree: Path) -> dict[str, Any]:
-            return side_by_side.child(CHILD, str(tree), tmp, rid)
+    def run(tree: Path) -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(prefix="dasflow-accuracy-bench-") as tmp:
+            return side_by_side.child(CHILD, str(tree), tmp, str(args.persons), str(args.seed))
 
-        result = side_by_side.compare("accuracy_report", args.other, args.repeat, run)
+    result = side_by_side.compare("accuracy_report", args.other, args.repeat, run)
     runs = result["runs"]
     result |= {"persons": args.persons, "seed": args.seed,
                "identical": len({r["digest"] for rs in runs.values() for r in rs}) == 1,
