@@ -158,7 +158,7 @@ def cli_run(persons: int) -> dict[str, Any]:
                         - (time.time() - wall) % 1, 1)
     return {"mode": "cli", "persons": persons, "rc": proc.returncode, "load_before": load0,
             "load_after": os.getloadavg()[0], "total_wall": round(wall, 2), "first_flow_run_at": flow_at,
-            "cpu": round(ru.ru_utime + ru.ru_stime, 2), "log": str(tmp / "demo.log"), "log_tail": log[-3000:]}
+            "cpu": round(ru.ru_utime + ru.ru_stime, 2), "log_tail": log[-3000:]}  # (the log's temp path: not kept)
 
 
 def _children_cpu() -> float:
