@@ -246,13 +246,16 @@ def product_release_files(ctx: RunContext, product: str) -> dict[str, Any]:
     return write_manifest(ctx, TABLES, product, inputs, out, {"metrics": meter.read()})
 
 
-def _finished_release(ctx: RunContext, upstream: Mapping[str, str], audit: Mapping[str, str]
+def _finished_release(ctx: RunContext, upstream: Mapping[str, str], checked: Mapping[str, str]
                       ) -> dict[str, Any] | None:
     """The release's ``MANIFEST.json`` when the release is already finished from exactly these post-processed
     estimates and this ledger audit: the release stage's record is current (same estimates, config and code,
     the manifest intact), and every file under ``release/`` is one the manifest lists, with the bytes it lists. Anything
     else (a file edited, removed or added, a newer code version) is ``None``: the stage writes the release
-    again. A resumed release that had finished thus redoes nothing (its accuracy report included)."""
+    again. A resumed release that had finished thus redoes nothing (its accuracy report included).
+
+    ``checked``: files whose bytes were hashed just now (the ledger audit, the product tables their records
+    verified), by SHA-256; each must be listed with that hash, and is not read again."""
     record = manifest_if_current(ctx, "release", "all", upstream)
     if record is None:
         return None
@@ -261,9 +264,9 @@ def _finished_release(ctx: RunContext, upstream: Mapping[str, str], audit: Mappi
     manifest: dict[str, Any] = json.loads(post.get(prefix + MANIFEST))
     files: Mapping[str, Mapping[str, Any]] = manifest.get("files", {})
     present = {k for k in post.list(prefix) if k not in (prefix + MANIFEST, prefix + PUBLICATION)}
-    if present != set(files) or any(files.get(k, {}).get("sha256") != h for k, h in audit.items()):
+    if present != set(files) or any(files.get(k, {}).get("sha256") != h for k, h in checked.items()):
         return None
-    if any(post.sha256(k) != v.get("sha256") for k, v in files.items()):
+    if any(post.sha256(k) != v.get("sha256") for k, v in files.items() if k not in checked):
         return None
     return manifest
 
@@ -281,11 +284,14 @@ def release_stage(ctx: RunContext) -> dict[str, Any]:
     post = ctx.post_store()
     ctx.ledger.verify(deep=False)  # the NMFs themselves are verified as post-processing loads them
     upstream: dict[str, str] = {}
+    tables: dict[str, str] = {}  # every product table, as its record was just verified (or written)
     for p in ctx.config.products:
-        upstream.update(product_release_files(ctx, p.name)["inputs"])
+        record = product_release_files(ctx, p.name)
+        upstream.update(record["inputs"])
+        tables.update({k: v["sha256"] for k, v in record["outputs"].items()})
     audit_key = f"{ctx.root}/release/ledger.csv"
     audit = ledger_csv(ctx).encode()
-    finished = _finished_release(ctx, upstream, {audit_key: sha256_bytes(audit)})
+    finished = _finished_release(ctx, upstream, tables | {audit_key: sha256_bytes(audit)})
     if finished is not None:
         return finished
     post.put(audit_key, audit)
