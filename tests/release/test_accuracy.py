@@ -195,6 +195,21 @@ def test_topdown_consistency_state_by_state_equals_the_whole_check() -> None:
     assert len(seen) == 3 and max(seen) <= 2  # at most the table that began the next state is read ahead
 
 
+def test_topdown_consistency_on_threads_gives_the_rows_of_one_thread_in_level_order() -> None:
+    """The pairs of levels checked side by side (the finest first) give one thread's rows, in level order; a
+    failure in one pair is raised as it is."""
+    frames = _levels(6)
+    frames["topdown_county.csv"].loc[2, "COUNT"] += 3
+    one = topdown_consistency(frames, workers=1)
+    assert [r["check"] for r in one] == ["US = Σ state", "state = Σ county", "county = Σ tract"]
+    assert [r["inconsistent"] for r in one] == [0, 1, 1]
+    for workers in (2, 3, 8):
+        assert topdown_consistency(frames, workers=workers) == one
+    frames["topdown_state.csv"] = frames["topdown_state.csv"].iloc[::-1]
+    with pytest.raises(IntegrityError, match="not in GEOID order"):
+        topdown_consistency(_TinyTables(frames, 1), workers=3)
+
+
 def test_topdown_consistency_refuses_a_file_out_of_state_order(tmp_path: Path) -> None:
     """A stored table whose states are not in GEOID order is refused by name, never summed wrongly."""
     frames = _levels(4)

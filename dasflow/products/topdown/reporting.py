@@ -3,8 +3,10 @@ histogram, test releases only) and the consistency diagnostics of the released g
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import itertools
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -34,7 +36,7 @@ def topdown_truth(product: TopDown, confidential: Mapping[str, Any],
     return product.tables({"block": block})
 
 
-def topdown_consistency(files: Mapping[str, pd.DataFrame]) -> list[dict[str, Any]]:
+def topdown_consistency(files: Mapping[str, pd.DataFrame], workers: int | None = None) -> list[dict[str, Any]]:
     """Released values only: each present standard geolevel against the sum of the next present one below.
 
     Both levels are read in Arrow tables of text (``files.text_tables(rel)`` when the mapping streams them, as
@@ -43,44 +45,59 @@ def topdown_consistency(files: Mapping[str, pd.DataFrame]) -> list[dict[str, Any
     starts with its state's code, so a state's rows are consecutive in both. The child rows are summed to their
     parents' keys table by table; a state's sums are joined with its parent rows when the next state begins.
     Memory is bounded by the largest state's parent rows and sums, not by the nation (``benchmarks/
-    consistency.py``); a file whose states are out of order is refused (``IntegrityError``: the release stage
-    wrote it sorted), never mis-summed. The sums are exact (integer counts in float64). Same cells, differing
-    cells and largest difference as :func:`~dasflow.products.reporting.hierarchy_check` on the whole frames."""
-    rows: list[dict[str, Any]] = []
+    consistency.py``), per pair of levels; a file whose states are out of order is refused (``IntegrityError``:
+    the release stage wrote it sorted), never mis-summed. The sums are exact (integer counts in float64). Same
+    cells, differing cells and largest difference as :func:`~dasflow.products.reporting.hierarchy_check` on the
+    whole frames.
+
+    The pairs of levels are independent: they are checked on ``workers`` threads (default: the machine's cores,
+    at most one per pair), the finest first (they cost the most); Arrow's reads, sums and joins release the GIL.
+    The rows come in level order whatever the number of threads."""
     present = [(name, w) for name, w in TOPDOWN_LEVELS if f"topdown_{name}.csv" in files
                or f"topdown_{name}.parquet" in files]
-    for (pname, pw), (cname, _cw) in itertools.pairwise(present):
-        prel = f"topdown_{pname}.csv" if f"topdown_{pname}.csv" in files else f"topdown_{pname}.parquet"
-        crel = f"topdown_{cname}.csv" if f"topdown_{cname}.csv" in files else f"topdown_{cname}.parquet"
-        cut = 2 if pw else 0  # the unit held at once: a state (below the nation), else the whole level
-        parents = _by_state(_text_tables(files, prel), cut, prel)
-        children = _by_state(_text_tables(files, crel), cut, crel, functools.partial(_sums_to_parents, width=pw))
-        cells = bad = 0
-        worst = 0.0
-        kids: tuple[str, list[pa.Table]] | None = None
-        for state, held in parents:
-            parent = pa.concat_tables(held)
-            while kids is None or kids[0] < state:  # children of states without parent rows are not compared
-                got = next(children, None)
-                if got is None:
-                    kids = (chr(0x10FFFF), [])
-                    break
-                kids = got
-            attrs = [c for c in parent.column_names if c not in ("GEOID", "COUNT")]
-            keys = ["GEOID", *attrs]
-            par = parent.select(keys).append_column("PARENT", pc.cast(parent.column("COUNT"), pa.float64()))
-            diff = np.abs(par.column("PARENT").to_numpy())
-            if kids[0] == state and kids[1]:
-                sums = _sum_by(pa.concat_tables(kids[1]), keys, "CHILDREN")
-                merged = par.join(sums, keys=keys, join_type="left outer")
-                diff = np.abs(merged.column("PARENT").to_numpy()
-                              - pc.fill_null(merged.column("CHILDREN"), 0.0).to_numpy())
-            cells += int(diff.size)
-            bad += int((diff > 0).sum())
-            worst = max(worst, float(diff.max()) if diff.size else 0.0)
-        rows.append({"product": "topdown", "check": f"{pname} = Σ {cname}", "cells": cells,
-                     "inconsistent": bad, "max_abs_diff": worst})
-    return rows
+    pairs = list(itertools.pairwise(present))
+    threads = max(1, min(len(pairs), workers if workers is not None else os.cpu_count() or 1))
+    if threads == 1:
+        return [_pair_check(files, parent, child) for parent, child in pairs]
+    with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="topdown-consistency") as pool:
+        futures = {i: pool.submit(_pair_check, files, *pairs[i]) for i in reversed(range(len(pairs)))}
+        return [futures[i].result() for i in range(len(pairs))]
+
+
+def _pair_check(files: Mapping[str, pd.DataFrame], parent_level: tuple[str, int],
+                child_level: tuple[str, int]) -> dict[str, Any]:
+    """One row of :func:`topdown_consistency`: a geolevel against the sum of the next present one below."""
+    (pname, pw), (cname, _cw) = parent_level, child_level
+    prel = f"topdown_{pname}.csv" if f"topdown_{pname}.csv" in files else f"topdown_{pname}.parquet"
+    crel = f"topdown_{cname}.csv" if f"topdown_{cname}.csv" in files else f"topdown_{cname}.parquet"
+    cut = 2 if pw else 0  # the unit held at once: a state (below the nation), else the whole level
+    parents = _by_state(_text_tables(files, prel), cut, prel)
+    children = _by_state(_text_tables(files, crel), cut, crel, functools.partial(_sums_to_parents, width=pw))
+    cells = bad = 0
+    worst = 0.0
+    kids: tuple[str, list[pa.Table]] | None = None
+    for state, held in parents:
+        parent = pa.concat_tables(held)
+        while kids is None or kids[0] < state:  # children of states without parent rows are not compared
+            got = next(children, None)
+            if got is None:
+                kids = (chr(0x10FFFF), [])
+                break
+            kids = got
+        attrs = [c for c in parent.column_names if c not in ("GEOID", "COUNT")]
+        keys = ["GEOID", *attrs]
+        par = parent.select(keys).append_column("PARENT", pc.cast(parent.column("COUNT"), pa.float64()))
+        diff = np.abs(par.column("PARENT").to_numpy())
+        if kids[0] == state and kids[1]:
+            sums = _sum_by(pa.concat_tables(kids[1]), keys, "CHILDREN")
+            merged = par.join(sums, keys=keys, join_type="left outer")
+            diff = np.abs(merged.column("PARENT").to_numpy()
+                          - pc.fill_null(merged.column("CHILDREN"), 0.0).to_numpy())
+        cells += int(diff.size)
+        bad += int((diff > 0).sum())
+        worst = max(worst, float(diff.max()) if diff.size else 0.0)
+    return {"product": "topdown", "check": f"{pname} = Σ {cname}", "cells": cells, "inconsistent": bad,
+            "max_abs_diff": worst}
 
 
 def _by_state(tables: Iterable[pa.Table], cut: int, rel: str,
