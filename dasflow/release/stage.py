@@ -250,9 +250,9 @@ def _finished_release(ctx: RunContext, upstream: Mapping[str, str], checked: Map
                       ) -> dict[str, Any] | None:
     """The release's ``MANIFEST.json`` when the release is already finished from exactly these post-processed
     estimates and this ledger audit: the release stage's record is current (same estimates, config and code,
-    the manifest intact), and every file under ``release/`` is one the manifest lists, with the bytes it lists. Anything
-    else (a file edited, removed or added, a newer code version) is ``None``: the stage writes the release
-    again. A resumed release that had finished thus redoes nothing (its accuracy report included).
+    the manifest intact), and every file under ``release/`` is one the manifest lists, with the bytes it
+    lists. Anything else (a file edited, removed or added, a newer code version) is ``None``: the stage writes
+    the release again. A resumed release that had finished thus redoes nothing (its accuracy report included).
 
     ``checked``: files whose bytes were hashed just now (the ledger audit, the product tables their records
     verified), by SHA-256; each must be listed with that hash, and is not read again."""
@@ -279,7 +279,7 @@ def release_stage(ctx: RunContext) -> dict[str, Any]:
 
     Memory: one product's tables are produced from its stored estimates (read on demand, TopDown's blocks one
     state at a time) and streamed into the store with their output validation; nothing holds every table.
-    A release that is already finished for the same tables (:func:`_finished_release`) is returned as it is."""
+    A release already finished from the same estimates (:func:`_finished_release`) is returned as it is."""
     meter = StageMeter.start()
     post = ctx.post_store()
     ctx.ledger.verify(deep=False)  # the NMFs themselves are verified as post-processing loads them
